@@ -1,0 +1,231 @@
+/*
+ * hora.h: the public C ABI of Hora, a collective-communication library.
+ *
+ * The vocabulary, argument order and enum numbering are NCCL 2.x's host API with the
+ * prefix `nccl` renamed `hora`, so porting a caller is a rename. This header is plain C
+ * (C99 and C++), includes no CUDA header, and is the only public header of the library.
+ *
+ * Every function returns a horaResult_t, never throws, and never crashes on a bad
+ * argument: it returns horaInvalidArgument (or horaInvalidUsage) and leaves a readable
+ * text for horaGetLastError(). A failure of a peer or of the wire puts the communicator
+ * in an error state that every later call on it and horaCommGetAsyncError() report until
+ * it is aborted or destroyed.
+ *
+ * Streams: a NULL stream means "host buffers, synchronous": the call completes before
+ * it returns. This version accepts only the NULL stream.
+ */
+#ifndef HORA_H_
+#define HORA_H_
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define HORA_MAJOR 0
+#define HORA_MINOR 1
+#define HORA_PATCH 0
+#define HORA_SUFFIX ""
+#define HORA_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define HORA_VERSION_CODE HORA_VERSION(HORA_MAJOR, HORA_MINOR, HORA_PATCH)
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Opaque handle to a communicator. */
+typedef struct horaComm* horaComm_t;
+#define HORA_COMM_NULL NULL
+
+/* A stream. Declared so that a cudaStream_t passes unchanged; NULL means host, synchronous. */
+typedef struct CUstream_st* horaStream_t;
+
+#define HORA_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[HORA_UNIQUE_ID_BYTES];
+} horaUniqueId;
+
+typedef enum {
+  horaSuccess = 0,
+  horaUnhandledCudaError = 1,
+  horaSystemError = 2,
+  horaInternalError = 3,
+  horaInvalidArgument = 4,
+  horaInvalidUsage = 5,
+  horaRemoteError = 6,
+  horaInProgress = 7,
+  horaTimeout = 8,
+  horaNumResults = 9
+} horaResult_t;
+
+typedef enum {
+  horaInt8 = 0,
+  horaChar = 0,
+  horaUint8 = 1,
+  horaInt32 = 2,
+  horaInt = 2,
+  horaUint32 = 3,
+  horaInt64 = 4,
+  horaUint64 = 5,
+  horaFloat16 = 6,
+  horaHalf = 6,
+  horaFloat32 = 7,
+  horaFloat = 7,
+  horaFloat64 = 8,
+  horaDouble = 8,
+  horaBfloat16 = 9,
+  horaFloat8e4m3 = 10,
+  horaFloat8e5m2 = 11,
+  horaNumTypes = 12
+} horaDataType_t;
+
+/* Reduction operations. Values from horaNumOps up are handles returned by
+ * horaRedOpCreatePreMulSum, valid only on the communicator that created them. */
+typedef enum {
+  horaSum = 0,
+  horaProd = 1,
+  horaMax = 2,
+  horaMin = 3,
+  horaAvg = 4,
+  horaNumOps = 5,
+  horaMaxRedOp = 0x7fffffff >> (32 - 8 * sizeof(int))
+} horaRedOp_t;
+
+/* Where the scalar of horaRedOpCreatePreMulSum lives. */
+typedef enum {
+  horaScalarDevice = 0,       /* device memory: not supported by this build */
+  horaScalarHostImmediate = 1 /* host memory, read when the op is created */
+} horaScalarResidence_t;
+
+#define HORA_CONFIG_UNDEF_INT INT_MIN
+#define HORA_CONFIG_UNDEF_PTR NULL
+#define HORA_SPLIT_NOCOLOR -1
+#define HORA_API_MAGIC 0x686f7261u /* "hora" */
+
+/* Communicator configuration. Initialise with HORA_CONFIG_INITIALIZER, then set fields.
+ * The first fields follow NCCL's ncclConfig_t; fields from timeoutMs on are Hora's own.
+ * A field left at HORA_CONFIG_UNDEF_* takes its value from the environment (HORA_*). */
+typedef struct horaConfig_v1 {
+  size_t size;          /* sizeof(horaConfig_t): do not touch */
+  unsigned int magic;   /* HORA_API_MAGIC: do not touch */
+  unsigned int version; /* HORA_VERSION_CODE: do not touch */
+  int blocking;         /* accepted for compatibility; initialisation is always blocking */
+  int cgaClusterSize;   /* accepted for compatibility, unused */
+  int minCTAs;          /* accepted for compatibility, unused */
+  int maxCTAs;          /* accepted for compatibility, unused */
+  const char* netName;  /* accepted for compatibility, unused */
+  int splitShare;       /* accepted for compatibility, unused */
+  int trafficClass;     /* accepted for compatibility, unused */
+  const char* commName; /* a name shown in log lines and error texts */
+  int timeoutMs;        /* overrides HORA_TIMEOUT_MS for this communicator (> 0) */
+} horaConfig_t;
+
+#define HORA_CONFIG_INITIALIZER                                                         \
+  {                                                                                     \
+    sizeof(horaConfig_t), HORA_API_MAGIC, HORA_VERSION_CODE, HORA_CONFIG_UNDEF_INT,     \
+        HORA_CONFIG_UNDEF_INT, HORA_CONFIG_UNDEF_INT, HORA_CONFIG_UNDEF_INT,            \
+        HORA_CONFIG_UNDEF_PTR, HORA_CONFIG_UNDEF_INT, HORA_CONFIG_UNDEF_INT,            \
+        HORA_CONFIG_UNDEF_PTR, HORA_CONFIG_UNDEF_INT                                    \
+  }
+
+/* ---- version, errors, ids ------------------------------------------------------- */
+
+/* Stores HORA_VERSION_CODE of the loaded library in *version. */
+horaResult_t horaGetVersion(int* version);
+
+/* A short static description of a result code. */
+const char* horaGetErrorString(horaResult_t result);
+
+/* The text of the last error: that of `comm`'s last failed call, or with comm == NULL
+ * that of the calling thread's last failed call. Never NULL; "" if there was none. The
+ * pointer stays valid until the next failing call on the same comm (or thread). */
+const char* horaGetLastError(horaComm_t comm);
+
+/* Creates a rendezvous id and starts, in the calling process, the listener that all
+ * ranks of the new communicator contact. Hand the id to every rank by any means. One id
+ * makes one communicator. */
+horaResult_t horaGetUniqueId(horaUniqueId* uniqueId);
+
+/* ---- communicators -------------------------------------------------------------- */
+
+/* Creates the communicator of `rank` among `nranks`; collective over all of them. */
+horaResult_t horaCommInitRank(horaComm_t* comm, int nranks, horaUniqueId commId, int rank);
+
+/* As horaCommInitRank, with a configuration (NULL: all defaults). */
+horaResult_t horaCommInitRankConfig(horaComm_t* comm, int nranks, horaUniqueId commId, int rank,
+                                    horaConfig_t* config);
+
+/* Creates `ndev` communicators of one job in this process, one per future caller thread.
+ * devlist (may be NULL) gives the device each rank reports from horaCommCuDevice. */
+horaResult_t horaCommInitAll(horaComm_t* comm, int ndev, const int* devlist);
+
+/* Creates the communicator from the launcher's environment: HORA_RANK, HORA_SIZE and
+ * HORA_ID (a unique id in hex, as hora-run sets it) or HORA_ROOT=host:port with
+ * HORA_SECRET (rank 0 then hosts the rendezvous at that address). */
+horaResult_t horaCommInitFromEnv(horaComm_t* comm);
+
+/* Waits until all work issued on comm is complete. */
+horaResult_t horaCommFinalize(horaComm_t comm);
+
+/* Frees the communicator. */
+horaResult_t horaCommDestroy(horaComm_t comm);
+
+/* Stops all work on comm (calls in other threads return an error), closes its
+ * connections and frees it. Never waits for a peer. */
+horaResult_t horaCommAbort(horaComm_t comm);
+
+/* horaSuccess, or the error that put comm in its error state. */
+horaResult_t horaCommGetAsyncError(horaComm_t comm, horaResult_t* asyncError);
+
+horaResult_t horaCommCount(const horaComm_t comm, int* count);
+horaResult_t horaCommCuDevice(const horaComm_t comm, int* device);
+horaResult_t horaCommUserRank(const horaComm_t comm, int* rank);
+
+/* ---- reduction operators -------------------------------------------------------- */
+
+/* Creates the op "sum of scalar * input": each rank multiplies its own input by its own
+ * scalar (of type datatype) before the sum. */
+horaResult_t horaRedOpCreatePreMulSum(horaRedOp_t* op, void* scalar, horaDataType_t datatype,
+                                      horaScalarResidence_t residence, horaComm_t comm);
+horaResult_t horaRedOpDestroy(horaRedOp_t op, horaComm_t comm);
+
+/* ---- collectives ---------------------------------------------------------------- */
+
+horaResult_t horaAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           horaDataType_t datatype, horaRedOp_t op, horaComm_t comm,
+                           horaStream_t stream);
+
+horaResult_t horaBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           horaDataType_t datatype, int root, horaComm_t comm,
+                           horaStream_t stream);
+
+horaResult_t horaReduce(const void* sendbuff, void* recvbuff, size_t count,
+                        horaDataType_t datatype, horaRedOp_t op, int root, horaComm_t comm,
+                        horaStream_t stream);
+
+/* recvbuff holds nranks * sendcount elements; rank r's block lands at offset r * sendcount. */
+horaResult_t horaAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           horaDataType_t datatype, horaComm_t comm, horaStream_t stream);
+
+/* sendbuff holds nranks * recvcount elements; rank r receives the reduced block r. */
+horaResult_t horaReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               horaDataType_t datatype, horaRedOp_t op, horaComm_t comm,
+                               horaStream_t stream);
+
+/* Point to point. Outside a group a send returns when its data has left the caller's
+ * buffer, which may need the matching receive to be posted. */
+horaResult_t horaSend(const void* sendbuff, size_t count, horaDataType_t datatype, int peer,
+                      horaComm_t comm, horaStream_t stream);
+horaResult_t horaRecv(void* recvbuff, size_t count, horaDataType_t datatype, int peer,
+                      horaComm_t comm, horaStream_t stream);
+
+/* Calls between horaGroupStart and horaGroupEnd are issued together at horaGroupEnd, so
+ * that, for example, a ring of sends and receives completes without deadlock. Groups nest;
+ * the outermost horaGroupEnd runs them and returns the first error. */
+horaResult_t horaGroupStart(void);
+horaResult_t horaGroupEnd(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* HORA_H_ */

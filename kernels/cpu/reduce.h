@@ -1,0 +1,82 @@
+// CPU reduction kernels: the only place where per-dtype arithmetic lives.
+//
+// One entry point, reduce(), computes for every element i
+//
+//     x      = srcs[0][i], times spec.scalar first when spec.premulFirst (PreMulSum)
+//     acc    = x (+) srcs[1][i] (+) ... (+) srcs[nsrc-1][i]          left to right
+//     acc    = acc / spec.divisor when spec.divide (the last step of Avg)
+//     dsts[j][i] = acc for every j < ndst                              (fused reduce-copy)
+//
+// where (+) is the op's combiner: sum for Sum, Avg and PreMulSum; product for Prod;
+// max / min for Max / Min.
+//
+// Semantics (per DESIGN.md):
+//   - integers wrap like unsigned arithmetic (sum, prod, premul); max/min compare as the
+//     type's signedness says; the Avg division is the truncated quotient of the wrapped sum;
+//   - float, double: IEEE in the type itself; max/min propagate NaN (NaN if either is NaN);
+//   - float16, bfloat16, float8 (e4m3, e5m2): widened to float, combined in float across
+//     all sources of one call, rounded once (to nearest even) when stored;
+//   - premul scalar: spec.scalar.f for floating types, spec.scalar.i (two's complement
+//     bits) for integer types.
+//
+// Pointers need no alignment. A destination may be the very same pointer as a source
+// (in place) but must not partially overlap one. count == 0 does nothing.
+//
+// Implementations: scalar (always), AVX2 (+F16C, FMA) and AVX-512 (F, BW, VL; BF16 where
+// present) picked at run time from the CPU; setIsa() forces one (tests, HORA_KERNEL_ISA).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "base/types.h"
+
+namespace hora::kernels {
+
+union Scalar {
+  double f;
+  int64_t i;
+};
+
+struct ReduceSpec {
+  DataType dtype = DataType::Float32;
+  RedOp op = RedOp::Sum;
+  bool premulFirst = false;  // multiply srcs[0] by scalar before combining (PreMulSum)
+  Scalar scalar{0.0};
+  bool divide = false;  // divide the result by divisor (the final step of Avg)
+  uint64_t divisor = 1;
+};
+
+inline constexpr int kMaxSources = 16;
+inline constexpr int kMaxDests = 4;
+
+// 1 <= nsrc <= kMaxSources, 1 <= ndst <= kMaxDests.
+void reduce(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
+            const ReduceSpec& spec);
+
+// Shorthands.
+inline void reduce2(void* dst, const void* a, const void* b, size_t count, const ReduceSpec& spec) {
+  const void* srcs[2] = {a, b};
+  void* dsts[1] = {dst};
+  reduce(dsts, 1, srcs, 2, count, spec);
+}
+
+enum class Isa : uint8_t { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+const char* isaName(Isa isa);
+bool isaSupported(Isa isa);  // by this CPU and this build
+Isa bestIsa();               // the best supported
+Isa activeIsa();
+// Forces an implementation; returns false (and changes nothing) if it is not supported.
+bool setIsa(Isa isa);
+
+// Conversions between the narrow floating types and float (round to nearest even).
+float halfToFloat(uint16_t h);
+uint16_t floatToHalf(float f);
+float bfloat16ToFloat(uint16_t b);
+uint16_t floatToBfloat16(float f);
+float fp8e4m3ToFloat(uint8_t v);
+uint8_t floatToFp8e4m3(float f);  // saturating to +-448; NaN -> NaN
+float fp8e5m2ToFloat(uint8_t v);
+uint8_t floatToFp8e5m2(float f);  // IEEE-like: overflow -> inf
+
+}  // namespace hora::kernels

@@ -1,0 +1,325 @@
+// Version, errors, unique ids, communicators and reduction ops.
+#include <sys/socket.h>
+
+#include <cstring>
+#include <thread>
+
+#include "api/guard.h"
+#include "comm/config.h"
+#include "comm/group.h"
+#include "kernels/cpu/scalar.h"
+
+using namespace hora;
+
+namespace hora::api {
+
+namespace {
+thread_local std::string tLastError;
+}
+
+const char* tLastErrorText() { return tLastError.c_str(); }
+
+void setLastError(horaComm* comm, const std::string& text) {
+  tLastError = text;
+  if (comm) comm->setLastError(text);
+}
+
+horaComm* checkComm(horaComm_t comm) {
+  if (!comm) fail(Errc::InvalidArgument, "comm is NULL");
+  if (comm->magic != horaComm::kMagic)
+    fail(Errc::InvalidArgument, "comm is not a live communicator (destroyed, or not made by horaCommInit*)");
+  return comm;
+}
+
+void checkStream(horaStream_t stream) {
+  if (stream != nullptr)
+    fail(Errc::InvalidArgument, "stream must be NULL: this build runs collectives on host memory only, "
+         "synchronously");
+}
+
+DataType checkType(horaDataType_t t) {
+  if (static_cast<int>(t) < 0 || static_cast<int>(t) >= horaNumTypes)
+    fail(Errc::InvalidArgument, "invalid datatype %d", static_cast<int>(t));
+  return static_cast<DataType>(t);
+}
+
+}  // namespace hora::api
+
+using api::guard;
+
+namespace {
+
+// The address the rendezvous listens on: HORA_SOCKET_IFNAME's, else the first interface that
+// is not loopback (so ranks on other hosts can reach it), else loopback.
+SockAddr rendezvousAddress(const Config& cfg) {
+  if (!cfg.socketIfname.empty()) return chooseInterface(cfg.socketIfname, AF_INET);
+  const Interface* pick = nullptr;
+  std::vector<Interface> all = listInterfaces();
+  for (const Interface& i : all)
+    if (!i.addr.isLoopback() && (!pick || (pick->addr.family() != AF_INET && i.addr.family() == AF_INET))) pick = &i;
+  if (pick) {
+    SockAddr a = pick->addr;
+    a.setPort(0);
+    return a;
+  }
+  return SockAddr::parse("127.0.0.1:0");
+}
+
+UniqueId newId(const SockAddr& bind) {
+  Secret secret;
+  randomBytes(secret.bytes, kSecretBytes);
+  return startRendezvous(bind, secret, config().timeout);
+}
+
+CommOptions optionsFrom(const horaConfig_t* config) {
+  CommOptions o;
+  o.timeout = hora::config().timeout;
+  if (!config) return o;
+  if (config->magic != HORA_API_MAGIC || config->size < offsetof(horaConfig_t, timeoutMs))
+    fail(Errc::InvalidArgument, "config was not initialised with HORA_CONFIG_INITIALIZER");
+  if (config->commName) o.name = std::string(config->commName).substr(0, 128);
+  if (config->size >= sizeof(horaConfig_t) && config->timeoutMs != HORA_CONFIG_UNDEF_INT) {
+    if (config->timeoutMs <= 0) fail(Errc::InvalidArgument, "config->timeoutMs must be > 0 (got %d)", config->timeoutMs);
+    o.timeout = milliseconds(config->timeoutMs);
+  }
+  return o;
+}
+
+void initRank(horaComm_t* comm, int nranks, const UniqueId& id, int rank, const CommOptions& o) {
+  if (!comm) fail(Errc::InvalidArgument, "comm is NULL");
+  *comm = nullptr;
+  if (group::active())
+    fail(Errc::InvalidUsage, "creating a communicator inside horaGroupStart/horaGroupEnd is not supported; "
+         "use horaCommInitAll or one thread per rank");
+  if (nranks < 1) fail(Errc::InvalidArgument, "nranks must be >= 1 (got %d)", nranks);
+  if (rank < 0 || rank >= nranks) fail(Errc::InvalidArgument, "rank %d is out of range [0, %d)", rank, nranks);
+  *comm = horaComm::create(id, nranks, rank, o).release();
+}
+
+UniqueId decodeId(const horaUniqueId& id) {
+  return UniqueId::decode(reinterpret_cast<const uint8_t*>(id.internal));
+}
+
+}  // namespace
+
+HORA_API horaResult_t horaGetVersion(int* version) {
+  return guard("horaGetVersion", nullptr, [&] {
+    if (!version) fail(Errc::InvalidArgument, "version is NULL");
+    *version = HORA_VERSION_CODE;
+  });
+}
+
+HORA_API const char* horaGetErrorString(horaResult_t result) {
+  switch (result) {
+    case horaSuccess: return "no error";
+    case horaUnhandledCudaError: return "unhandled cuda error";
+    case horaSystemError: return "unhandled system error (a call to the operating system failed)";
+    case horaInternalError: return "internal error (a bug in Hora)";
+    case horaInvalidArgument: return "invalid argument";
+    case horaInvalidUsage: return "invalid usage";
+    case horaRemoteError: return "remote process exited or there was a network error";
+    case horaInProgress: return "operation in progress";
+    case horaTimeout: return "timed out waiting for a peer";
+    default: return "unknown result code";
+  }
+}
+
+HORA_API const char* horaGetLastError(horaComm_t comm) {
+  if (horaComm* c = api::liveComm(comm)) return c->lastError();
+  return api::tLastErrorText();
+}
+
+HORA_API horaResult_t horaGetUniqueId(horaUniqueId* uniqueId) {
+  return guard("horaGetUniqueId", nullptr, [&] {
+    if (!uniqueId) fail(Errc::InvalidArgument, "uniqueId is NULL");
+    UniqueId id = newId(rendezvousAddress(config()));
+    memset(uniqueId, 0, sizeof *uniqueId);
+    id.encode(reinterpret_cast<uint8_t*>(uniqueId->internal));
+  });
+}
+
+HORA_API horaResult_t horaCommInitRankConfig(horaComm_t* comm, int nranks, horaUniqueId commId, int rank,
+                                             horaConfig_t* config) {
+  return guard("horaCommInitRank", nullptr, [&] {
+    CommOptions o = optionsFrom(config);
+    initRank(comm, nranks, decodeId(commId), rank, o);
+  });
+}
+
+HORA_API horaResult_t horaCommInitRank(horaComm_t* comm, int nranks, horaUniqueId commId, int rank) {
+  return horaCommInitRankConfig(comm, nranks, commId, rank, nullptr);
+}
+
+HORA_API horaResult_t horaCommInitAll(horaComm_t* comms, int ndev, const int* devlist) {
+  return guard("horaCommInitAll", nullptr, [&] {
+    if (!comms) fail(Errc::InvalidArgument, "comm is NULL");
+    if (ndev < 1) fail(Errc::InvalidArgument, "ndev must be >= 1 (got %d)", ndev);
+    if (group::active()) fail(Errc::InvalidUsage, "horaCommInitAll inside a group is not supported");
+    for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
+    UniqueId id = newId(SockAddr::parse("127.0.0.1:0"));
+    CommOptions o = optionsFrom(nullptr);
+    std::vector<std::thread> threads;
+    std::vector<std::string> errors(static_cast<size_t>(ndev));
+    std::vector<Errc> codes(static_cast<size_t>(ndev), Errc::Success);
+    for (int i = 0; i < ndev; ++i) {
+      threads.emplace_back([&, i] {
+        try {
+          CommOptions mine = o;
+          mine.cudaDev = devlist ? devlist[i] : -1;
+          comms[i] = horaComm::create(id, ndev, i, mine).release();
+        } catch (const Error& e) {
+          codes[static_cast<size_t>(i)] = e.code();
+          errors[static_cast<size_t>(i)] = e.what();
+        } catch (const std::exception& e) {
+          codes[static_cast<size_t>(i)] = Errc::Internal;
+          errors[static_cast<size_t>(i)] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < ndev; ++i) {
+      if (codes[static_cast<size_t>(i)] == Errc::Success) continue;
+      for (int j = 0; j < ndev; ++j) {
+        delete comms[j];
+        comms[j] = nullptr;
+      }
+      throw Error(codes[static_cast<size_t>(i)], format("rank %d: %s", i, errors[static_cast<size_t>(i)].c_str()));
+    }
+  });
+}
+
+HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
+  return guard("horaCommInitFromEnv", nullptr, [&] {
+    LaunchEnv l = parseLaunchEnv(processEnv());
+    if (l.size < 1 || l.rank < 0)
+      fail(Errc::InvalidArgument, "no rank and size in the environment: set HORA_RANK and HORA_SIZE "
+           "(hora-run does), or run under srun, mpirun or torchrun");
+    if (l.rank >= l.size) fail(Errc::InvalidArgument, "rank %d is out of range for size %d", l.rank, l.size);
+    UniqueId id;
+    if (!l.idHex.empty()) {
+      id = UniqueId::fromHex(l.idHex);
+    } else if (!l.root.empty()) {
+      if (l.secretHex.size() != 2 * kSecretBytes)
+        fail(Errc::InvalidArgument, "HORA_ROOT needs HORA_SECRET: %zu hex digits shared by every rank "
+             "(e.g. from `openssl rand -hex 32`)", 2 * kSecretBytes);
+      for (size_t i = 0; i < kSecretBytes; ++i) {
+        unsigned v;
+        if (sscanf(l.secretHex.c_str() + 2 * i, "%2x", &v) != 1 || !isxdigit(l.secretHex[2 * i]) ||
+            !isxdigit(l.secretHex[2 * i + 1]))
+          fail(Errc::InvalidArgument, "HORA_SECRET holds a non-hex character");
+        id.secret.bytes[i] = static_cast<uint8_t>(v);
+      }
+      id.root = SockAddr::parse(l.root);
+      if (l.rank == 0) {
+        SockAddr bind = id.root;
+        bool local = false;
+        for (const Interface& i : listInterfaces())
+          if (i.addr.family() == bind.family() &&
+              (bind.family() == AF_INET
+                   ? memcmp(&reinterpret_cast<const sockaddr_in*>(&i.addr.ss)->sin_addr,
+                            &reinterpret_cast<const sockaddr_in*>(&bind.ss)->sin_addr, 4) == 0
+                   : memcmp(&reinterpret_cast<const sockaddr_in6*>(&i.addr.ss)->sin6_addr,
+                            &reinterpret_cast<const sockaddr_in6*>(&bind.ss)->sin6_addr, 16) == 0))
+            local = true;
+        if (!local) bind = SockAddr::parse(bind.family() == AF_INET6 ? format("[::]:%u", bind.port())
+                                                                      : format("0.0.0.0:%u", bind.port()));
+        startRendezvous(bind, id.secret, config().timeout);
+      }
+    } else {
+      fail(Errc::InvalidArgument, "no rendezvous in the environment: set HORA_ID (hora-run does), or "
+           "HORA_ROOT=host:port (or MASTER_ADDR/MASTER_PORT) with HORA_SECRET");
+    }
+    initRank(comm, l.size, id, l.rank, optionsFrom(nullptr));
+  });
+}
+
+HORA_API horaResult_t horaCommFinalize(horaComm_t comm) {
+  return guard("horaCommFinalize", comm, [&] { api::checkComm(comm)->check(); });
+}
+
+HORA_API horaResult_t horaCommDestroy(horaComm_t comm) {
+  if (!comm) return horaSuccess;
+  return guard("horaCommDestroy", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    if (c->busy.load()) fail(Errc::InvalidUsage, "the communicator is in use by another thread; use horaCommAbort");
+    delete c;
+  });
+}
+
+HORA_API horaResult_t horaCommAbort(horaComm_t comm) {
+  if (!comm) return horaSuccess;
+  return guard("horaCommAbort", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    c->abort();
+    delete c;
+  });
+}
+
+HORA_API horaResult_t horaCommGetAsyncError(horaComm_t comm, horaResult_t* asyncError) {
+  return guard("horaCommGetAsyncError", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    if (!asyncError) fail(Errc::InvalidArgument, "asyncError is NULL");
+    *asyncError = static_cast<horaResult_t>(c->asyncError());
+  });
+}
+
+HORA_API horaResult_t horaCommCount(const horaComm_t comm, int* count) {
+  return guard("horaCommCount", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    if (!count) fail(Errc::InvalidArgument, "count is NULL");
+    *count = c->nranks;
+  });
+}
+
+HORA_API horaResult_t horaCommCuDevice(const horaComm_t comm, int* device) {
+  return guard("horaCommCuDevice", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    if (!device) fail(Errc::InvalidArgument, "device is NULL");
+    *device = c->opts.cudaDev;
+  });
+}
+
+HORA_API horaResult_t horaCommUserRank(const horaComm_t comm, int* rank) {
+  return guard("horaCommUserRank", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    if (!rank) fail(Errc::InvalidArgument, "rank is NULL");
+    *rank = c->rank;
+  });
+}
+
+HORA_API horaResult_t horaRedOpCreatePreMulSum(horaRedOp_t* op, void* scalar, horaDataType_t datatype,
+                                               horaScalarResidence_t residence, horaComm_t comm) {
+  return guard("horaRedOpCreatePreMulSum", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    if (!op) fail(Errc::InvalidArgument, "op is NULL");
+    if (!scalar) fail(Errc::InvalidArgument, "scalar is NULL");
+    DataType dt = api::checkType(datatype);
+    if (residence == horaScalarDevice)
+      fail(Errc::InvalidArgument, "horaScalarDevice needs device memory, which this build does not support; "
+           "use horaScalarHostImmediate");
+    if (residence != horaScalarHostImmediate) fail(Errc::InvalidArgument, "invalid residence %d", static_cast<int>(residence));
+    PreMulOp p;
+    p.dtype = dt;
+    p.scalar = kernels::scalarFromBytes(scalar, dt);
+    int idx = c->addPreMulOp(p);
+    if (idx < 0) fail(Errc::InvalidUsage, "too many reduction ops alive on this communicator (1024)");
+    *op = static_cast<horaRedOp_t>(horaNumOps + idx);
+  });
+}
+
+HORA_API horaResult_t horaRedOpDestroy(horaRedOp_t op, horaComm_t comm) {
+  return guard("horaRedOpDestroy", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    if (static_cast<int>(op) < horaNumOps) fail(Errc::InvalidArgument, "built-in op %d cannot be destroyed", static_cast<int>(op));
+    if (!c->destroyPreMulOp(static_cast<int>(op)))
+      fail(Errc::InvalidArgument, "op %d was not created on this communicator (or was destroyed)", static_cast<int>(op));
+  });
+}
+
+HORA_API horaResult_t horaGroupStart(void) {
+  return guard("horaGroupStart", nullptr, [&] { group::start(); });
+}
+
+HORA_API horaResult_t horaGroupEnd(void) {
+  return guard("horaGroupEnd", nullptr, [&] { group::end(); });
+}

@@ -1,0 +1,169 @@
+// The collective entry points: check every argument, then hand the call to the communicator
+// (run now, or held by an open group).
+#include <cstdint>
+
+#include "api/guard.h"
+#include "comm/group.h"
+
+using namespace hora;
+using api::guard;
+
+namespace {
+
+size_t checkedBytes(size_t count, DataType dt, size_t times, const char* what) {
+  size_t e = dataTypeSize(dt);
+  if (count > SIZE_MAX / e / times) fail(Errc::InvalidArgument, "%s: count %zu overflows the address space", what, count);
+  return count * e * times;
+}
+
+bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return an && bn && x < y + bn && y < x + an;
+}
+
+void checkRoot(int root, const horaComm* c) {
+  if (root < 0 || root >= c->nranks) fail(Errc::InvalidArgument, "root %d is out of range [0, %d)", root, c->nranks);
+}
+
+void needBuffer(const void* p, size_t bytes, const char* name) {
+  if (!p && bytes) fail(Errc::InvalidArgument, "%s is NULL", name);
+}
+
+// Out of place, the buffers must not overlap; in place, they are the same (or, for the
+// gathering calls, the rank's slice).
+void checkOverlap(const void* send, size_t sn, const void* recv, size_t rn, const void* inPlaceSend) {
+  if (send == inPlaceSend) return;
+  if (overlaps(send, sn, recv, rn))
+    fail(Errc::InvalidArgument, "sendbuff and recvbuff overlap without being in place");
+}
+
+coll::Args args(coll::Kind k, horaComm* c, const void* send, void* recv, size_t count, horaDataType_t t) {
+  coll::Args a;
+  a.kind = k;
+  a.sendbuf = send;
+  a.recvbuf = recv;
+  a.count = count;
+  a.dtype = api::checkType(t);
+  (void)c;
+  return a;
+}
+
+}  // namespace
+
+HORA_API horaResult_t horaAllReduce(const void* sendbuff, void* recvbuff, size_t count, horaDataType_t datatype,
+                                    horaRedOp_t op, horaComm_t comm, horaStream_t stream) {
+  return guard("horaAllReduce", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    api::checkStream(stream);
+    coll::Args a = args(coll::Kind::AllReduce, c, sendbuff, recvbuff, count, datatype);
+    c->resolveOp(op, a.dtype, a);
+    size_t bytes = checkedBytes(count, a.dtype, 1, "horaAllReduce");
+    needBuffer(sendbuff, bytes, "sendbuff");
+    needBuffer(recvbuff, bytes, "recvbuff");
+    checkOverlap(sendbuff, bytes, recvbuff, bytes, recvbuff);
+    group::submit(c, a);
+  });
+}
+
+HORA_API horaResult_t horaBroadcast(const void* sendbuff, void* recvbuff, size_t count, horaDataType_t datatype,
+                                    int root, horaComm_t comm, horaStream_t stream) {
+  return guard("horaBroadcast", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    api::checkStream(stream);
+    coll::Args a = args(coll::Kind::Broadcast, c, sendbuff, recvbuff, count, datatype);
+    checkRoot(root, c);
+    a.root = root;
+    size_t bytes = checkedBytes(count, a.dtype, 1, "horaBroadcast");
+    needBuffer(recvbuff, bytes, "recvbuff");
+    if (c->rank == root) {
+      needBuffer(sendbuff, bytes, "sendbuff (on the root)");
+      checkOverlap(sendbuff, bytes, recvbuff, bytes, recvbuff);
+    }
+    group::submit(c, a);
+  });
+}
+
+HORA_API horaResult_t horaReduce(const void* sendbuff, void* recvbuff, size_t count, horaDataType_t datatype,
+                                 horaRedOp_t op, int root, horaComm_t comm, horaStream_t stream) {
+  return guard("horaReduce", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    api::checkStream(stream);
+    coll::Args a = args(coll::Kind::Reduce, c, sendbuff, recvbuff, count, datatype);
+    c->resolveOp(op, a.dtype, a);
+    checkRoot(root, c);
+    a.root = root;
+    size_t bytes = checkedBytes(count, a.dtype, 1, "horaReduce");
+    needBuffer(sendbuff, bytes, "sendbuff");
+    if (c->rank == root) {
+      needBuffer(recvbuff, bytes, "recvbuff (on the root)");
+      checkOverlap(sendbuff, bytes, recvbuff, bytes, recvbuff);
+    }
+    group::submit(c, a);
+  });
+}
+
+HORA_API horaResult_t horaAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, horaDataType_t datatype,
+                                    horaComm_t comm, horaStream_t stream) {
+  return guard("horaAllGather", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    api::checkStream(stream);
+    coll::Args a = args(coll::Kind::AllGather, c, sendbuff, recvbuff, sendcount, datatype);
+    size_t bytes = checkedBytes(sendcount, a.dtype, 1, "horaAllGather");
+    size_t total = checkedBytes(sendcount, a.dtype, static_cast<size_t>(c->nranks), "horaAllGather");
+    needBuffer(sendbuff, bytes, "sendbuff");
+    needBuffer(recvbuff, total, "recvbuff");
+    const void* mine = recvbuff ? static_cast<uint8_t*>(recvbuff) + bytes * static_cast<size_t>(c->rank) : nullptr;
+    checkOverlap(sendbuff, bytes, recvbuff, total, mine);
+    group::submit(c, a);
+  });
+}
+
+HORA_API horaResult_t horaReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        horaDataType_t datatype, horaRedOp_t op, horaComm_t comm,
+                                        horaStream_t stream) {
+  return guard("horaReduceScatter", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    api::checkStream(stream);
+    coll::Args a = args(coll::Kind::ReduceScatter, c, sendbuff, recvbuff, recvcount, datatype);
+    c->resolveOp(op, a.dtype, a);
+    size_t bytes = checkedBytes(recvcount, a.dtype, 1, "horaReduceScatter");
+    size_t total = checkedBytes(recvcount, a.dtype, static_cast<size_t>(c->nranks), "horaReduceScatter");
+    needBuffer(sendbuff, total, "sendbuff");
+    needBuffer(recvbuff, bytes, "recvbuff");
+    const void* mine = sendbuff ? static_cast<const uint8_t*>(sendbuff) + bytes * static_cast<size_t>(c->rank) : nullptr;
+    // In place: recvbuff is this rank's slice of sendbuff.
+    if (recvbuff != mine && overlaps(sendbuff, total, recvbuff, bytes))
+      fail(Errc::InvalidArgument, "sendbuff and recvbuff overlap without being in place");
+    group::submit(c, a);
+  });
+}
+
+HORA_API horaResult_t horaSend(const void* sendbuff, size_t count, horaDataType_t datatype, int peer,
+                               horaComm_t comm, horaStream_t stream) {
+  return guard("horaSend", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    api::checkStream(stream);
+    coll::Args a = args(coll::Kind::Send, c, sendbuff, nullptr, count, datatype);
+    if (peer < 0 || peer >= c->nranks) fail(Errc::InvalidArgument, "peer %d is out of range [0, %d)", peer, c->nranks);
+    a.peer = peer;
+    needBuffer(sendbuff, checkedBytes(count, a.dtype, 1, "horaSend"), "sendbuff");
+    if (peer == c->rank && !group::active())
+      fail(Errc::InvalidUsage, "a send to this rank itself must be inside a group with its receive");
+    group::submit(c, a);
+  });
+}
+
+HORA_API horaResult_t horaRecv(void* recvbuff, size_t count, horaDataType_t datatype, int peer, horaComm_t comm,
+                               horaStream_t stream) {
+  return guard("horaRecv", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    api::checkStream(stream);
+    coll::Args a = args(coll::Kind::Recv, c, nullptr, recvbuff, count, datatype);
+    if (peer < 0 || peer >= c->nranks) fail(Errc::InvalidArgument, "peer %d is out of range [0, %d)", peer, c->nranks);
+    a.peer = peer;
+    needBuffer(recvbuff, checkedBytes(count, a.dtype, 1, "horaRecv"), "recvbuff");
+    if (peer == c->rank && !group::active())
+      fail(Errc::InvalidUsage, "a receive from this rank itself must be inside a group with its send");
+    group::submit(c, a);
+  });
+}

@@ -1,0 +1,59 @@
+// The ABI boundary: every exported function runs its body through guard(), which turns any
+// exception into a result code and the last-error text, so nothing throws across the ABI.
+#pragma once
+#include <new>
+#include <string>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "comm/comm.h"
+#include "hora.h"
+
+#define HORA_API extern "C" __attribute__((visibility("default")))
+
+namespace hora::api {
+
+void setLastError(horaComm* comm, const std::string& text);
+const char* tLastErrorText();
+
+// The communicator if it is a live one, else nullptr (for error reporting only).
+inline horaComm* liveComm(horaComm* c) { return c && c->magic == horaComm::kMagic ? c : nullptr; }
+
+template <class F>
+horaResult_t guard(const char* fn, horaComm* comm, F&& body) noexcept {
+  std::string text;
+  horaResult_t code;
+  try {
+    log::RankScope scope(liveComm(comm) ? comm->rank : -1);
+    body();
+    return horaSuccess;
+  } catch (const Error& e) {
+    code = static_cast<horaResult_t>(e.code());
+    text = e.what();
+  } catch (const std::bad_alloc&) {
+    code = horaSystemError;
+    text = "out of memory";
+  } catch (const std::exception& e) {
+    code = horaInternalError;
+    text = std::string("internal error: ") + e.what();
+  } catch (...) {
+    code = horaInternalError;
+    text = "internal error: unknown exception";
+  }
+  try {
+    text = std::string(fn) + ": " + text;
+    setLastError(liveComm(comm), text);
+    if (code == horaInvalidArgument || code == horaInvalidUsage) {
+      HORA_INFO(log::kAll, "%s", text.c_str());
+    }
+  } catch (...) {
+  }
+  return code;
+}
+
+// Argument checks shared by the entry points; each throws Errc::InvalidArgument.
+horaComm* checkComm(horaComm_t comm);
+void checkStream(horaStream_t stream);
+DataType checkType(horaDataType_t t);
+
+}  // namespace hora::api

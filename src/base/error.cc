@@ -1,0 +1,45 @@
+#include "base/error.h"
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+namespace hora {
+
+std::string vformat(const char* fmt, va_list ap) {
+  char small[256];
+  va_list copy;
+  va_copy(copy, ap);
+  int n = vsnprintf(small, sizeof small, fmt, copy);
+  va_end(copy);
+  if (n < 0) return fmt;
+  if (static_cast<size_t>(n) < sizeof small) return std::string(small, n);
+  std::vector<char> big(static_cast<size_t>(n) + 1);
+  vsnprintf(big.data(), big.size(), fmt, ap);
+  return std::string(big.data(), n);
+}
+
+std::string format(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::string s = vformat(fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+void fail(Errc code, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::string s = vformat(fmt, ap);
+  va_end(ap);
+  throw Error(code, std::move(s));
+}
+
+std::string errnoText(int err) {
+  char buf[128];
+  // GNU strerror_r returns the text, which may or may not be buf.
+  const char* s = strerror_r(err, buf, sizeof buf);
+  return s;
+}
+
+}  // namespace hora

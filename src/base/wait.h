@@ -1,0 +1,69 @@
+// The one wait of the library. Every loop that waits for something (a socket, a peer, a
+// flag) is written as
+//
+//     Waiter w(timeout, &abortFlag, [&] { return std::string("recv from rank 3"); });
+//     while (!done()) {
+//       if (tryToAdvance()) w.progressed();
+//       else w.idle([&](std::chrono::milliseconds most) { poll(fds, n, most.count()); });
+//     }
+//
+// idle() backs off from spinning to yielding to blocking (the caller's block function, for
+// example a poll() on its descriptors, given at most kMaxBlock), so more ranks than cores still
+// run at a sane speed; and it throws hora::Error when the abort flag is set (Errc::InvalidUsage,
+// "aborted") or when nothing has progressed for the whole timeout (Errc::Timeout, naming what
+// was awaited). The timeout counts from the last progress, so a long transfer that keeps moving
+// never times out, while a silent peer does.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <string>
+
+namespace hora {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+class Waiter {
+ public:
+  using Describe = std::function<std::string()>;
+  using Block = std::function<void(milliseconds most)>;
+
+  // Spin this many idle rounds before yielding, and yield this many before blocking.
+  static constexpr int kSpinRounds = 64;
+  static constexpr int kYieldRounds = 16;
+  // A block never lasts longer than this, so the abort flag is seen promptly even when
+  // nothing wakes the blocker.
+  static constexpr milliseconds kMaxBlock{50};
+
+  Waiter(milliseconds timeout, const std::atomic<bool>* abortFlag, Describe what)
+      : timeout_(timeout), abort_(abortFlag), what_(std::move(what)), last_(Clock::now()) {}
+
+  void progressed() {
+    idleRounds_ = 0;
+    sinceCheck_ = 0;
+    last_ = Clock::now();
+  }
+
+  // Nothing advanced: back off once, then check the abort flag and the deadline.
+  void idle(const Block& block);
+  // As idle() with nothing to block on: sleeps briefly instead.
+  void idle();
+
+  // Throws if aborted or out of time; cheap enough to call in any loop.
+  void check();
+
+  milliseconds timeout() const { return timeout_; }
+
+ private:
+  milliseconds remaining(Clock::time_point now) const;
+
+  milliseconds timeout_;
+  const std::atomic<bool>* abort_;
+  Describe what_;
+  Clock::time_point last_;
+  int idleRounds_ = 0;
+  int sinceCheck_ = 0;
+};
+
+}  // namespace hora

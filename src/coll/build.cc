@@ -1,0 +1,20 @@
+#include "base/error.h"
+#include "coll/common.h"
+
+namespace hora::coll {
+
+void build(const Args& a, const Topo& t, const Plan& plan, core::Scratch& scratch, core::Program& out) {
+  out.tag = makeTag(a);
+  core::ProgramBuilder b(out);
+  switch (a.kind) {
+    case Kind::AllReduce: ringAllReduce(a, t, plan, scratch, b); break;
+    case Kind::AllGather: ringAllGather(a, t, plan, scratch, b); break;
+    case Kind::ReduceScatter: ringReduceScatter(a, t, plan, scratch, b); break;
+    case Kind::Broadcast: chainBroadcast(a, t, plan, scratch, b); break;
+    case Kind::Reduce: chainReduce(a, t, plan, scratch, b); break;
+    case Kind::Send:
+    case Kind::Recv: p2p(a, t, plan, b); break;
+  }
+}
+
+}  // namespace hora::coll

@@ -1,0 +1,91 @@
+// Rooted collectives as pipelined chains: Broadcast and Reduce.
+//
+// Terms. The ranks form a chain ordered from the root: position q = (rank - root) mod n. The
+// buffer of N elements of E bytes is cut into chunks of C elements, and chunk k moves along
+// the chain while chunk k+1 follows it, so all links are busy at once.
+//
+// Broadcast. Data flows root -> q=1 -> ... -> q=n-1. Every rank but the root receives the
+// buffer once, straight into its result, and every rank but the last forwards it: N*E bytes in
+// and out per rank, n-1 + N/C - 1 pipeline steps.
+//
+// Reduce. Data flows the other way, q=n-1 -> ... -> q=1 -> root: each rank adds its input to
+// the partial sum arriving from behind and passes it on; the root's sum is the result. N*E
+// bytes in and out per rank, n-1 + N/C - 1 steps; every element is reduced in one fixed order.
+// Partial sums of non-root ranks live in `slots` staging buffers (their result buffer is not
+// theirs to use); a slot is refilled only after the send that forwarded it has completed.
+#include "coll/common.h"
+
+namespace hora::coll {
+
+using core::Deps;
+using core::ProgramBuilder;
+using core::reduceAction;
+using core::SlotPool;
+
+void chainBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch&, ProgramBuilder& b) {
+  const int n = t.nranks, r = t.rank;
+  const size_t E = dataTypeSize(a.dtype), N = a.count;
+  if (N == 0) return;
+  const int q = mod(r - a.root, n);
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const size_t C = chunkElems(a, p), chunks = chunksIn(N, C);
+  const Range all{0, N};
+  if (q == 0 && a.sendbuf != a.recvbuf)
+    b.local(reduceAction(a.recvbuf, a.sendbuf, nullptr, N, Reducer{a, n}.spec(false, false)));
+  for (size_t c = 0; c < chunks; ++c) {
+    Range k = chunkOf(all, C, c);
+    if (q == 0) {
+      if (n > 1) b.send(next, at(a.sendbuf, k.begin, E), k.size() * E);
+      continue;
+    }
+    int32_t got = b.recv(prev, at(a.recvbuf, k.begin, E), k.size() * E);
+    if (q < n - 1) b.send(next, at(a.recvbuf, k.begin, E), k.size() * E, Deps{got});
+  }
+}
+
+void chainReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
+  const int n = t.nranks, r = t.rank;
+  const size_t E = dataTypeSize(a.dtype), N = a.count;
+  const Reducer red{a, n};
+  if (N == 0) return;
+  const int q = mod(r - a.root, n);
+  if (n == 1) {
+    if (a.sendbuf != a.recvbuf || red.scalesInput() || a.op == RedOp::Avg)
+      b.local(reduceAction(a.recvbuf, a.sendbuf, nullptr, N, red.spec(true, true)));
+    return;
+  }
+  const int toward = mod(r - 1, n), from = mod(r + 1, n);  // toward the root, from behind
+  const size_t C = chunkElems(a, p), chunks = chunksIn(N, C);
+  const Range all{0, N};
+  const bool inPlace = a.sendbuf == a.recvbuf;
+  SlotPool slots(scratch, p.slots, C * E);
+  for (size_t c = 0; c < chunks; ++c) {
+    Range k = chunkOf(all, C, c);
+    const size_t bytes = k.size() * E;
+    const uint8_t* in = at(a.sendbuf, k.begin, E);
+    if (q == n - 1) {  // the start of the chain: its input, scaled for PreMulSum
+      if (!red.scalesInput()) {
+        b.send(toward, in, bytes);
+        continue;
+      }
+      SlotPool::Slot sl = slots.take();
+      int32_t scale = b.local(reduceAction(sl.ptr, in, nullptr, k.size(), red.spec(true, false)), Deps{sl.freeAfter});
+      slots.release(sl, b.send(toward, sl.ptr, bytes, Deps{scale}));
+    } else if (q > 0) {  // the middle: add this rank's input and pass it on
+      SlotPool::Slot sl = slots.take();
+      int32_t got = b.recv(from, sl.ptr, bytes, Deps{sl.freeAfter},
+                           reduceAction(sl.ptr, in, sl.ptr, k.size(), red.spec(true, false)));
+      slots.release(sl, b.send(toward, sl.ptr, bytes, Deps{got}));
+    } else if (!inPlace) {  // the root, out of place: straight into the result
+      uint8_t* dst = at(a.recvbuf, k.begin, E);
+      b.recv(from, dst, bytes, Deps{}, reduceAction(dst, in, dst, k.size(), red.spec(true, true)));
+    } else {  // the root, in place
+      SlotPool::Slot sl = slots.take();
+      uint8_t* dst = at(a.recvbuf, k.begin, E);
+      slots.release(sl, b.recv(from, sl.ptr, bytes, Deps{sl.freeAfter},
+                               reduceAction(dst, dst, sl.ptr, k.size(), red.spec(true, true))));
+    }
+  }
+}
+
+}  // namespace hora::coll

@@ -1,0 +1,56 @@
+// What one collective call asks for, after the C ABI has checked it, and the entry point that
+// turns it into this rank's program.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "base/types.h"
+#include "core/program.h"
+#include "kernels/cpu/reduce.h"
+
+namespace hora::coll {
+
+enum class Kind : uint8_t {
+  AllReduce = 1,
+  Broadcast = 2,
+  Reduce = 3,
+  AllGather = 4,
+  ReduceScatter = 5,
+  Send = 6,
+  Recv = 7,
+};
+const char* kindName(Kind k);
+
+struct Args {
+  Kind kind = Kind::AllReduce;
+  const void* sendbuf = nullptr;
+  void* recvbuf = nullptr;
+  size_t count = 0;  // per the ABI: recvcount for ReduceScatter, sendcount for AllGather
+  DataType dtype = DataType::Float32;
+  RedOp op = RedOp::Sum;
+  kernels::Scalar scalar{0.0};  // PreMulSum's scalar, in the type's domain
+  int root = 0;                 // Broadcast, Reduce
+  int peer = -1;                // Send, Recv
+};
+
+// How to run it: chosen by the planner (tuner.h).
+struct Plan {
+  size_t chunkBytes = 512 * 1024;
+  int slots = 4;  // staging buffers per pipeline
+};
+
+struct Topo {
+  int rank = 0;
+  int nranks = 1;
+};
+
+// Appends this rank's ops for `a` to `out` and sets its tag.
+void build(const Args& a, const Topo& t, const Plan& plan, core::Scratch& scratch, core::Program& out);
+
+// The tag every message of the call carries, and its description.
+uint64_t makeTag(const Args& a);
+std::string describeTag(uint64_t tag);
+std::string describe(const Args& a);
+
+}  // namespace hora::coll

@@ -1,0 +1,73 @@
+// Helpers shared by the algorithms: buffer arithmetic and the reduction specs of a call.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "coll/collective.h"
+
+namespace hora::coll {
+
+inline int mod(int a, int n) { return ((a % n) + n) % n; }
+
+// Element range [begin, end) of segment s when count elements are split into n near-equal
+// segments (the first count % n segments are one longer).
+struct Range {
+  size_t begin, end;
+  size_t size() const { return end - begin; }
+};
+inline Range segment(size_t count, int n, int s) {
+  size_t q = count / static_cast<size_t>(n), r = count % static_cast<size_t>(n);
+  size_t us = static_cast<size_t>(s);
+  size_t b = q * us + std::min(us, r);
+  return Range{b, b + q + (us < r ? 1 : 0)};
+}
+
+// Chunk c (of at most `chunk` elements) of a range; empty when c is past its end.
+inline Range chunkOf(const Range& r, size_t chunk, size_t c) {
+  size_t b = std::min(r.end, r.begin + c * chunk);
+  return Range{b, std::min(r.end, b + chunk)};
+}
+inline size_t chunksIn(size_t elems, size_t chunk) { return (elems + chunk - 1) / chunk; }
+
+// A byte pointer to element i of a buffer.
+inline uint8_t* at(const void* base, size_t i, size_t esz) {
+  return static_cast<uint8_t*>(const_cast<void*>(base)) + i * esz;
+}
+
+// The reduction specs of a call. `local` marks src0 as this rank's own input (PreMulSum scales
+// it); `last` marks the step that completes a result (Avg divides it).
+struct Reducer {
+  const Args& a;
+  int nranks;
+  kernels::ReduceSpec spec(bool local, bool last) const {
+    kernels::ReduceSpec s;
+    s.dtype = a.dtype;
+    s.op = a.op;
+    if (local && a.op == RedOp::PreMulSum) {
+      s.premulFirst = true;
+      s.scalar = a.scalar;
+    }
+    if (last && a.op == RedOp::Avg) {
+      s.divide = true;
+      s.divisor = static_cast<uint64_t>(nranks);
+    }
+    return s;
+  }
+  // Whether this rank's input must be transformed before it is sent as it is.
+  bool scalesInput() const { return a.op == RedOp::PreMulSum; }
+};
+
+// Per-algorithm builders (ring.cc, chain.cc, p2p.cc).
+void ringAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void ringAllGather(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void ringReduceScatter(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void chainBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void chainReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void p2p(const Args& a, const Topo& t, const Plan& p, core::ProgramBuilder& b);
+
+inline size_t chunkElems(const Args& a, const Plan& p) {
+  return std::max<size_t>(1, p.chunkBytes / dataTypeSize(a.dtype));
+}
+
+}  // namespace hora::coll

@@ -1,0 +1,62 @@
+// Tags: 64 bits carried by every message, so that a receiver can tell that its peer is in the
+// same call. Layout: kind (8 bits) | dtype (4) | op (4) | root (16) | count mod 2^32 (32).
+#include <cinttypes>
+
+#include "base/error.h"
+#include "coll/collective.h"
+
+namespace hora::coll {
+
+const char* kindName(Kind k) {
+  switch (k) {
+    case Kind::AllReduce: return "AllReduce";
+    case Kind::Broadcast: return "Broadcast";
+    case Kind::Reduce: return "Reduce";
+    case Kind::AllGather: return "AllGather";
+    case Kind::ReduceScatter: return "ReduceScatter";
+    case Kind::Send: return "Send";
+    case Kind::Recv: return "Recv";
+  }
+  return "?";
+}
+
+static bool rooted(Kind k) { return k == Kind::Broadcast || k == Kind::Reduce; }
+static bool reducing(Kind k) {
+  return k == Kind::AllReduce || k == Kind::Reduce || k == Kind::ReduceScatter;
+}
+
+uint64_t makeTag(const Args& a) {
+  // A send and its receive must agree, so both are tagged as Send.
+  Kind k = a.kind == Kind::Recv ? Kind::Send : a.kind;
+  uint64_t op = reducing(k) ? static_cast<uint64_t>(a.op) : 0xf;
+  uint64_t root = rooted(k) ? static_cast<uint64_t>(a.root) & 0xffff : 0;
+  return static_cast<uint64_t>(k) << 56 | (static_cast<uint64_t>(a.dtype) & 0xf) << 52 |
+         (op & 0xf) << 48 | root << 32 | (a.count & 0xffffffffu);
+}
+
+std::string describeTag(uint64_t tag) {
+  auto k = static_cast<Kind>(tag >> 56);
+  auto dt = static_cast<DataType>((tag >> 52) & 0xf);
+  unsigned op = (tag >> 48) & 0xf;
+  unsigned root = (tag >> 32) & 0xffff;
+  uint64_t count = tag & 0xffffffffu;
+  if (static_cast<unsigned>(k) < 1 || static_cast<unsigned>(k) > 7 ||
+      static_cast<unsigned>(dt) >= static_cast<unsigned>(kNumDataTypes))
+    return format("an unknown call (tag 0x%016" PRIx64 ")", tag);
+  std::string s = format("%s(count %" PRIu64 ", %s", k == Kind::Send ? "Send/Recv" : kindName(k),
+                         count, dataTypeName(dt));
+  if (reducing(k) && op < static_cast<unsigned>(kNumRedOps)) s += format(", %s", redOpName(static_cast<RedOp>(op)));
+  if (rooted(k)) s += format(", root %u", root);
+  return s + ")";
+}
+
+std::string describe(const Args& a) {
+  std::string s = format("%s(count %zu, %s", kindName(a.kind), a.count, dataTypeName(a.dtype));
+  if (reducing(a.kind)) s += format(", %s", redOpName(a.op));
+  if (rooted(a.kind)) s += format(", root %d", a.root);
+  if (a.kind == Kind::Send) s += format(", to rank %d", a.peer);
+  if (a.kind == Kind::Recv) s += format(", from rank %d", a.peer);
+  return s + ")";
+}
+
+}  // namespace hora::coll

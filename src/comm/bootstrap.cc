@@ -1,0 +1,378 @@
+#include "comm/bootstrap.h"
+
+#include <pthread.h>
+#include <sodium.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "base/acceptor.h"
+#include "base/error.h"
+#include "base/log.h"
+
+namespace hora {
+
+namespace {
+constexpr uint32_t kIdMagic = 0x44495248;  // "HRID"
+enum class FrameType : uint32_t { Gather = 1, Result = 2, Error = 3 };
+
+struct HelloPayload {
+  uint32_t rank, nranks;
+};
+
+void putU32(std::string& s, uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); }
+
+std::string frame(FrameType t, const std::string& payload) {
+  std::string s;
+  putU32(s, static_cast<uint32_t>(t));
+  putU32(s, static_cast<uint32_t>(payload.size()));
+  return s + payload;
+}
+}  // namespace
+
+// ---- the unique id ------------------------------------------------------------------------
+
+void UniqueId::encode(uint8_t out[kUniqueIdBytes]) const {
+  memset(out, 0, kUniqueIdBytes);
+  memcpy(out, &kIdMagic, 4);
+  uint16_t v = kProtocolVersion;
+  memcpy(out + 4, &v, 2);
+  root.pack(out + 8);
+  memcpy(out + 8 + SockAddr::kPackedBytes, secret.bytes, kSecretBytes);
+}
+
+UniqueId UniqueId::decode(const uint8_t in[kUniqueIdBytes]) {
+  uint32_t magic;
+  uint16_t version;
+  memcpy(&magic, in, 4);
+  memcpy(&version, in + 4, 2);
+  if (magic != kIdMagic)
+    fail(Errc::InvalidArgument, "not a Hora unique id (bad magic); was it made by horaGetUniqueId?");
+  if (version != kProtocolVersion)
+    fail(Errc::InvalidArgument, "the unique id is of protocol version %u, this library speaks %u",
+         version, kProtocolVersion);
+  UniqueId id;
+  if (!SockAddr::unpack(in + 8, &id.root) || id.root.port() == 0)
+    fail(Errc::InvalidArgument, "the unique id holds no valid rendezvous address");
+  memcpy(id.secret.bytes, in + 8 + SockAddr::kPackedBytes, kSecretBytes);
+  return id;
+}
+
+std::string UniqueId::hex() const {
+  uint8_t raw[kUniqueIdBytes];
+  encode(raw);
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (uint8_t b : raw) {
+    s += digits[b >> 4];
+    s += digits[b & 15];
+  }
+  return s;
+}
+
+UniqueId UniqueId::fromHex(const std::string& hex) {
+  if (hex.size() != 2 * kUniqueIdBytes)
+    fail(Errc::InvalidArgument, "a unique id in hex has %zu digits, not %zu", 2 * kUniqueIdBytes,
+         hex.size());
+  uint8_t raw[kUniqueIdBytes];
+  for (size_t i = 0; i < kUniqueIdBytes; ++i) {
+    auto nib = [&](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      fail(Errc::InvalidArgument, "a unique id in hex holds a non-hex character '%c'", c);
+    };
+    raw[i] = static_cast<uint8_t>(nib(hex[2 * i]) << 4 | nib(hex[2 * i + 1]));
+  }
+  return decode(raw);
+}
+
+uint64_t UniqueId::commId() const {
+  uint8_t h[16];
+  crypto_generichash(h, sizeof h, secret.bytes, kSecretBytes, nullptr, 0);
+  uint64_t v;
+  memcpy(&v, h, 8);
+  return v;
+}
+
+// ---- the root ----------------------------------------------------------------------------
+
+namespace {
+
+// One rank's link as the root sees it: frames are read and written without blocking.
+struct Member {
+  Fd fd;
+  int rank = -1;
+  std::string in;        // bytes of the frame being read
+  std::string out;       // bytes to write
+  size_t outOff = 0;
+  int rounds = 0;        // gather frames received
+  std::string blob;      // of the current round
+  bool gone = false;
+};
+
+class Root {
+ public:
+  Root(Fd listener, const Secret& secret, milliseconds timeout)
+      : acceptor_(std::move(listener), secret, LinkKind::Bootstrap,
+                  std::min(timeout, milliseconds(30000)), log::kBootstrap),
+        timeout_(timeout) {}
+
+  const SockAddr& address() const { return acceptor_.address(); }
+
+  void run() {
+    static const std::atomic<bool> never{false};
+    Waiter w(timeout_, &never, [this] { return describe(); });
+    try {
+      while (!finished()) {
+        bool moved = acceptNew();
+        for (Member& m : members_) moved |= service(m);
+        moved |= maybeAnswerRound();
+        if (moved) {
+          w.progressed();
+          continue;
+        }
+        w.idle([&](milliseconds most) {
+          std::vector<pollfd> fds;
+          acceptor_.addPollFds(fds);
+          for (Member& m : members_)
+            if (!m.gone) fds.push_back(pollfd{m.fd.get(), static_cast<short>(POLLIN | (m.out.size() > m.outOff ? POLLOUT : 0)), 0});
+          pollFor(fds.data(), fds.size(), static_cast<int>(most.count()));
+        });
+      }
+    } catch (const std::exception& e) {
+      failAll(e.what());
+    }
+    HORA_INFO(log::kBootstrap, "rendezvous at %s done", address().str().c_str());
+  }
+
+ private:
+  bool finished() const {
+    if (nranks_ < 0 || static_cast<int>(members_.size()) < nranks_) return false;
+    for (const Member& m : members_)
+      if (!m.gone) return false;
+    return true;
+  }
+
+  std::string describe() const {
+    if (nranks_ < 0) return format("the first rank to join the rendezvous at %s", address().str().c_str());
+    std::string missing;
+    int count = 0;
+    for (int r = 0; r < nranks_; ++r) {
+      bool have = false;
+      for (const Member& m : members_) have |= m.rank == r;
+      if (!have && count++ < 8) missing += format("%s%d", missing.empty() ? "" : ", ", r);
+    }
+    if (!missing.empty())
+      return format("ranks %s%s to join the rendezvous at %s (%zu of %d joined)", missing.c_str(),
+                    count > 8 ? ", ..." : "", address().str().c_str(), members_.size(), nranks_);
+    return format("all ranks to reach bootstrap round %d", round_ + 1);
+  }
+
+  bool acceptNew() {
+    fresh_.clear();
+    bool moved = acceptor_.advance(fresh_);
+    for (Acceptor::Accepted& a : fresh_) {
+      HelloPayload h;
+      memcpy(&h, a.payload, sizeof h);
+      if (h.nranks < 1 || h.nranks > (1u << 20) || h.rank >= h.nranks)
+        fail(Errc::InvalidArgument, "a rank joined as rank %u of %u", h.rank, h.nranks);
+      if (nranks_ < 0) nranks_ = static_cast<int>(h.nranks);
+      if (static_cast<int>(h.nranks) != nranks_)
+        fail(Errc::InvalidArgument, "rank %u joined a job of %u ranks, but others joined one of %d",
+             h.rank, h.nranks, nranks_);
+      for (const Member& m : members_)
+        if (m.rank == static_cast<int>(h.rank))
+          fail(Errc::InvalidArgument, "two processes joined as rank %u", h.rank);
+      Member m;
+      m.fd = std::move(a.fd);
+      m.rank = static_cast<int>(h.rank);
+      members_.push_back(std::move(m));
+      HORA_TRACE(log::kBootstrap, "rank %u joined from %s", h.rank, a.peer.str().c_str());
+    }
+    return moved;
+  }
+
+  // Reads and writes what the member's socket allows. Returns whether anything moved.
+  bool service(Member& m) {
+    if (m.gone) return false;
+    bool moved = false;
+    std::string who = format("rank %d", m.rank);
+    while (m.out.size() > m.outOff) {
+      size_t n;
+      try {
+        n = writeSome(m.fd.get(), m.out.data() + m.outOff, m.out.size() - m.outOff, who.c_str());
+      } catch (const Error&) {
+        return leave(m);
+      }
+      if (n == 0) break;
+      m.outOff += n;
+      moved = true;
+    }
+    if (m.outOff == m.out.size()) {
+      m.out.clear();
+      m.outOff = 0;
+    }
+    for (;;) {
+      char buf[65536];
+      size_t want = sizeof buf;
+      if (m.in.size() >= 8) {
+        uint32_t type, len;
+        memcpy(&type, m.in.data(), 4);
+        memcpy(&len, m.in.data() + 4, 4);
+        if (type != static_cast<uint32_t>(FrameType::Gather) || len > kMaxBootstrapFrame)
+          fail(Errc::Remote, "rank %d sent a malformed bootstrap frame (type %u, %u bytes)", m.rank, type, len);
+        if (m.in.size() == 8 + static_cast<size_t>(len)) {
+          if (m.rounds > round_)
+            fail(Errc::Remote, "rank %d sent two bootstrap rounds at once", m.rank);
+          m.blob = m.in.substr(8);
+          m.in.clear();
+          ++m.rounds;
+          moved = true;
+          continue;
+        }
+        want = std::min(want, 8 + static_cast<size_t>(len) - m.in.size());
+      } else {
+        want = 8 - m.in.size();
+      }
+      size_t n;
+      try {
+        n = readSome(m.fd.get(), buf, want, who.c_str());
+      } catch (const Error&) {
+        return leave(m);
+      }
+      if (n == 0) break;
+      m.in.append(buf, n);
+      moved = true;
+    }
+    return moved;
+  }
+
+  // A member closed its link: fine once everyone has what they need, an error otherwise.
+  bool leave(Member& m) {
+    m.gone = true;
+    m.fd.reset();
+    bool someoneWaits = false;
+    for (const Member& o : members_)
+      if (!o.gone && o.rounds > m.rounds) someoneWaits = true;
+    if (someoneWaits || !m.in.empty() || (nranks_ > 0 && static_cast<int>(members_.size()) < nranks_))
+      fail(Errc::Remote, "rank %d left the rendezvous before it was complete (it exited or failed)", m.rank);
+    return true;
+  }
+
+  bool maybeAnswerRound() {
+    if (nranks_ < 0 || static_cast<int>(members_.size()) < nranks_) return false;
+    for (const Member& m : members_)
+      if (m.rounds <= round_) return false;
+    std::vector<const Member*> byRank(static_cast<size_t>(nranks_));
+    for (const Member& m : members_) byRank[static_cast<size_t>(m.rank)] = &m;
+    std::string payload;
+    for (const Member* m : byRank) {
+      putU32(payload, static_cast<uint32_t>(m->blob.size()));
+      payload += m->blob;
+    }
+    if (payload.size() > kMaxBootstrapFrame)
+      fail(Errc::InvalidUsage, "bootstrap round of %zu bytes exceeds %u", payload.size(), kMaxBootstrapFrame);
+    std::string f = frame(FrameType::Result, payload);
+    for (Member& m : members_) m.out += f;
+    ++round_;
+    return true;
+  }
+
+  void failAll(const std::string& why) {
+    HORA_WARN(log::kBootstrap, "rendezvous at %s failed: %s", address().str().c_str(), why.c_str());
+    std::string f = frame(FrameType::Error, why);
+    for (Member& m : members_) {
+      if (m.gone) continue;
+      // Best effort: these links are ending anyway.
+      (void)::send(m.fd.get(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      m.fd.reset();
+    }
+  }
+
+  Acceptor acceptor_;
+  milliseconds timeout_;
+  std::vector<Member> members_;
+  std::vector<Acceptor::Accepted> fresh_;
+  int nranks_ = -1;
+  int round_ = 0;
+};
+
+}  // namespace
+
+UniqueId startRendezvous(const SockAddr& bindAddr, const Secret& secret, milliseconds timeout) {
+  installForkHandler();
+  auto root = std::make_shared<Root>(listenSocket(bindAddr), secret, timeout);
+  UniqueId id;
+  id.root = root->address();
+  id.secret = secret;
+  std::thread([root] { root->run(); }).detach();
+  HORA_INFO(log::kBootstrap, "rendezvous listening at %s", id.root.str().c_str());
+  return id;
+}
+
+// ---- a rank's side -----------------------------------------------------------------------
+
+BootstrapClient::BootstrapClient(const UniqueId& id, int rank, int nranks, Waiter& w)
+    : rank_(rank), nranks_(nranks) {
+  installForkHandler();
+  fd_ = connectWithRetry(id.root, w);
+  uint8_t payload[kHandshakePayloadBytes] = {0};
+  HelloPayload h{static_cast<uint32_t>(rank), static_cast<uint32_t>(nranks)};
+  memcpy(payload, &h, sizeof h);
+  try {
+    clientHandshake(fd_.get(), id.secret, LinkKind::Bootstrap, payload, w, "the rendezvous");
+  } catch (const Error& e) {
+    fail(e.code(), "joining the rendezvous at %s: %s", id.root.str().c_str(), e.what());
+  }
+}
+
+BootstrapClient::~BootstrapClient() = default;
+
+SockAddr BootstrapClient::localAddress() const { return hora::localAddress(fd_.get()); }
+
+void BootstrapClient::close() { fd_.reset(); }
+
+std::vector<std::string> BootstrapClient::allgather(const std::string& mine, Waiter& w) {
+  std::string f = frame(FrameType::Gather, mine);
+  const char* who = "the rendezvous";
+  try {
+    writeAll(fd_.get(), f.data(), f.size(), w, who);
+    uint32_t hdr[2];
+    readAll(fd_.get(), hdr, sizeof hdr, w, who);
+    if (hdr[1] > kMaxBootstrapFrame)
+      fail(Errc::Remote, "the rendezvous sent a frame of %u bytes (at most %u allowed)", hdr[1], kMaxBootstrapFrame);
+    std::string payload(hdr[1], '\0');
+    readAll(fd_.get(), payload.data(), payload.size(), w, who);
+    if (hdr[0] == static_cast<uint32_t>(FrameType::Error))
+      fail(Errc::Remote, "the rendezvous failed: %s", payload.c_str());
+    if (hdr[0] != static_cast<uint32_t>(FrameType::Result))
+      fail(Errc::Remote, "the rendezvous sent an unknown frame type %u", hdr[0]);
+    std::vector<std::string> out;
+    size_t off = 0;
+    for (int r = 0; r < nranks_; ++r) {
+      uint32_t len;
+      if (payload.size() - off < 4) fail(Errc::Remote, "truncated bootstrap result");
+      memcpy(&len, payload.data() + off, 4);
+      off += 4;
+      if (payload.size() - off < len) fail(Errc::Remote, "truncated bootstrap result");
+      out.push_back(payload.substr(off, len));
+      off += len;
+    }
+    if (off != payload.size()) fail(Errc::Remote, "bootstrap result has %zu trailing bytes", payload.size() - off);
+    return out;
+  } catch (const Error& e) {
+    if (e.code() == Errc::Remote && strstr(e.what(), "closed by") != nullptr)
+      fail(Errc::Remote, "lost the rendezvous (the process that made the unique id exited?): %s", e.what());
+    throw;
+  }
+}
+
+void installForkHandler() {
+  static std::once_flag once;
+  std::call_once(once, [] { pthread_atfork(nullptr, nullptr, [] { closeTrackedSocketsInChild(); }); });
+}
+
+}  // namespace hora

@@ -1,0 +1,66 @@
+// Bootstrap: the rendezvous that turns N processes holding one unique id into a job.
+//
+// The unique id (128 bytes) holds: magic "HRID", protocol version, the rendezvous address and
+// a 32-byte random secret. The process that made the id runs the rendezvous (a root thread):
+// every rank connects to it over an authenticated link (base/handshake.h) whose payload says
+// (rank, nranks). The root then serves rounds of an out-of-band allgather: each rank sends a
+// blob, and once all nranks have, every rank gets all of them. A barrier is an allgather of
+// nothing. When a rank leaves early or the rendezvous does not complete within the timeout,
+// the root tells every rank why, and their waits fail with that text.
+//
+// Bootstrap frames are {u32 type, u32 length, payload}; the length is checked against
+// kMaxBootstrapFrame before anything is read.
+#pragma once
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/handshake.h"
+#include "base/socket.h"
+#include "base/wait.h"
+
+namespace hora {
+
+inline constexpr size_t kUniqueIdBytes = 128;
+inline constexpr uint32_t kMaxBootstrapFrame = 16u << 20;
+
+struct UniqueId {
+  SockAddr root;
+  Secret secret;
+
+  void encode(uint8_t out[kUniqueIdBytes]) const;
+  // Throws Errc::InvalidArgument naming what is wrong.
+  static UniqueId decode(const uint8_t in[kUniqueIdBytes]);
+  std::string hex() const;
+  static UniqueId fromHex(const std::string& hex);
+  // A 64-bit name for the communicator made from this id (for logs and link checks).
+  uint64_t commId() const;
+};
+
+// Creates an id and starts the root thread listening on `bindAddr` (port 0: any). The thread
+// serves one job and ends when all its ranks have left, or after `timeout` without progress.
+UniqueId startRendezvous(const SockAddr& bindAddr, const Secret& secret, milliseconds timeout);
+
+// A rank's link to the root.
+class BootstrapClient {
+ public:
+  BootstrapClient(const UniqueId& id, int rank, int nranks, Waiter& w);
+  ~BootstrapClient();
+  // Every rank calls this the same number of times; returns the blobs of ranks 0..n-1.
+  std::vector<std::string> allgather(const std::string& mine, Waiter& w);
+  void barrier(Waiter& w) { allgather(std::string(), w); }
+  // The local address of the link, a good address to listen on for peers.
+  SockAddr localAddress() const;
+  void close();
+
+ private:
+  Fd fd_;
+  int rank_, nranks_;
+};
+
+// Closes, in a child made by fork(), every listening and connected socket the parent's Hora
+// objects hold, so that a child never keeps a parent's connections (or its port) alive.
+void installForkHandler();
+
+}  // namespace hora

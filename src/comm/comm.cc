@@ -1,0 +1,204 @@
+#include "comm/comm.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "base/log.h"
+#include "comm/config.h"
+#include "transports/loopback/loopback.h"
+#include "transports/tcp/endpoint.h"
+
+namespace hora {
+
+std::string PeerInfo::name() const { return format("rank %d (%s, pid %d)", rank, host.c_str(), pid); }
+
+namespace {
+
+// What every rank tells every other at init: identity, address, and the settings that must
+// agree across ranks.
+struct InfoWire {
+  uint32_t magic;
+  uint32_t rank;
+  uint32_t pid;
+  uint32_t nsocks;
+  uint64_t chunkBytes;
+  char host[64];
+  uint8_t tcpAddr[SockAddr::kPackedBytes];
+};
+constexpr uint32_t kInfoMagic = 0x4f464e49;  // "INFO"
+
+std::string encodeInfo(int rank, const Config& cfg, const SockAddr& tcp) {
+  InfoWire w{};
+  w.magic = kInfoMagic;
+  w.rank = static_cast<uint32_t>(rank);
+  w.pid = static_cast<uint32_t>(getpid());
+  w.nsocks = static_cast<uint32_t>(cfg.nsocksPerPeer);
+  w.chunkBytes = cfg.chunkBytes;
+  strncpy(w.host, log::hostName(), sizeof w.host - 1);
+  tcp.pack(w.tcpAddr);
+  return std::string(reinterpret_cast<const char*>(&w), sizeof w);
+}
+
+PeerInfo decodeInfo(const std::string& blob, int expectRank, const Config& cfg) {
+  InfoWire w;
+  if (blob.size() != sizeof w) hora::fail(Errc::Remote, "rank %d sent a peer record of %zu bytes", expectRank, blob.size());
+  memcpy(&w, blob.data(), sizeof w);
+  w.host[sizeof w.host - 1] = '\0';
+  if (w.magic != kInfoMagic || static_cast<int>(w.rank) != expectRank)
+    hora::fail(Errc::Remote, "rank %d sent a malformed peer record", expectRank);
+  PeerInfo p;
+  p.rank = expectRank;
+  p.pid = static_cast<int>(w.pid);
+  p.host = w.host;
+  if (!SockAddr::unpack(w.tcpAddr, &p.tcpAddr)) hora::fail(Errc::Remote, "%s sent no valid address", p.name().c_str());
+  if (static_cast<int>(w.nsocks) != cfg.nsocksPerPeer)
+    hora::fail(Errc::InvalidUsage, "HORA_NSOCKS_PERPEER differs across ranks: %s has %u, this rank %d",
+         p.name().c_str(), w.nsocks, cfg.nsocksPerPeer);
+  if (w.chunkBytes != cfg.chunkBytes)
+    hora::fail(Errc::InvalidUsage, "HORA_CHUNK_BYTES differs across ranks: %s has %llu, this rank %zu",
+         p.name().c_str(), static_cast<unsigned long long>(w.chunkBytes), cfg.chunkBytes);
+  return p;
+}
+
+}  // namespace
+
+}  // namespace hora
+
+using namespace hora;
+
+std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int rank, const CommOptions& opts) {
+  const Config& cfg = config();
+  transport::setTagDescriber(coll::describeTag);
+  std::unique_ptr<horaComm> c(new horaComm());
+  c->rank = rank;
+  c->nranks = nranks;
+  c->opts = opts;
+  c->tuner.chunkBytes = cfg.chunkBytes;
+  log::RankScope scope(rank);
+  c->wakeFd = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!c->wakeFd.valid()) hora::fail(Errc::System, "eventfd: %s", errnoText(errno).c_str());
+
+  std::string stage = "joining the rendezvous";
+  Waiter w(opts.timeout, &c->aborting, [&] { return stage; });
+  BootstrapClient bs(id, rank, nranks, w);
+  SockAddr bindAddr = cfg.socketIfname.empty() ? bs.localAddress()
+                                               : chooseInterface(cfg.socketIfname, id.root.family());
+  bindAddr.setPort(0);
+  tcp::Options topts;
+  topts.nsocks = cfg.nsocksPerPeer;
+  topts.handshakeTimeout = std::min(opts.timeout, milliseconds(30000));
+  tcp::Endpoint ep(bindAddr, id.secret, id.commId(), rank, nranks, topts);
+
+  stage = "every rank's peer record (bootstrap allgather)";
+  std::vector<std::string> blobs = bs.allgather(encodeInfo(rank, cfg, ep.address()), w);
+  std::vector<tcp::PeerAddress> addrs;
+  for (int r = 0; r < nranks; ++r) {
+    c->peers.push_back(decodeInfo(blobs[static_cast<size_t>(r)], r, cfg));
+    addrs.push_back(tcp::PeerAddress{r, c->peers.back().tcpAddr, c->peers.back().name()});
+  }
+  stage = "TCP connections to every peer";
+  c->conns = ep.connectAll(addrs, w);
+  c->conns[static_cast<size_t>(rank)] = std::make_unique<loopback::Connection>(c->peers[static_cast<size_t>(rank)].name());
+  for (auto& p : c->conns) c->connPtrs.push_back(p.get());
+  stage = "every rank to finish connecting (bootstrap barrier)";
+  bs.barrier(w);
+  bs.close();
+  HORA_INFO(log::kInit, "communicator %016llx%s%s: rank %d of %d ready, TCP to %d peers with %d socket(s) each",
+            static_cast<unsigned long long>(id.commId()), opts.name.empty() ? "" : " ", opts.name.c_str(),
+            rank, nranks, nranks - 1, cfg.nsocksPerPeer);
+  return c;
+}
+
+horaComm::~horaComm() { magic = kDead; }
+
+void horaComm::check() const {
+  int e = asyncError_.load(std::memory_order_acquire);
+  if (e == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  throw Error(static_cast<Errc>(e), "the communicator has failed: " + errorText_);
+}
+
+void horaComm::fail(const Error& e) noexcept {
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (asyncError_.load() != 0) return;
+    errorText_ = e.what();
+    asyncError_.store(static_cast<int>(e.code()), std::memory_order_release);
+    // A failure reported by a peer goes on as it is, so every rank names the first cause.
+    reason = dynamic_cast<const PeerFailure*>(&e)
+                 ? errorText_
+                 : format("%s failed: %s", peers.empty() ? "a rank" : peers[static_cast<size_t>(rank)].name().c_str(),
+                          errorText_.c_str());
+  }
+  HORA_WARN(log::kColl, "%s", reason.c_str());
+  for (auto& c : conns)
+    if (c) c->shutdown(reason);
+}
+
+void horaComm::setLastError(const std::string& text) {
+  std::lock_guard<std::mutex> lock(mu_);
+  lastError_ = text;
+}
+
+const char* horaComm::lastError() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lastError_.c_str();
+}
+
+void horaComm::abort() noexcept {
+  aborting.store(true);
+  uint64_t one = 1;
+  if (wakeFd.valid()) (void)!::write(wakeFd.get(), &one, sizeof one);
+  // A call in another thread sees the flag at its next idle round (at most Waiter::kMaxBlock).
+  while (busy.load()) usleep(100);
+  for (auto& c : conns)
+    if (c) c->shutdown("the communicator of " + (peers.empty() ? std::string("a rank") : peers[static_cast<size_t>(rank)].name()) +
+                       " was aborted");
+}
+
+int horaComm::addPreMulOp(const PreMulOp& op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < preMulOps_.size(); ++i)
+    if (!preMulOps_[i].used) {
+      preMulOps_[i] = op;
+      preMulOps_[i].used = true;
+      return static_cast<int>(i);
+    }
+  if (preMulOps_.size() >= 1024) return -1;
+  preMulOps_.push_back(op);
+  preMulOps_.back().used = true;
+  return static_cast<int>(preMulOps_.size() - 1);
+}
+
+bool horaComm::resolveOp(int op, DataType dt, coll::Args& a) const {
+  if (op >= 0 && op < 5) {
+    a.op = static_cast<RedOp>(op);
+    return true;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t i = static_cast<size_t>(op - 5);
+  if (op < 5 || i >= preMulOps_.size() || !preMulOps_[i].used)
+    hora::fail(Errc::InvalidArgument, "invalid reduction op %d (not a horaRedOp_t, nor an op created on this communicator)", op);
+  if (preMulOps_[i].dtype != dt)
+    hora::fail(Errc::InvalidArgument, "reduction op %d was created for %s, not %s", op, dataTypeName(preMulOps_[i].dtype),
+         dataTypeName(dt));
+  a.op = RedOp::PreMulSum;
+  a.scalar = preMulOps_[i].scalar;
+  return true;
+}
+
+bool horaComm::destroyPreMulOp(int op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t i = static_cast<size_t>(op - 5);
+  if (op < 5 || i >= preMulOps_.size() || !preMulOps_[i].used) return false;
+  preMulOps_[i].used = false;
+  return true;
+}
+
+std::string horaComm::describeCall() const {
+  return format("call #%llu on rank %d of %d%s%s", static_cast<unsigned long long>(calls), rank, nranks,
+                opts.name.empty() ? "" : " of ", opts.name.c_str());
+}

@@ -1,0 +1,107 @@
+// The communicator: one rank's membership in a job, its connections to every peer, its
+// settings and its error state.
+//
+// Error state. A failure of a peer or of the wire (dead, silent, malformed) is fail-stop: the
+// communicator records the first error, tells every peer why (transport shutdown) and closes
+// its links, so that the failure reaches every rank at once instead of one timeout per hop.
+// From then on every call returns that error until the communicator is aborted or destroyed.
+// A bad argument is not a failure: the call returns an error and the communicator stays usable.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/socket.h"
+#include "base/wait.h"
+#include "coll/collective.h"
+#include "coll/tuner.h"
+#include "comm/bootstrap.h"
+#include "core/program.h"
+#include "transports/transport.h"
+
+struct horaComm;
+
+namespace hora {
+
+struct PeerInfo {
+  int rank = -1;
+  int pid = 0;
+  std::string host;
+  SockAddr tcpAddr;
+  std::string name() const;  // "rank 3 (host, pid 123)"
+};
+
+struct CommOptions {
+  milliseconds timeout{600000};
+  std::string name;  // horaConfig_t.commName
+  int cudaDev = -1;
+};
+
+// A PreMulSum op made by horaRedOpCreatePreMulSum.
+struct PreMulOp {
+  bool used = false;
+  DataType dtype = DataType::Float32;
+  kernels::Scalar scalar{0.0};
+};
+
+}  // namespace hora
+
+struct horaComm {
+  static constexpr uint32_t kMagic = 0x434f4d4d;  // "COMM"
+  static constexpr uint32_t kDead = 0xdeadc0de;
+
+  // Creates this rank's communicator; collective over the nranks ranks sharing `id`.
+  static std::unique_ptr<horaComm> create(const hora::UniqueId& id, int nranks, int rank,
+                                          const hora::CommOptions& opts);
+  ~horaComm();
+
+  bool valid() const { return magic == kMagic; }
+
+  // Runs calls now (not in a group): the whole group API goes through runCalls().
+  void check() const;  // throws the recorded error, if any
+  void fail(const hora::Error& e) noexcept;
+  void setLastError(const std::string& text);
+  const char* lastError();
+  hora::Errc asyncError() const { return static_cast<hora::Errc>(asyncError_.load()); }
+
+  // Abort: stop calls in other threads, close links. Never waits for a peer.
+  void abort() noexcept;
+
+  int addPreMulOp(const hora::PreMulOp& op);  // returns the handle offset, or -1 when full
+  bool resolveOp(int op, hora::DataType dt, hora::coll::Args& a) const;
+  bool destroyPreMulOp(int op);
+
+  std::string describeCall() const;  // "call #12 on rank 3 of 4"
+
+  uint32_t magic = kMagic;
+  int rank = 0;
+  int nranks = 1;
+  hora::CommOptions opts;
+  hora::coll::TunerSettings tuner;
+  std::vector<hora::PeerInfo> peers;
+  std::vector<std::unique_ptr<hora::transport::Connection>> conns;  // by rank; self: loopback
+  std::vector<hora::transport::Connection*> connPtrs;
+  std::atomic<bool> aborting{false};
+  std::atomic<bool> busy{false};  // a call is running on it
+  hora::Fd wakeFd;                // eventfd, polled by waits, written by abort
+  hora::core::Scratch scratch;
+  uint64_t calls = 0;
+
+ private:
+  horaComm() = default;
+  std::atomic<int> asyncError_{0};
+  mutable std::mutex mu_;
+  std::string errorText_;
+  std::string lastError_;
+  std::vector<hora::PreMulOp> preMulOps_;
+};
+
+namespace hora {
+
+// Runs the calls (possibly on several communicators) together, as one group.
+void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls);
+
+}  // namespace hora

@@ -1,0 +1,279 @@
+#include "comm/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <mutex>
+
+#include "base/error.h"
+#include "kernels/cpu/reduce.h"
+
+extern char** environ;
+
+namespace hora {
+
+namespace {
+
+struct Variable {
+  const char* name;
+  const char* defaultText;
+  const char* meaning;
+};
+
+// Every HORA_* variable. The README's table lists the same ones.
+const Variable kVariables[] = {
+    {"HORA_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE"},
+    {"HORA_DEBUG_SUBSYS", "ALL", "comma list of INIT, BOOTSTRAP, NET, COLL, ENV, ALL; ^X excludes X"},
+    {"HORA_TIMEOUT_MS", "600000", "ms without progress before a wait fails with horaTimeout"},
+    {"HORA_SOCKET_IFNAME", "(the route to the rendezvous)", "interfaces for TCP: prefixes, =exact, ^excluded"},
+    {"HORA_TRANSPORTS", "tcp", "comma list of transports to use; ^X excludes X"},
+    {"HORA_ALGO", "auto", "auto or ring (ring/chain pipelines)"},
+    {"HORA_NSOCKS_PERPEER", "2", "TCP sockets per peer, 1..16"},
+    {"HORA_CHUNK_BYTES", "524288", "pipeline chunk in bytes, 4096..64M (K, M suffixes)"},
+    {"HORA_KERNEL_ISA", "auto", "reduction kernels: auto, scalar, avx2 or avx512"},
+    {"HORA_RANK", "", "this rank (set by hora-run)"},
+    {"HORA_SIZE", "", "number of ranks (set by hora-run)"},
+    {"HORA_LOCAL_RANK", "", "rank among this host's ranks (set by hora-run)"},
+    {"HORA_LOCAL_SIZE", "", "number of ranks on this host (set by hora-run)"},
+    {"HORA_ID", "", "unique id as 256 hex digits (set by hora-run)"},
+    {"HORA_ROOT", "", "host:port where rank 0 hosts the rendezvous (instead of HORA_ID)"},
+    {"HORA_SECRET", "", "64 hex digits shared by all ranks, required with HORA_ROOT"},
+    {"HORA_RUN_GRACE_S", "5", "hora-run: seconds between SIGTERM and SIGKILL when stopping ranks"},
+};
+
+[[noreturn]] void bad(const char* name, const std::string& value, const char* expected) {
+  fail(Errc::InvalidArgument, "%s='%s' is invalid: expected %s", name, value.c_str(), expected);
+}
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
+std::vector<std::string> splitList(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    std::string item = trim(s.substr(start, end - start));
+    if (!item.empty()) out.push_back(item);
+    start = end + 1;
+  }
+  return out;
+}
+
+long long parseInt(const char* name, const std::string& v, long long lo, long long hi,
+                   const char* expected) {
+  std::string t = trim(v);
+  char* end = nullptr;
+  errno = 0;
+  long long x = strtoll(t.c_str(), &end, 10);
+  if (t.empty() || *end != '\0' || errno != 0 || x < lo || x > hi) bad(name, v, expected);
+  return x;
+}
+
+long long parseBytes(const char* name, const std::string& v, long long lo, long long hi,
+                     const char* expected) {
+  std::string t = trim(v);
+  long long mult = 1;
+  if (!t.empty()) {
+    char last = static_cast<char>(toupper(static_cast<unsigned char>(t.back())));
+    if (last == 'K') mult = 1LL << 10;
+    if (last == 'M') mult = 1LL << 20;
+    if (last == 'G') mult = 1LL << 30;
+    if (mult != 1) t.pop_back();
+  }
+  long long x = parseInt(name, t, 0, hi, expected);
+  if (x > hi / mult || x * mult < lo || x * mult > hi) bad(name, v, expected);
+  return x * mult;
+}
+
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace
+
+EnvLookup processEnv() {
+  return [](const char* name) -> std::optional<std::string> {
+    const char* v = getenv(name);
+    if (!v) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+Config parseConfig(const EnvLookup& env) {
+  Config c;
+  if (auto v = env("HORA_DEBUG")) {
+    std::string u = upper(trim(*v));
+    if (u == "NONE" || u.empty()) c.debugLevel = log::Level::None;
+    else if (u == "WARN") c.debugLevel = log::Level::Warn;
+    else if (u == "INFO") c.debugLevel = log::Level::Info;
+    else if (u == "TRACE") c.debugLevel = log::Level::Trace;
+    else bad("HORA_DEBUG", *v, "NONE, WARN, INFO or TRACE");
+  }
+  if (auto v = env("HORA_DEBUG_SUBSYS")) {
+    static const std::pair<const char*, uint32_t> names[] = {
+        {"INIT", log::kInit}, {"BOOTSTRAP", log::kBootstrap}, {"NET", log::kNet},
+        {"COLL", log::kColl}, {"ENV", log::kEnv},             {"ALL", log::kAll}};
+    std::vector<std::string> items = splitList(upper(*v));
+    if (items.empty()) bad("HORA_DEBUG_SUBSYS", *v, "a comma list of INIT, BOOTSTRAP, NET, COLL, ENV, ALL");
+    bool anyInclude = false;
+    uint32_t include = 0, exclude = 0;
+    for (const std::string& it : items) {
+      bool neg = it[0] == '^';
+      std::string n = neg ? it.substr(1) : it;
+      uint32_t bit = 0;
+      for (const auto& [name, b] : names)
+        if (n == name) bit = b;
+      if (!bit) bad("HORA_DEBUG_SUBSYS", *v, "a comma list of INIT, BOOTSTRAP, NET, COLL, ENV, ALL (^X excludes)");
+      if (neg) exclude |= bit;
+      else { include |= bit; anyInclude = true; }
+    }
+    c.debugSubsys = (anyInclude ? include : log::kAll) & ~exclude;
+  }
+  if (auto v = env("HORA_TIMEOUT_MS"))
+    c.timeout = std::chrono::milliseconds(parseInt("HORA_TIMEOUT_MS", *v, 1, 365LL * 24 * 3600 * 1000,
+                                                   "a positive number of milliseconds"));
+  if (auto v = env("HORA_SOCKET_IFNAME")) {
+    if (splitList(*v).empty()) bad("HORA_SOCKET_IFNAME", *v, "interface names (prefix, =exact, ^exclude)");
+    c.socketIfname = trim(*v);
+  }
+  if (auto v = env("HORA_TRANSPORTS")) {
+    static const char* known[] = {"tcp"};
+    std::vector<std::string> include, exclude;
+    for (const std::string& it : splitList(*v)) {
+      bool neg = it[0] == '^';
+      std::string n = neg ? it.substr(1) : it;
+      if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return n == k; }) ==
+          std::end(known))
+        bad("HORA_TRANSPORTS", *v, "a comma list of transports built in: tcp (^X excludes X)");
+      (neg ? exclude : include).push_back(n);
+    }
+    std::vector<std::string> result;
+    for (const char* k : known) {
+      bool in = include.empty() || std::find(include.begin(), include.end(), k) != include.end();
+      bool out = std::find(exclude.begin(), exclude.end(), k) != exclude.end();
+      if (in && !out) result.push_back(k);
+    }
+    if (result.empty()) bad("HORA_TRANSPORTS", *v, "a list that leaves at least one transport (tcp)");
+    c.transports = result;
+  }
+  if (auto v = env("HORA_ALGO")) {
+    std::string a = trim(*v);
+    for (char& ch : a) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
+    if (a != "auto" && a != "ring") bad("HORA_ALGO", *v, "auto or ring");
+    c.algo = a;
+  }
+  if (auto v = env("HORA_NSOCKS_PERPEER"))
+    c.nsocksPerPeer = static_cast<int>(parseInt("HORA_NSOCKS_PERPEER", *v, 1, 16, "an integer from 1 to 16"));
+  if (auto v = env("HORA_CHUNK_BYTES"))
+    c.chunkBytes = static_cast<size_t>(parseBytes("HORA_CHUNK_BYTES", *v, 4096, 64LL << 20,
+                                                  "a size from 4096 to 64M (K and M suffixes allowed)"));
+  if (auto v = env("HORA_KERNEL_ISA")) {
+    std::string a = trim(*v);
+    for (char& ch : a) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
+    if (a != "auto" && a != "scalar" && a != "avx2" && a != "avx512")
+      bad("HORA_KERNEL_ISA", *v, "auto, scalar, avx2 or avx512");
+    c.kernelIsa = a;
+  }
+  return c;
+}
+
+LaunchEnv parseLaunchEnv(const EnvLookup& env) {
+  LaunchEnv l;
+  auto firstOf = [&](std::initializer_list<const char*> names, const char** which) -> std::optional<std::string> {
+    for (const char* n : names)
+      if (auto v = env(n)) {
+        *which = n;
+        return v;
+      }
+    return std::nullopt;
+  };
+  const char* which = nullptr;
+  if (auto v = firstOf({"HORA_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"}, &which))
+    l.size = static_cast<int>(parseInt(which, *v, 1, 1 << 20, "a positive number of ranks"));
+  if (auto v = firstOf({"HORA_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "RANK"}, &which))
+    l.rank = static_cast<int>(parseInt(which, *v, 0, (1 << 20) - 1, "a rank >= 0"));
+  if (auto v = firstOf({"HORA_LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"}, &which))
+    l.localRank = static_cast<int>(parseInt(which, *v, 0, (1 << 20) - 1, "a rank >= 0"));
+  if (auto v = env("HORA_ID")) l.idHex = trim(*v);
+  if (auto v = env("HORA_ROOT")) {
+    l.root = trim(*v);
+  } else if (auto a = env("MASTER_ADDR")) {
+    auto p = env("MASTER_PORT");
+    if (!p) fail(Errc::InvalidArgument, "MASTER_ADDR is set but MASTER_PORT is not");
+    l.root = trim(*a) + ":" + trim(*p);
+  }
+  if (auto v = env("HORA_SECRET")) l.secretHex = trim(*v);
+  return l;
+}
+
+std::vector<std::string> unknownVariables(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (const std::string& n : names) {
+    if (n.compare(0, 5, "HORA_") != 0) continue;
+    const char* best = nullptr;
+    size_t bestD = 1000;
+    bool known = false;
+    for (const Variable& v : kVariables) {
+      if (n == v.name) known = true;
+      size_t d = editDistance(n, v.name);
+      if (d < bestD) { bestD = d; best = v.name; }
+    }
+    if (known) continue;
+    if (best && bestD <= 3) out.push_back(n + " (did you mean " + best + "?)");
+    else out.push_back(n);
+  }
+  return out;
+}
+
+const Config& config() {
+  static std::once_flag once;
+  static Config cfg;
+  static std::string error;
+  std::call_once(once, [] {
+    try {
+      cfg = parseConfig(processEnv());
+      log::configure(cfg.debugLevel, cfg.debugSubsys);
+      if (cfg.kernelIsa != "auto") {
+        kernels::Isa isa = cfg.kernelIsa == "scalar" ? kernels::Isa::Scalar
+                           : cfg.kernelIsa == "avx2" ? kernels::Isa::Avx2 : kernels::Isa::Avx512;
+        if (!kernels::setIsa(isa))
+          fail(Errc::InvalidArgument, "HORA_KERNEL_ISA='%s' is invalid: this CPU or build does not support it",
+               cfg.kernelIsa.c_str());
+      }
+      std::vector<std::string> names;
+      for (char** e = environ; e && *e; ++e) {
+        std::string kv = *e;
+        names.push_back(kv.substr(0, kv.find('=')));
+      }
+      for (const std::string& u : unknownVariables(names))
+        HORA_WARN(log::kEnv, "%s is not a Hora variable; it is ignored", u.c_str());
+      HORA_INFO(log::kEnv, "kernels: %s; timeout %lld ms; %d socket(s) per peer; chunk %zu bytes",
+                kernels::isaName(kernels::activeIsa()), static_cast<long long>(cfg.timeout.count()),
+                cfg.nsocksPerPeer, cfg.chunkBytes);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  });
+  if (!error.empty()) throw Error(Errc::InvalidArgument, error);
+  return cfg;
+}
+
+}  // namespace hora

@@ -1,0 +1,55 @@
+// Configuration: the one place that reads HORA_* environment variables. Every variable is
+// listed in kVariables (config.cc) with its meaning, and the README's table mirrors that
+// list. An invalid value is an error (Errc::InvalidArgument) with a message naming the
+// variable, the value and what was expected; it is never silently ignored.
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/log.h"
+
+namespace hora {
+
+struct Config {
+  log::Level debugLevel = log::Level::Warn;
+  uint32_t debugSubsys = log::kAll;
+  std::chrono::milliseconds timeout{600000};
+  std::string socketIfname;  // empty: the address that reaches the rendezvous
+  std::vector<std::string> transports{"tcp"};
+  std::string algo = "auto";
+  int nsocksPerPeer = 2;
+  size_t chunkBytes = 512 * 1024;
+  std::string kernelIsa = "auto";
+};
+
+// What a launcher tells a rank (horaCommInitFromEnv).
+struct LaunchEnv {
+  int rank = -1;
+  int size = -1;
+  int localRank = -1;
+  std::string idHex;   // HORA_ID
+  std::string root;    // HORA_ROOT (host:port)
+  std::string secretHex;  // HORA_SECRET
+};
+
+using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
+EnvLookup processEnv();
+
+// Parses the library's settings; throws Error(InvalidArgument) on the first bad value.
+Config parseConfig(const EnvLookup& env);
+// Parses the launcher's variables (HORA_RANK, HORA_SIZE, HORA_LOCAL_RANK, HORA_ID, HORA_ROOT,
+// HORA_SECRET), and the Slurm / Open MPI / torchrun equivalents when HORA_* are absent.
+LaunchEnv parseLaunchEnv(const EnvLookup& env);
+
+// Names of HORA_* variables in `names` that Hora does not know, each with a suggestion.
+std::vector<std::string> unknownVariables(const std::vector<std::string>& names);
+
+// The process-wide settings, parsed once on first use from the environment; throws the parse
+// error on every call if the environment is invalid. Applies the logging and kernel settings.
+const Config& config();
+
+}  // namespace hora

@@ -1,0 +1,69 @@
+// Running calls: plan and build each call's program, then run them all at once on this thread.
+#include <algorithm>
+
+#include "base/log.h"
+#include "comm/comm.h"
+#include "core/executor.h"
+
+namespace hora {
+
+namespace {
+std::string describeComm(const void* ctx) { return static_cast<const horaComm*>(ctx)->describeCall(); }
+
+struct BusyGuard {
+  std::vector<horaComm*> comms;
+  ~BusyGuard() {
+    for (horaComm* c : comms) c->busy.store(false);
+  }
+};
+}  // namespace
+
+void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
+  thread_local core::Executor executor;
+  thread_local std::vector<core::Program> programs;
+  thread_local std::vector<core::Job> jobs;
+
+  BusyGuard guard;
+  for (const auto& [c, a] : calls) {
+    if (std::find(guard.comms.begin(), guard.comms.end(), c) != guard.comms.end()) continue;
+    c->check();
+    if (c->busy.exchange(true))
+      fail(Errc::InvalidUsage, "the communicator of rank %d is in use by another thread (a communicator "
+           "serves one thread at a time)", c->rank);
+    guard.comms.push_back(c);
+    c->scratch.reset();
+  }
+  if (programs.size() < calls.size()) programs.resize(calls.size());
+  jobs.clear();
+  milliseconds timeout = milliseconds::max();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    horaComm* c = calls[i].first;
+    const coll::Args& a = calls[i].second;
+    coll::Topo topo{c->rank, c->nranks};
+    programs[i].clear();
+    coll::build(a, topo, coll::plan(a, topo, c->tuner), c->scratch, programs[i]);
+    ++c->calls;
+    HORA_TRACE(log::kColl, "%s: %s, %zu ops", c->describeCall().c_str(), coll::describe(a).c_str(),
+               programs[i].ops.size());
+    core::Job j;
+    j.program = &programs[i];
+    j.conns = c->connPtrs.data();
+    j.nranks = c->nranks;
+    j.abortFlag = &c->aborting;
+    j.wakeFd = c->wakeFd.get();
+    j.describe = describeComm;
+    j.describeCtx = c;
+    jobs.push_back(j);
+    timeout = std::min(timeout, c->opts.timeout);
+  }
+  try {
+    executor.run(jobs, timeout);
+  } catch (const Error& e) {
+    // Every communicator of the group may have half-done work: all of them stop.
+    for (horaComm* c : guard.comms)
+      if (!c->aborting.load()) c->fail(e);
+    throw;
+  }
+}
+
+}  // namespace hora

@@ -1,0 +1,165 @@
+#include "core/executor.h"
+
+#include <cinttypes>
+#include <cstring>
+
+#include "base/error.h"
+#include "base/socket.h"
+
+namespace hora::core {
+
+bool Executor::ready(uint32_t g) const {
+  const Op& o = op(g);
+  uint32_t b = base_[refs_[g].job];
+  for (int32_t d : o.dep)
+    if (d >= 0 && !done_[b + static_cast<uint32_t>(d)]) return false;
+  return true;
+}
+
+void Executor::runAction(const Action& a) {
+  if (!a.active || a.count == 0) return;
+  const kernels::ReduceSpec& s = a.spec;
+  if (!a.src1 && !s.premulFirst && !s.divide) {
+    if (a.dst != a.src0) memcpy(a.dst, a.src0, a.count * dataTypeSize(s.dtype));
+    return;
+  }
+  const void* srcs[2] = {a.src0, a.src1};
+  void* dsts[1] = {a.dst};
+  kernels::reduce(dsts, 1, srcs, a.src1 ? 2 : 1, a.count, s);
+}
+
+void Executor::complete(uint32_t g) {
+  const Op& o = op(g);
+  if (o.kind == OpKind::Recv) runAction(o.action);
+  done_[g] = 1;
+  ++ndone_;
+}
+
+std::string Executor::describeWait() const {
+  std::string s;
+  int listed = 0;
+  for (const Queue& q : queues_) {
+    size_t firstRecv = q.nextRecv, firstSend = q.nextSend;
+    // The oldest posted but unfinished message in each direction is what we wait for.
+    for (size_t i = 0; i < q.nextRecv; ++i)
+      if (!done_[q.recvs[i]]) { firstRecv = i; break; }
+    for (size_t i = 0; i < q.nextSend; ++i)
+      if (!done_[q.sends[i]]) { firstSend = i; break; }
+    auto add = [&](const char* what, uint32_t g, const char* dir) {
+      if (listed++ >= 4) return;
+      const Job& j = jobs_->at(refs_[g].job);
+      s += format("%s%s of %zu bytes %s %s", s.empty() ? "" : "; ", what, op(g).bytes, dir,
+                  q.conn->peerName().c_str());
+      s += " in " + transport::describeTag(j.program->tag);
+      if (j.describe) s += " (" + j.describe(j.describeCtx) + ")";
+    };
+    if (firstRecv < q.nextRecv) add("a message", q.recvs[firstRecv], "from");
+    if (firstSend < q.nextSend) add("sending a message", q.sends[firstSend], "to");
+  }
+  if (s.empty()) s = "local work";
+  return s;
+}
+
+void Executor::block(milliseconds most) {
+  fds_.clear();
+  for (const Queue& q : queues_)
+    if (q.conn->busy()) q.conn->addPollFds(fds_);
+  for (const Job& j : *jobs_)
+    if (j.wakeFd >= 0) fds_.push_back(pollfd{j.wakeFd, POLLIN, 0});
+  pollFor(fds_.data(), fds_.size(), static_cast<int>(most.count()));
+}
+
+void Executor::run(const std::vector<Job>& jobs, milliseconds timeout) {
+  jobs_ = &jobs;
+  base_.clear();
+  refs_.clear();
+  locals_.clear();
+  ndone_ = 0;
+  size_t nq = 0;
+  for (uint32_t j = 0; j < jobs.size(); ++j) {
+    base_.push_back(static_cast<uint32_t>(refs_.size()));
+    const Program& p = *jobs[j].program;
+    for (uint32_t i = 0; i < p.ops.size(); ++i) {
+      refs_.push_back(Ref{j, i});
+      const Op& o = p.ops[i];
+      uint32_t g = static_cast<uint32_t>(refs_.size() - 1);
+      if (o.kind == OpKind::Local) {
+        locals_.push_back(g);
+        continue;
+      }
+      if (o.peer < 0 || o.peer >= jobs[j].nranks || !jobs[j].conns[o.peer])
+        fail(Errc::Internal, "a program addresses rank %d, which has no connection", o.peer);
+      transport::Connection* c = jobs[j].conns[o.peer];
+      size_t qi = 0;
+      while (qi < nq && queues_[qi].conn != c) ++qi;
+      if (qi == nq) {
+        if (queues_.size() <= nq) queues_.emplace_back();
+        Queue& q = queues_[nq++];
+        q.conn = c;
+        q.sends.clear();
+        q.recvs.clear();
+        q.nextSend = q.nextRecv = 0;
+      }
+      (o.kind == OpKind::Send ? queues_[qi].sends : queues_[qi].recvs).push_back(g);
+    }
+  }
+  queues_.resize(nq);
+  const size_t total = refs_.size();
+  done_.assign(total, 0);
+  if (total == 0) return;
+
+  Waiter w(timeout, nullptr, [this] { return describeWait(); });
+  for (;;) {
+    bool moved = false;
+    for (Queue& q : queues_) {
+      while (q.nextSend < q.sends.size() && ready(q.sends[q.nextSend])) {
+        uint32_t g = q.sends[q.nextSend++];
+        const Op& o = op(g);
+        q.conn->postSend(o.buf, o.bytes, jobs[refs_[g].job].program->tag, g);
+        moved = true;
+      }
+      while (q.nextRecv < q.recvs.size() && ready(q.recvs[q.nextRecv])) {
+        uint32_t g = q.recvs[q.nextRecv++];
+        const Op& o = op(g);
+        q.conn->postRecv(o.buf, o.bytes, jobs[refs_[g].job].program->tag, g);
+        moved = true;
+      }
+    }
+    for (size_t i = 0; i < locals_.size();) {
+      uint32_t g = locals_[i];
+      if (!ready(g)) {
+        ++i;
+        continue;
+      }
+      runAction(op(g).action);
+      done_[g] = 1;
+      ++ndone_;
+      locals_[i] = locals_.back();
+      locals_.pop_back();
+      moved = true;
+    }
+    for (Queue& q : queues_) {
+      if (!q.conn->busy()) continue;
+      completed_.clear();
+      try {
+        moved |= q.conn->progress(completed_);
+      } catch (const PeerFailure&) {
+        throw;
+      } catch (const Error& e) {
+        throw Error(e.code(), std::string(e.what()) + "; while waiting for " + describeWait());
+      }
+      for (transport::Cookie c : completed_) complete(c);
+    }
+    if (ndone_ == total) return;
+    if (moved) {
+      w.progressed();
+      continue;
+    }
+    for (const Job& j : jobs)
+      if (j.abortFlag && j.abortFlag->load(std::memory_order_relaxed))
+        fail(Errc::InvalidUsage, "the communicator was aborted while waiting for %s", describeWait().c_str());
+    w.idle([this](milliseconds most) { block(most); });
+  }
+}
+
+}  // namespace hora::core

@@ -1,0 +1,114 @@
+// A program: one rank's part of a collective as a list of operations with dependencies, which
+// the executor (executor.h) runs on any transport. Algorithms (src/coll) build programs; they
+// never touch a wire.
+//
+//   Send  peer, buffer, bytes            the next message to `peer`
+//   Recv  peer, buffer, bytes, action    the next message from `peer`; then `action`
+//   Local action                          a reduction or copy on this rank
+//
+// An op starts when its (up to two) dependencies have completed; messages to one peer start in
+// the order they were added, and so do messages from one peer, which is how the k-th send of one
+// rank meets the k-th receive of the other. A Recv's action (for example "reduce the chunk that
+// just arrived into the result") runs when its bytes are in; the op completes after it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu/reduce.h"
+
+namespace hora::core {
+
+enum class OpKind : uint8_t { Send, Recv, Local };
+
+// dst = src0 (+) src1 (or a copy / scaling of src0 when src1 is null), per kernels::reduce.
+struct Action {
+  bool active = false;
+  void* dst = nullptr;
+  const void* src0 = nullptr;
+  const void* src1 = nullptr;
+  size_t count = 0;
+  kernels::ReduceSpec spec;
+};
+
+struct Op {
+  OpKind kind;
+  int32_t peer;  // rank; -1 for Local
+  void* buf;
+  size_t bytes;
+  int32_t dep[2];
+  Action action;
+};
+
+struct Deps {
+  int32_t a = -1, b = -1;
+};
+
+struct Program {
+  std::vector<Op> ops;
+  uint64_t tag = 0;  // carried by every message; see coll/tag.h
+  void clear() { ops.clear(); }
+};
+
+// Scratch memory for programs of one group: blocks that never move while the group runs and
+// are kept for reuse by the next one.
+class Scratch {
+ public:
+  void* get(size_t bytes);
+  void reset();  // every pointer handed out becomes free again
+
+ private:
+  struct Block {
+    std::unique_ptr<uint8_t[]> mem;
+    size_t size, used;
+  };
+  std::vector<Block> blocks_;
+};
+
+class ProgramBuilder {
+ public:
+  explicit ProgramBuilder(Program& p) : p_(p) {}
+  int32_t send(int peer, const void* buf, size_t bytes, Deps d = {});
+  int32_t recv(int peer, void* buf, size_t bytes, Deps d = {}, const Action& then = {});
+  int32_t local(const Action& a, Deps d = {});
+  size_t size() const { return p_.ops.size(); }
+
+ private:
+  int32_t add(Op op);
+  Program& p_;
+};
+
+// nslots staging buffers of slotBytes used round robin: a slot is reusable once the op that
+// last read it (release()) has completed, so taking a slot yields a dependency.
+class SlotPool {
+ public:
+  struct Slot {
+    uint8_t* ptr;
+    int32_t freeAfter;  // op to depend on before writing the slot
+    int index;
+  };
+  SlotPool(Scratch& scratch, int nslots, size_t slotBytes);
+  Slot take();
+  void release(const Slot& s, int32_t lastReader) { lastUse_[static_cast<size_t>(s.index)] = lastReader; }
+
+ private:
+  std::vector<uint8_t*> mem_;
+  std::vector<int32_t> lastUse_;
+  size_t next_ = 0;
+};
+
+// Shorthand for an Action.
+inline Action reduceAction(void* dst, const void* src0, const void* src1, size_t count,
+                           const kernels::ReduceSpec& spec) {
+  Action a;
+  a.active = true;
+  a.dst = dst;
+  a.src0 = src0;
+  a.src1 = src1;
+  a.count = count;
+  a.spec = spec;
+  return a;
+}
+
+}  // namespace hora::core

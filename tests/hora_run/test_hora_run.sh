@@ -1,0 +1,372 @@
+#!/usr/bin/env bash
+# Tests of hora-run. Usage: test_hora_run.sh HORA_RUN RANK_HELPER [CASE...]
+# With no CASE, runs them all. tools/meson.build declares one meson test per case.
+#
+# Nothing here depends on timing: ranks that must be ready before a signal comes say so
+# with a file (DIR/ready.<rank>) and the script waits for it; the waits and hora-run's
+# --timeout 120 are there only so that a broken hora-run fails instead of hanging.
+set -u
+
+HR=${1:?usage: test_hora_run.sh HORA_RUN RANK_HELPER [CASE...]}
+HELPER=${2:?usage: test_hora_run.sh HORA_RUN RANK_HELPER [CASE...]}
+shift 2
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/hora_run_test.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+# Every process of a test run carries this in its environment, so that leftovers can be
+# found (leftovers) without knowing their pids.
+TOKEN="hora_run_test_$$_$RANDOM"
+GUARD=(--timeout 120)
+
+fail() {
+  echo "FAIL [$CASE]: $*" >&2
+  for f in "$WORK"/out "$WORK"/err; do
+    [ -f "$f" ] && { echo "--- $(basename "$f") (first 20 lines):" >&2; head -n 20 "$f" >&2; }
+  done
+  exit 1
+}
+
+# hr ARGS...: runs hora-run in the foreground; output in $WORK/out and $WORK/err, status in $RC.
+hr() {
+  env HR_TEST_TOKEN="$TOKEN" "$HR" "$@" >"$WORK/out" 2>"$WORK/err"
+  RC=$?
+}
+
+# hr_bg ARGS...: the same in the background; its pid in $HR_PID. Collect with hr_wait.
+hr_bg() {
+  env HR_TEST_TOKEN="$TOKEN" "$HR" "$@" >"$WORK/out" 2>"$WORK/err" &
+  HR_PID=$!
+}
+hr_wait() {
+  wait "$HR_PID"
+  RC=$?
+}
+
+expect_rc() {
+  [ "$RC" -eq "$1" ] || fail "hora-run exited with $RC, expected $1"
+}
+
+expect_grep() {  # expect_grep FILE REGEX
+  grep -qE -- "$2" "$WORK/$1" || fail "no line of $1 matches '$2'"
+}
+
+# wait_files DIR NAME...: waits until all the files exist.
+wait_files() {
+  local dir=$1 name tries
+  shift
+  for name in "$@"; do
+    tries=0
+    until [ -e "$dir/$name" ]; do
+      tries=$((tries + 1))
+      [ $tries -le 6000 ] || fail "$dir/$name did not appear"
+      sleep 0.01
+    done
+  done
+}
+
+ready_names() {  # ready_names N: ready.0 .. ready.N-1
+  local r
+  for ((r = 0; r < $1; r++)); do echo "ready.$r"; done
+}
+
+# Pids of live (not zombie) processes that carry this run's token.
+leftovers() {
+  local p state
+  for p in /proc/[0-9]*; do
+    tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qx "HR_TEST_TOKEN=$TOKEN" || continue
+    state=$(sed -e 's/^.*) //' 2>/dev/null <"$p/stat" | cut -c1)
+    [ -n "$state" ] && [ "$state" != Z ] && echo "${p#/proc/}"
+  done
+}
+
+# Killed processes take a moment to go; waits up to a minute for all of them.
+expect_nothing_left() {
+  local tries=0 left
+  while left=$(leftovers) && [ -n "$left" ]; do
+    tries=$((tries + 1))
+    [ $tries -le 600 ] || fail "processes still running: $left"
+    sleep 0.1
+  done
+}
+
+expect_signal_recorded() {  # expect_signal_recorded DIR NAME SIGNAL
+  [ -f "$1/$2" ] || fail "$2 recorded no signal"
+  grep -qx "$3" "$1/$2" || fail "$2 recorded '$(tr '\n' ' ' <"$1/$2")', expected $3"
+}
+
+new_dir() {
+  local dir="$WORK/$1"
+  rm -rf "$dir" && mkdir -p "$dir" && echo "$dir"
+}
+
+# ---- cases ---------------------------------------------------------------------------
+
+case_env() {
+  # Values already in the environment must be replaced, not kept.
+  HORA_RANK=99 HORA_ID=bogus HORA_SIZE=7 hr -n 4 "${GUARD[@]}" "$HELPER" env
+  expect_rc 0
+  [ "$(wc -l <"$WORK/out")" -eq 4 ] || fail "expected 4 lines"
+  local r line id ids=()
+  for r in 0 1 2 3; do
+    line=$(grep -E "^\[$r\] " "$WORK/out") || fail "no line from rank $r"
+    [[ $line =~ ^\[$r\]\ rank=$r\ size=4\ local_rank=$r\ local_size=4\ id=([0-9a-f]+)$ ]] ||
+      fail "bad line: $line"
+    id=${BASH_REMATCH[1]}
+    [ ${#id} -eq 256 ] || fail "HORA_ID of rank $r has ${#id} characters, not 256"
+    ids+=("$id")
+  done
+  [ "$(printf '%s\n' "${ids[@]}" | sort -u | wc -l)" -eq 1 ] || fail "ranks got different ids"
+  # A new job gets a new id.
+  hr -n 1 "${GUARD[@]}" "$HELPER" env
+  expect_rc 0
+  grep -q "id=${ids[0]}" "$WORK/out" && fail "two jobs got the same id"
+  return 0
+}
+
+case_width() {
+  # With 11 ranks the prefix is padded to two digits: "[ 3] ", "[10] ".
+  hr -n 11 "${GUARD[@]}" "$HELPER" env
+  expect_rc 0
+  [ "$(wc -l <"$WORK/out")" -eq 11 ] || fail "expected 11 lines"
+  local r
+  for r in 0 1 2 3 4 5 6 7 8 9 10; do
+    grep -qE "^\[$(printf '%2d' "$r")\] rank=$r size=11 " "$WORK/out" || fail "no padded line of rank $r"
+  done
+  hr -n 1 "${GUARD[@]}" "$HELPER" env
+  grep -qE '^\[0\] rank=0 size=1 ' "$WORK/out" || fail "bad prefix with one rank"
+}
+
+case_args() {
+  # Options end at PROGRAM; what follows goes to the rank unchanged. -np and -- work.
+  hr -np 2 "${GUARD[@]}" -- "$HELPER" args -n 5 --no-prefix "two words"
+  expect_rc 0
+  [ "$(grep -c '^\[0\] arg=' "$WORK/out")" -eq 4 ] || fail "rank 0 did not get 4 arguments"
+  grep -qx '\[1\] arg=-n' "$WORK/out" || fail "missing -n"
+  grep -qx '\[1\] arg=5' "$WORK/out" || fail "missing 5"
+  grep -qx '\[1\] arg=--no-prefix' "$WORK/out" || fail "missing --no-prefix"
+  grep -qx '\[1\] arg=two words' "$WORK/out" || fail "missing 'two words'"
+  hr -n2 --timeout=120 "$HELPER" args x
+  expect_rc 0
+  [ "$(grep -c 'arg=x' "$WORK/out")" -eq 2 ] || fail "-n2 --timeout=120 did not work"
+  # PROGRAM is looked up in PATH.
+  hr -n 3 "${GUARD[@]}" true
+  expect_rc 0
+  hr -n 3 "${GUARD[@]}" sh -c 'exit 0'
+  expect_rc 0
+}
+
+# 4 ranks print 2000 long lines each to stdout and stderr at once, in writes that cut lines
+# apart; every line hora-run writes must be one whole line of one rank, behind its prefix,
+# and each rank's lines must all be there in order.
+case_lines() {
+  hr -n 4 "${GUARD[@]}" "$HELPER" spam 2000 300
+  expect_rc 0
+  local stream letters
+  for stream in out err; do
+    [ $stream = out ] && letters=abcd || letters=ABCD
+    awk -v letters="$letters" '
+      {
+        if (!match($0, /^\[[0-3]\] r=[0-3] i=[0-9]+ [A-Za-z]+$/)) { print "malformed line " NR; bad = 1; exit }
+        r = substr($0, 2, 1)
+        split($0, f, " ")
+        if (f[2] != "r=" r) { print "line " NR " of rank " r " says " f[2]; bad = 1; exit }
+        i = substr(f[3], 3) + 0
+        if (i != next_i[r] + 0) { print "rank " r " line " i " came where " next_i[r] + 0 " was due"; bad = 1; exit }
+        next_i[r] = i + 1
+        want = substr(letters, r + 1, 1)
+        if (length(f[4]) != 300 || f[4] !~ ("^" want "+$")) { print "bad payload in line " NR; bad = 1; exit }
+      }
+      END {
+        if (bad) exit 1
+        for (r = 0; r < 4; r++) if (next_i[r] + 0 != 2000) { print "rank " r " has " next_i[r] + 0 " lines"; exit 1 }
+      }' "$WORK/$stream" >"$WORK/awk" || fail "std$stream: $(cat "$WORK/awk")"
+  done
+}
+
+case_partial() {
+  hr -n 2 "${GUARD[@]}" "$HELPER" partial
+  expect_rc 0
+  local r
+  for r in 0 1; do
+    grep -qx "\[$r\] first line" "$WORK/out" || fail "rank $r: no first line"
+    grep -qx "\[$r\] no newline at end" "$WORK/out" || fail "rank $r: partial stdout line not completed"
+    grep -qx "\[$r\] err first" "$WORK/err" || fail "rank $r: no first stderr line"
+    grep -qx "\[$r\] err no newline" "$WORK/err" || fail "rank $r: partial stderr line not completed"
+  done
+  [ "$(wc -l <"$WORK/out")" -eq 4 ] || fail "expected 4 stdout lines"
+  [ "$(tail -c 1 "$WORK/out" | od -An -c | tr -d ' ')" = '\n' ] || fail "stdout does not end in a newline"
+}
+
+case_noprefix() {
+  hr -n 3 --no-prefix "${GUARD[@]}" "$HELPER" partial
+  expect_rc 0
+  [ "$(grep -cx 'first line' "$WORK/out")" -eq 3 ] || fail "expected 3 unprefixed first lines"
+  [ "$(grep -cx 'no newline at end' "$WORK/out")" -eq 3 ] || fail "expected 3 completed partial lines"
+  [ "$(grep -cx 'err no newline' "$WORK/err")" -eq 3 ] || fail "expected 3 completed stderr lines"
+  [ "$(wc -l <"$WORK/out")" -eq 6 ] || fail "expected 6 stdout lines"
+  hr --no-prefix -n 2 "${GUARD[@]}" "$HELPER" spam 500 200
+  expect_rc 0
+  [ "$(grep -cE '^r=[01] i=[0-9]+ [ab]{200}$' "$WORK/out")" -eq 1000 ] || fail "unprefixed lines were cut or mixed"
+}
+
+case_exitstatus() {
+  # Rank 2 exits 3 once all are ready; the others sleep until SIGTERM.
+  local dir
+  dir=$(new_dir exitstatus)
+  hr -n 4 "${GUARD[@]}" "$HELPER" sleeper "$dir" --exit-rank 2 3
+  expect_rc 3
+  expect_grep err '^hora-run: rank 2 \(pid [0-9]+\) exited with status 3; stopping the other ranks$'
+  local r
+  for r in 0 1 3; do expect_signal_recorded "$dir" "sig.$r" TERM; done
+  [ -e "$dir/sig.2" ] && fail "rank 2 got a signal"
+  expect_nothing_left
+}
+
+case_killed() {
+  local dir
+  dir=$(new_dir killed)
+  hr -n 3 "${GUARD[@]}" "$HELPER" sleeper "$dir" --kill-rank 1
+  expect_rc 137
+  expect_grep err '^hora-run: rank 1 \(pid [0-9]+\) killed by signal 9 \(Killed\); stopping the other ranks$'
+  expect_signal_recorded "$dir" sig.0 TERM
+  expect_signal_recorded "$dir" sig.2 TERM
+  expect_nothing_left
+}
+
+# forwarded SIGNAL: SIGNAL sent to hora-run reaches every rank and its children.
+forwarded() {
+  local signal=$1 dir
+  dir=$(new_dir "forward_$signal")
+  hr_bg -n 3 "${GUARD[@]}" "$HELPER" sleeper "$dir" --grandchild
+  wait_files "$dir" $(ready_names 3)
+  kill -s "$signal" "$HR_PID"
+  hr_wait
+  local r
+  for r in 0 1 2; do
+    expect_signal_recorded "$dir" "sig.$r" "$signal"
+    # The rank's own child is in its process group: it gets the signal too.
+    wait_files "$dir" "sig.gc.$r"
+    expect_signal_recorded "$dir" "sig.gc.$r" "$signal"
+  done
+  # The ranks died of the signal: that is hora-run's status too.
+  [ "$signal" = TERM ] && expect_rc 143
+  [ "$signal" = INT ] && expect_rc 130
+  expect_nothing_left
+}
+
+case_sigterm() { forwarded TERM; }
+case_sigint() { forwarded INT; }
+
+case_escalate() {
+  # Ranks that ignore the forwarded SIGTERM are killed by a second one.
+  local dir
+  dir=$(new_dir escalate)
+  hr_bg -n 2 "${GUARD[@]}" "$HELPER" sleeper "$dir" --stubborn
+  wait_files "$dir" $(ready_names 2)
+  kill -TERM "$HR_PID"
+  wait_files "$dir" sig.0 sig.1
+  kill -TERM "$HR_PID"
+  hr_wait
+  expect_rc 137
+  expect_nothing_left
+}
+
+case_grace() {
+  # Rank 0 fails; the others ignore SIGTERM and are SIGKILLed after the grace period.
+  local dir
+  dir=$(new_dir grace)
+  HORA_RUN_GRACE_S=0.2 hr -n 3 "${GUARD[@]}" "$HELPER" sleeper "$dir" --stubborn --exit-rank 0 5
+  expect_rc 5
+  expect_grep err '^hora-run: rank 0 \(pid [0-9]+\) exited with status 5; stopping the other ranks$'
+  expect_nothing_left
+}
+
+case_timeout() {
+  # Whenever the timeout comes (before or after the ranks are ready), nothing may be left.
+  local dir
+  dir=$(new_dir timeout)
+  hr -n 3 --timeout 0.5 "$HELPER" sleeper "$dir" --grandchild
+  expect_rc 124
+  expect_grep err '^hora-run: timeout after 0.5 s; stopping all ranks$'
+  expect_nothing_left
+  dir=$(new_dir timeout_stubborn)
+  HORA_RUN_GRACE_S=0.1 hr -n 2 --timeout 0.3 "$HELPER" sleeper "$dir" --stubborn --grandchild
+  expect_rc 124
+  expect_nothing_left
+}
+
+case_noexec() {
+  hr -n 2 "${GUARD[@]}" "$WORK/no/such/program" x y
+  expect_rc 127
+  expect_grep err "^\[[01]\] hora-run: cannot execute $WORK/no/such/program: No such file or directory$"
+  hr -n 1 "${GUARD[@]}" hora-run-test-no-such-program-in-path
+  expect_rc 127
+  expect_grep err '^\[0\] hora-run: cannot execute hora-run-test-no-such-program-in-path: No such file or directory$'
+  printf 'not executable\n' >"$WORK/plain_file"
+  chmod -x "$WORK/plain_file"
+  hr -n 1 "${GUARD[@]}" "$WORK/plain_file"
+  expect_rc 127
+  expect_grep err 'cannot execute .*plain_file: Permission denied$'
+  # One rank that cannot start stops the others, which then run nothing.
+  local dir
+  dir=$(new_dir noexec)
+  hr -n 2 "${GUARD[@]}" sh -c 'if [ "$HORA_RANK" = 1 ]; then exec /nonexistent/x; fi; exec "$0" sleeper "$1"' "$HELPER" "$dir"
+  expect_rc 127
+  expect_nothing_left
+}
+
+case_usage() {
+  local args
+  while IFS= read -r args; do
+    eval "hr $args"
+    [ "$RC" -eq 2 ] || fail "'hora-run $args' exited with $RC, not 2"
+    grep -q '^usage: hora-run' "$WORK/err" || fail "'hora-run $args' printed no usage"
+    [ -s "$WORK/out" ] && fail "'hora-run $args' wrote to stdout"
+  done <<'EOF'
+
+true
+-n 2
+-n 2 --
+-n 0 true
+-n -1 true
+-n 1025 true
+-n abc true
+-n 2x true
+-n
+--timeout 1 true
+-n 2 --timeout 0 true
+-n 2 --timeout -1 true
+-n 2 --timeout abc true
+-n 2 --timeout
+-n 2 --bogus true
+-x -n 2 true
+EOF
+  hr -n 1024 --help
+  expect_rc 0
+  grep -q '^usage: hora-run' "$WORK/out" || fail "--help printed no usage on stdout"
+  hr -h
+  expect_rc 0
+}
+
+case_fds() {
+  # Started with nothing above fd 2, ranks must see no pipe above fd 2 (other ranks' pipe
+  # ends, hora-run's signal pipe), and /dev/null as stdin.
+  hr -n 4 "${GUARD[@]}" "$HELPER" fds
+  expect_rc 0
+  env HR_TEST_TOKEN="$TOKEN" "$HELPER" closefds "$HR" -n 4 "${GUARD[@]}" "$HELPER" fds >"$WORK/out" 2>"$WORK/err"
+  RC=$?
+  expect_rc 0
+  [ "$(grep -c '^\[[0-3]\] stdin=/dev/null$' "$WORK/out")" -eq 4 ] || fail "stdin is not /dev/null"
+  grep -q 'leaked' "$WORK/out" && fail "ranks inherited pipes: $(grep leaked "$WORK/out" | head -3)"
+  return 0
+}
+
+ALL_CASES=(env width args lines partial noprefix exitstatus killed sigterm sigint escalate grace
+  timeout noexec usage fds)
+
+[ $# -gt 0 ] || set -- "${ALL_CASES[@]}"
+for CASE in "$@"; do
+  declare -F "case_$CASE" >/dev/null || { echo "unknown case $CASE" >&2; exit 2; }
+  "case_$CASE"
+  echo "ok - $CASE"
+done

@@ -1,0 +1,95 @@
+// hora-run: the local launcher. hora_run_main.cc reads the command line and makes the
+// rendezvous id; hora_run_job.cc starts the ranks, forwards their signals and decides
+// hora-run's exit status; hora_run_output.cc forwards their output.
+#pragma once
+#include <unistd.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace hora::run {
+
+// Owns one file descriptor and closes it when it goes.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd&& other) noexcept : fd_(other.release()) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) reset(other.release());
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// One of a rank's output pipes (hora_run_output.cc), forwarded whole lines at a time to
+// hora-run's stdout or stderr, each line behind the rank's prefix ("" for none), so that
+// lines of different ranks never mix.
+class OutputStream {
+ public:
+  OutputStream() = default;
+  // fd: the read end, non-blocking. destination: where the lines go (1 or 2).
+  OutputStream(Fd fd, int destination, std::string prefix)
+      : fd_(std::move(fd)), destination_(destination), prefix_(std::move(prefix)) {}
+
+  bool isOpen() const { return fd_.valid(); }
+  int fd() const { return fd_.get(); }
+
+  // One read(); forwards the lines it completes. Closes the stream at EOF or on error.
+  // True if it got data.
+  bool readOnce();
+  // Reads what is there now; bounded, since a writer may never stop.
+  void readAvailable();
+  // Writes out a last line that has no newline, adding one, and closes the pipe.
+  void close();
+
+ private:
+  void forward(const char* data, size_t size);
+
+  Fd fd_;
+  int destination_ = -1;
+  std::string prefix_;
+  std::string partial_;  // the start of a line whose newline has not come yet
+};
+
+// Everything the job needs, decided before the first rank starts.
+struct JobSpec {
+  int nranks = 0;
+  std::vector<std::string> argv;      // PROGRAM ARGS...; PROGRAM is looked up in PATH
+  std::vector<std::string> baseEnv;   // hora-run's environment without the HORA_* rank variables
+  std::string idHex;                  // the unique id as 256 lowercase hex characters
+  double timeoutS = 0;                // > 0: stop the job after this many seconds
+  std::string timeoutText;            // the --timeout argument as given, for the message
+  double graceS = 5;                  // SIGTERM to SIGKILL
+  bool prefix = true;                 // prefix output lines with "[rank] "
+};
+
+// Starts the ranks, runs until all of them are gone and returns hora-run's exit status.
+int runJob(const JobSpec& spec);
+
+// Writes all of data to fd, retrying on EINTR and waiting out EAGAIN. False on error.
+bool writeAll(int fd, const char* data, size_t size);
+
+// Writes "hora-run: <message>\n" to stderr in one piece.
+void printError(const std::string& message);
+
+}  // namespace hora::run

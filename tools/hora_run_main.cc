@@ -1,0 +1,236 @@
+// hora-run: starts N local ranks of a program with the environment Hora's ranks read
+// (HORA_ID, HORA_RANK, HORA_SIZE, HORA_LOCAL_RANK, HORA_LOCAL_SIZE).
+//
+//   hora-run -n N [--timeout S] [--no-prefix] [--] PROGRAM [ARGS...]
+//
+// This file reads the command line and makes the rendezvous id; hora_run_job.cc does the rest.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hora.h"
+#include "hora_run.h"
+
+extern char** environ;
+
+namespace hora::run {
+namespace {
+
+constexpr int kMaxRanks = 1024;
+constexpr double kMaxSeconds = 1e9;
+constexpr double kDefaultGraceS = 5;
+
+const char kUsage[] =
+    "usage: hora-run -n N [--timeout S] [--no-prefix] [--] PROGRAM [ARGS...]\n"
+    "\n"
+    "Starts N local ranks of PROGRAM (looked up in PATH) with HORA_ID, HORA_RANK, HORA_SIZE,\n"
+    "HORA_LOCAL_RANK and HORA_LOCAL_SIZE set, and waits for all of them. Each output line of\n"
+    "rank r is prefixed with \"[r] \". If a rank fails, the others get SIGTERM and, after\n"
+    "HORA_RUN_GRACE_S seconds (default 5), SIGKILL; the exit status is the first failing\n"
+    "rank's (128+signal if it was killed). SIGINT and SIGTERM are forwarded to all ranks; a\n"
+    "second one kills them. The ranks' standard input is /dev/null.\n"
+    "\n"
+    "options:\n"
+    "  -n N, -np N    number of ranks, 1 to 1024\n"
+    "  --timeout S    stop all ranks after S seconds (may be fractional) and exit 124\n"
+    "  --no-prefix    pass output lines through unchanged\n"
+    "  -h, --help     show this text\n"
+    "  --             end of options\n";
+
+enum class ParseOutcome { Run, Help, Error };
+
+struct Options {
+  ParseOutcome outcome = ParseOutcome::Error;
+  std::string error;  // why, when outcome is Error
+  int nranks = 0;
+  double timeoutS = 0;
+  std::string timeoutText;
+  bool prefix = true;
+  std::vector<std::string> argv;
+};
+
+std::optional<long> parseInteger(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  long value = std::strtol(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return std::nullopt;
+  return value;
+}
+
+// A number of seconds: finite, >= 0 and at most kMaxSeconds.
+std::optional<double> parseSeconds(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  if (errno != 0 || *end != '\0' || !std::isfinite(value) || value < 0 || value > kMaxSeconds)
+    return std::nullopt;
+  return value;
+}
+
+Options usageError(const std::string& message) {
+  Options options;
+  options.outcome = ParseOutcome::Error;
+  options.error = message;
+  return options;
+}
+
+// The value of an option: what follows its name in the same argument ("-n4",
+// "--timeout=2"), or else the next argument.
+std::optional<std::string> optionValue(const std::vector<std::string>& args, size_t& i,
+                                       const std::string& attached) {
+  if (!attached.empty()) return attached;
+  if (i + 1 >= args.size()) return std::nullopt;
+  return args[++i];
+}
+
+bool startsWith(const std::string& text, const char* prefix) {
+  return text.rfind(prefix, 0) == 0;
+}
+
+Options parseOptions(const std::vector<std::string>& args) {
+  Options options;
+  bool haveRanks = false;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg == "-h" || arg == "--help") {
+      options.outcome = ParseOutcome::Help;
+      return options;
+    }
+    if (arg == "--no-prefix") {
+      options.prefix = false;
+    } else if (startsWith(arg, "-n")) {
+      std::string attached = arg.substr(startsWith(arg, "-np") ? 3 : 2);
+      std::optional<std::string> value = optionValue(args, i, attached);
+      if (!value) return usageError("option -n needs a value");
+      std::optional<long> n = parseInteger(*value);
+      if (!n || *n < 1 || *n > kMaxRanks)
+        return usageError("the number of ranks must be 1 to 1024, not '" + *value + "'");
+      options.nranks = static_cast<int>(*n);
+      haveRanks = true;
+    } else if (arg == "--timeout" || startsWith(arg, "--timeout=")) {
+      std::string attached = arg == "--timeout" ? "" : arg.substr(10);
+      std::optional<std::string> value = optionValue(args, i, attached);
+      if (!value) return usageError("option --timeout needs a value");
+      std::optional<double> seconds = parseSeconds(*value);
+      if (!seconds || *seconds <= 0)
+        return usageError("the timeout must be a positive number of seconds, not '" + *value + "'");
+      options.timeoutS = *seconds;
+      options.timeoutText = *value;
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      return usageError("unknown option '" + arg + "'");
+    } else {
+      break;
+    }
+  }
+  if (!haveRanks) return usageError("missing -n N");
+  if (i >= args.size()) return usageError("missing PROGRAM");
+  options.argv.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  options.outcome = ParseOutcome::Run;
+  return options;
+}
+
+// Children get pipes on 1 and 2 with dup2; that needs 0, 1 and 2 to be taken already, or a
+// pipe could land on one of them. Give any that is closed /dev/null.
+void ensureStandardFds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    // Lands on fd (the lowest free one). Children get their own 0-2 by dup2 anyway.
+    int opened = open("/dev/null", (fd == 0 ? O_RDONLY : O_WRONLY) | O_CLOEXEC);
+    if (opened >= 0 && opened != fd) close(opened);
+  }
+}
+
+double graceFromEnvironment() {
+  const char* text = std::getenv("HORA_RUN_GRACE_S");
+  if (text == nullptr || *text == '\0') return kDefaultGraceS;
+  std::optional<double> seconds = parseSeconds(text);
+  if (seconds) return *seconds;
+  printError(std::string("ignoring HORA_RUN_GRACE_S='") + text + "': not a number of seconds");
+  return kDefaultGraceS;
+}
+
+bool isRankVariable(const char* entry) {
+  static const char* const kNames[] = {"HORA_ID=", "HORA_RANK=", "HORA_SIZE=", "HORA_LOCAL_RANK=",
+                                       "HORA_LOCAL_SIZE="};
+  for (const char* name : kNames) {
+    if (std::strncmp(entry, name, std::strlen(name)) == 0) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> environmentWithoutRankVariables() {
+  std::vector<std::string> env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    if (!isRankVariable(*entry)) env.emplace_back(*entry);
+  }
+  return env;
+}
+
+std::string toHex(const horaUniqueId& id) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(2 * sizeof(id.internal));
+  for (char c : id.internal) {
+    unsigned byte = static_cast<unsigned char>(c);
+    hex += kDigits[byte >> 4];
+    hex += kDigits[byte & 0xf];
+  }
+  return hex;
+}
+
+// Makes the id and, inside this process, the listener the ranks contact.
+std::optional<std::string> makeUniqueId() {
+  horaUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  horaResult_t result = horaGetUniqueId(&id);
+  if (result == horaSuccess) return toHex(id);
+  const char* text = horaGetLastError(nullptr);
+  printError(text != nullptr && *text != '\0' ? text : horaGetErrorString(result));
+  return std::nullopt;
+}
+
+int runMain(int argc, char** argv) {
+  ensureStandardFds();
+  Options options = parseOptions(std::vector<std::string>(argv + 1, argv + argc));
+  if (options.outcome == ParseOutcome::Help) {
+    writeAll(STDOUT_FILENO, kUsage, sizeof(kUsage) - 1);
+    return 0;
+  }
+  if (options.outcome == ParseOutcome::Error) {
+    printError(options.error);
+    writeAll(STDERR_FILENO, kUsage, sizeof(kUsage) - 1);
+    return 2;
+  }
+  JobSpec spec;
+  spec.nranks = options.nranks;
+  spec.argv = options.argv;
+  spec.baseEnv = environmentWithoutRankVariables();
+  spec.timeoutS = options.timeoutS;
+  spec.timeoutText = options.timeoutText;
+  spec.graceS = graceFromEnvironment();
+  spec.prefix = options.prefix;
+  std::optional<std::string> id = makeUniqueId();
+  if (!id) return 1;
+  spec.idHex = *id;
+  return runJob(spec);
+}
+
+}  // namespace
+
+}  // namespace hora::run
+
+int main(int argc, char** argv) { return hora::run::runMain(argc, argv); }

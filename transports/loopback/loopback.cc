@@ -1,0 +1,37 @@
+#include "transports/loopback/loopback.h"
+
+#include <cstring>
+
+#include "base/error.h"
+
+namespace hora::loopback {
+
+void Connection::postSend(const void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) {
+  sends_.push(Msg{const_cast<void*>(data), bytes, tag, cookie});
+}
+
+void Connection::postRecv(void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) {
+  recvs_.push(Msg{data, bytes, tag, cookie});
+}
+
+bool Connection::progress(std::vector<transport::Cookie>& completed) {
+  bool moved = false;
+  while (!sends_.empty() && !recvs_.empty()) {
+    Msg s = sends_.front(), r = recvs_.front();
+    if (s.tag != r.tag)
+      fail(Errc::InvalidUsage, "send to self in %s meets a receive from self in %s",
+           transport::describeTag(s.tag).c_str(), transport::describeTag(r.tag).c_str());
+    if (s.bytes != r.bytes)
+      fail(Errc::InvalidUsage, "send to self of %zu bytes meets a receive from self of %zu bytes",
+           s.bytes, r.bytes);
+    if (s.bytes && s.data != r.data) memmove(r.data, s.data, s.bytes);
+    completed.push_back(s.cookie);
+    completed.push_back(r.cookie);
+    sends_.pop();
+    recvs_.pop();
+    moved = true;
+  }
+  return moved;
+}
+
+}  // namespace hora::loopback

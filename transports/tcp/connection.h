@@ -1,0 +1,72 @@
+// A TCP connection to one peer over one or more sockets. Message k of a direction travels on
+// socket k % nsocks, so consecutive chunks of a pipelined collective use all sockets at once
+// while each socket stays a plain ordered stream. Sends leave straight from the caller's
+// buffer (several queued frames per sendmsg); receives land straight in the caller's buffer
+// after their header has been checked.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/ring.h"
+#include "base/socket.h"
+#include "transports/tcp/frame.h"
+#include "transports/transport.h"
+
+namespace hora::tcp {
+
+class Connection final : public transport::Connection {
+ public:
+  // sockets[i] must be connected and handshaken; they become this connection's.
+  Connection(std::vector<Fd> sockets, std::string peerName);
+  ~Connection() override;
+
+  void postSend(const void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) override;
+  void postRecv(void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) override;
+  bool progress(std::vector<transport::Cookie>& completed) override;
+  bool busy() const override;
+  void addPollFds(std::vector<pollfd>& fds) const override;
+  void shutdown(const std::string& reason) noexcept override;
+  const std::string& peerName() const override { return peer_; }
+
+ private:
+  struct SendOp {
+    const uint8_t* data;
+    size_t bytes;
+    size_t sent;  // of header + payload
+    transport::Cookie cookie;
+    uint8_t header[kFrameHeaderBytes];
+  };
+  struct RecvOp {
+    uint8_t* data;
+    size_t bytes;
+    size_t got;  // of the payload
+    uint64_t seq, tag;
+    transport::Cookie cookie;
+  };
+  struct Socket {
+    Fd fd;
+    RingQueue<SendOp> sends{64};
+    RingQueue<RecvOp> recvs{64};
+    uint8_t header[kFrameHeaderBytes];
+    size_t headerGot = 0;
+    bool headerOk = false;  // the head receive's header has been checked
+    std::string abortText;  // an abort frame being read
+    size_t abortWant = 0;
+    bool readingAbort = false;
+  };
+
+  bool progressSends(Socket& s, std::vector<transport::Cookie>& completed);
+  bool progressRecvs(Socket& s, std::vector<transport::Cookie>& completed);
+  bool readAbort(Socket& s);
+  [[noreturn]] void failWire(const std::string& why);
+
+  std::vector<Socket> socks_;
+  std::string peer_;
+  uint64_t sendSeq_ = 0, recvSeq_ = 0;
+  size_t outstanding_ = 0;
+  bool closed_ = false;
+  std::string closedReason_;
+};
+
+}  // namespace hora::tcp

@@ -1,0 +1,49 @@
+// The frame header of the TCP transport. Every message on a data socket is one frame:
+//
+//   offset  size  field
+//        0     4  magic "HRFR"
+//        4     2  type: 1 data, 2 abort (payload: the reason, UTF-8 text, <= kMaxAbortText)
+//        6     2  flags, must be 0
+//        8     8  sequence: the message's index in this direction of the connection
+//       16     8  length of the payload in bytes
+//       24     8  tag: what the sender is doing (collective, dtype, op, count), see transport.h
+//
+// Little-endian. A header is checked in full (magic, type, flags, sequence, length and tag
+// against what the receiver posted) before any payload byte is read.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace hora::tcp {
+
+inline constexpr uint32_t kFrameMagic = 0x52465248;  // "HRFR" little-endian
+inline constexpr size_t kFrameHeaderBytes = 32;
+inline constexpr size_t kMaxAbortText = 1024;
+
+enum class FrameType : uint16_t { Data = 1, Abort = 2 };
+
+struct FrameHeader {
+  FrameType type = FrameType::Data;
+  uint64_t seq = 0;
+  uint64_t length = 0;
+  uint64_t tag = 0;
+};
+
+void encodeFrameHeader(const FrameHeader& h, uint8_t out[kFrameHeaderBytes]);
+
+// What a receiver expects of the next data frame.
+struct Expectation {
+  uint64_t seq;
+  uint64_t length;
+  uint64_t tag;
+};
+
+enum class FrameCheck { Ok, Abort, Bad };
+
+// Decodes and checks a header. Ok: a data frame that matches `expect`. Abort: a well-formed
+// abort frame (its length is <= kMaxAbortText). Bad: anything else, with the reason in *why.
+FrameCheck decodeFrameHeader(const uint8_t in[kFrameHeaderBytes], const Expectation& expect,
+                             FrameHeader* out, std::string* why);
+
+}  // namespace hora::tcp

@@ -1,0 +1,47 @@
+// The transport interface: how the progress engine moves bytes between this rank and one
+// peer. A transport knows nothing of collectives; it carries ordered messages.
+//
+// Contract of a Connection (to one peer):
+//   - postSend / postRecv queue a message and return at once; they never block and never
+//     fail (failures surface from progress()). The buffer must stay untouched until the
+//     message completes.
+//   - Messages in one direction are matched in the order posted: the k-th send of one side
+//     is the k-th receive of the other. Each message carries a tag; the receiver's posted
+//     length and tag must equal the sender's, or progress() throws (mismatched calls across
+//     ranks are caught, never misread).
+//   - progress() moves whatever the wire allows now, never blocks, appends the cookies of
+//     completed messages (in no particular order) and returns whether anything moved. It
+//     throws hora::Error on a failure of the peer or the wire, naming the peer.
+//   - addPollFds() lists what to poll() on when there is nothing to do but wait.
+//   - shutdown() is fail-stop: it tells the peer why (best effort, never blocking) and closes.
+#pragma once
+#include <poll.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hora::transport {
+
+using Cookie = uint32_t;
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  virtual void postSend(const void* data, size_t bytes, uint64_t tag, Cookie cookie) = 0;
+  virtual void postRecv(void* data, size_t bytes, uint64_t tag, Cookie cookie) = 0;
+  virtual bool progress(std::vector<Cookie>& completed) = 0;
+  virtual bool busy() const = 0;  // any posted message not yet complete
+  virtual void addPollFds(std::vector<pollfd>& fds) const = 0;
+  virtual void shutdown(const std::string& reason) noexcept = 0;
+  virtual const std::string& peerName() const = 0;  // "rank 3 (host, pid 123)"
+};
+
+// Describes a tag for error messages ("AllReduce(count 1024, float, sum)"); installed by the
+// layer that makes tags so that transports can explain a mismatch without knowing collectives.
+using TagDescriber = std::string (*)(uint64_t tag);
+void setTagDescriber(TagDescriber d);
+std::string describeTag(uint64_t tag);
+
+}  // namespace hora::transport
