@@ -4,6 +4,10 @@
 // been checked.
 #include <atomic>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "kernels/cpu/reduce_impl.h"
 
 namespace hora::kernels {
@@ -18,13 +22,21 @@ struct CpuFeatures {
   bool bf16 = false;    // AVX512_BF16
 };
 
+#if defined(__x86_64__) || defined(__i386__)
+// F16C from CPUID leaf 1 (some compilers' __builtin_cpu_supports lack "f16c").
+bool hasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
+}
+#endif
+
 CpuFeatures detect() {
   CpuFeatures f;
 #if defined(__x86_64__) || defined(__i386__)
-  // libgcc's checks include the OS's XSAVE support of the YMM/ZMM state.
+  // The runtime's checks (libgcc, compiler-rt) include the OS's XSAVE support of the
+  // YMM/ZMM state; F16C needs no more state than AVX2 does.
   __builtin_cpu_init();
-  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && hasF16c();
   f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   f.bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");

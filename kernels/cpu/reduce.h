@@ -18,6 +18,13 @@
 //     all sources of one call, rounded once (to nearest even) when stored;
 //   - premul scalar: spec.scalar.f for floating types, spec.scalar.i (two's complement
 //     bits) for integer types.
+// Details every implementation (ISA) shares, so that all of them give the same bits:
+//   - the premul scalar and the divisor are first converted to the arithmetic type
+//     (float for float32 and the narrow types, double for float64, the integer type);
+//   - floating max/min: the first operand (the accumulator) if it is NaN, else the second
+//     if it is NaN, else the larger/smaller, and the second when they compare equal
+//     (+0 vs -0): x86 maxps/minps(acc, x) with a NaN acc patched in;
+//   - an integer Avg with divisor 0 (callers reject it) leaves the sum undivided.
 //
 // Pointers need no alignment. A destination may be the very same pointer as a source
 // (in place) but must not partially overlap one. count == 0 does nothing.

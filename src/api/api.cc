@@ -250,7 +250,7 @@ HORA_API horaResult_t horaCommAbort(horaComm_t comm) {
   if (!comm) return horaSuccess;
   return guard("horaCommAbort", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    c->abort();
+    c->abort(1);
     delete c;
   });
 }

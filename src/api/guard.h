@@ -19,10 +19,28 @@ const char* tLastErrorText();
 // The communicator if it is a live one, else nullptr (for error reporting only).
 inline horaComm* liveComm(horaComm* c) { return c && c->magic == horaComm::kMagic ? c : nullptr; }
 
+// Counts the threads inside an entry point on a communicator, so that horaCommAbort can wait
+// until every other caller has stopped touching it before it frees it.
+class CallerScope {
+ public:
+  explicit CallerScope(horaComm* c) : c_(c) {
+    if (c_) c_->callers.fetch_add(1);
+  }
+  ~CallerScope() {
+    if (c_) c_->callers.fetch_sub(1);
+  }
+  CallerScope(const CallerScope&) = delete;
+  CallerScope& operator=(const CallerScope&) = delete;
+
+ private:
+  horaComm* c_;
+};
+
 template <class F>
 horaResult_t guard(const char* fn, horaComm* comm, F&& body) noexcept {
   std::string text;
   horaResult_t code;
+  CallerScope caller(liveComm(comm));
   try {
     log::RankScope scope(liveComm(comm) ? comm->rank : -1);
     body();

@@ -148,12 +148,12 @@ const char* horaComm::lastError() {
   return lastError_.c_str();
 }
 
-void horaComm::abort() noexcept {
+void horaComm::abort(int ownCalls) noexcept {
   aborting.store(true);
   uint64_t one = 1;
   if (wakeFd.valid()) (void)!::write(wakeFd.get(), &one, sizeof one);
   // A call in another thread sees the flag at its next idle round (at most Waiter::kMaxBlock).
-  while (busy.load()) usleep(100);
+  while (busy.load() || callers.load() > ownCalls) usleep(100);
   for (auto& c : conns)
     if (c) c->shutdown("the communicator of " + (peers.empty() ? std::string("a rank") : peers[static_cast<size_t>(rank)].name()) +
                        " was aborted");
@@ -199,6 +199,6 @@ bool horaComm::destroyPreMulOp(int op) {
 }
 
 std::string horaComm::describeCall() const {
-  return format("call #%llu on rank %d of %d%s%s", static_cast<unsigned long long>(calls), rank, nranks,
+  return format("call #%llu on rank %d of %d%s%s", static_cast<unsigned long long>(calls.load()), rank, nranks,
                 opts.name.empty() ? "" : " of ", opts.name.c_str());
 }

@@ -67,8 +67,10 @@ struct horaComm {
   const char* lastError();
   hora::Errc asyncError() const { return static_cast<hora::Errc>(asyncError_.load()); }
 
-  // Abort: stop calls in other threads, close links. Never waits for a peer.
-  void abort() noexcept;
+  // Abort: stop calls in other threads, close links. Never waits for a peer; waits only for
+  // other threads inside calls on this communicator to notice (bounded by Waiter::kMaxBlock).
+  // `ownCalls` is the number of callers that are this abort's own entry point.
+  void abort(int ownCalls) noexcept;
 
   int addPreMulOp(const hora::PreMulOp& op);  // returns the handle offset, or -1 when full
   bool resolveOp(int op, hora::DataType dt, hora::coll::Args& a) const;
@@ -86,9 +88,10 @@ struct horaComm {
   std::vector<hora::transport::Connection*> connPtrs;
   std::atomic<bool> aborting{false};
   std::atomic<bool> busy{false};  // a call is running on it
+  std::atomic<int> callers{0};    // threads inside an entry point on it (api/guard.h)
   hora::Fd wakeFd;                // eventfd, polled by waits, written by abort
   hora::core::Scratch scratch;
-  uint64_t calls = 0;
+  std::atomic<uint64_t> calls{0};
 
  private:
   horaComm() = default;

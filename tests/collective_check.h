@@ -1,0 +1,37 @@
+// One collective call on one rank, checked: inputs from harness.h's inputValue, the result
+// compared bit-exactly with the reference, the send buffer unchanged out of place, and guard
+// bytes around every buffer untouched.
+#pragma once
+#include <hora.h>
+
+#include <string>
+#include <vector>
+
+namespace hora::test {
+
+enum class Coll { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter };
+const char* collName(Coll c);
+inline const std::vector<Coll>& allColls() {
+  static const std::vector<Coll> v{Coll::AllReduce, Coll::Broadcast, Coll::Reduce, Coll::AllGather,
+                                   Coll::ReduceScatter};
+  return v;
+}
+
+struct Case {
+  Coll coll;
+  horaDataType_t dtype;
+  horaRedOp_t op;  // horaNumOps means PreMulSum (an op created for the call)
+  size_t count;
+  bool inPlace;
+  int root;
+};
+std::string describe(const Case& c);
+
+// Runs c on this rank; returns "" or what went wrong.
+std::string runCase(horaComm_t comm, int rank, int nranks, const Case& c);
+
+// The sweep used by the threads and processes tests: every collective x dtype x op x count x
+// in-place, with big counts for a few dtype/op pairs only.
+std::vector<Case> sweep(int nranks, bool withBig);
+
+}  // namespace hora::test

@@ -1,0 +1,133 @@
+// Bad arguments: every entry point returns horaInvalidArgument (or horaInvalidUsage) with a
+// readable horaGetLastError text, never crashes, and leaves the communicator usable.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+using namespace hora::test;
+
+namespace {
+
+struct Check {
+  std::string failures;
+  void expect(horaResult_t got, horaResult_t want, horaComm_t comm, const char* what) {
+    if (got != want) {
+      failures += std::string(what) + ": returned " + horaGetErrorString(got) + "\n";
+      return;
+    }
+    const char* text = horaGetLastError(comm);
+    const char* mine = horaGetLastError(nullptr);
+    if (!text || !*text || !mine || !*mine) failures += std::string(what) + ": no last-error text\n";
+  }
+};
+
+std::string badCalls(horaComm_t comm, int rank, int n) {
+  Check c;
+  float buf[64] = {0}, out[64 * 8] = {0};
+  const horaResult_t IA = horaInvalidArgument;
+  // A null or destroyed communicator.
+  c.expect(horaAllReduce(buf, out, 4, horaFloat, horaSum, nullptr, nullptr), IA, nullptr, "null comm");
+  c.expect(horaCommCount(nullptr, nullptr), IA, nullptr, "count of null comm");
+  int dummy;
+  c.expect(horaCommCount(comm, nullptr), IA, comm, "null count pointer");
+  c.expect(horaCommUserRank(comm, nullptr), IA, comm, "null rank pointer");
+  c.expect(horaCommCuDevice(comm, nullptr), IA, comm, "null device pointer");
+  c.expect(horaCommGetAsyncError(comm, nullptr), IA, comm, "null async pointer");
+  c.expect(horaGetVersion(nullptr), IA, nullptr, "null version pointer");
+  (void)dummy;
+  // Datatypes and ops.
+  for (int t : {-1, 12, 99, 1 << 30})
+    c.expect(horaAllReduce(buf, out, 4, static_cast<horaDataType_t>(t), horaSum, comm, nullptr), IA, comm, "bad dtype");
+  for (int op : {-1, 5, 6, 99, 1 << 30})
+    c.expect(horaAllReduce(buf, out, 4, horaFloat, static_cast<horaRedOp_t>(op), comm, nullptr), IA, comm, "bad op");
+  c.expect(horaReduceScatter(buf, out, 4, horaFloat, static_cast<horaRedOp_t>(77), comm, nullptr), IA, comm, "bad op (rs)");
+  // Roots and peers.
+  for (int root : {-1, n, n + 100}) {
+    c.expect(horaBroadcast(buf, buf, 4, horaFloat, root, comm, nullptr), IA, comm, "bad root (bcast)");
+    c.expect(horaReduce(buf, out, 4, horaFloat, horaSum, root, comm, nullptr), IA, comm, "bad root (reduce)");
+    c.expect(horaSend(buf, 4, horaFloat, root, comm, nullptr), IA, comm, "bad peer (send)");
+    c.expect(horaRecv(buf, 4, horaFloat, root, comm, nullptr), IA, comm, "bad peer (recv)");
+  }
+  // Null buffers with a count.
+  c.expect(horaAllReduce(nullptr, out, 4, horaFloat, horaSum, comm, nullptr), IA, comm, "null sendbuff");
+  c.expect(horaAllReduce(buf, nullptr, 4, horaFloat, horaSum, comm, nullptr), IA, comm, "null recvbuff");
+  c.expect(horaAllGather(buf, nullptr, 4, horaFloat, comm, nullptr), IA, comm, "null allgather recvbuff");
+  c.expect(horaReduceScatter(nullptr, out, 4, horaFloat, horaSum, comm, nullptr), IA, comm, "null rs sendbuff");
+  c.expect(horaBroadcast(buf, nullptr, 4, horaFloat, 0, comm, nullptr), IA, comm, "null bcast recvbuff");
+  c.expect(horaSend(nullptr, 4, horaFloat, 0, comm, nullptr), IA, comm, "null send buffer");
+  c.expect(horaRecv(nullptr, 4, horaFloat, 0, comm, nullptr), IA, comm, "null recv buffer");
+  // A stream in a host-only build, an overflowing count, partially overlapping buffers.
+  c.expect(horaAllReduce(buf, out, 4, horaFloat, horaSum, comm, reinterpret_cast<horaStream_t>(0x1000)), IA, comm,
+           "non-null stream");
+  c.expect(horaAllReduce(buf, out, SIZE_MAX / 2, horaFloat, horaSum, comm, nullptr), IA, comm, "overflowing count");
+  c.expect(horaAllReduce(buf, buf + 1, 8, horaFloat, horaSum, comm, nullptr), IA, comm, "overlapping buffers");
+  c.expect(horaAllGather(out + 1, out, 8, horaFloat, comm, nullptr), n > 1 ? IA : IA, comm, "overlapping allgather");
+  // Reduction ops: device scalars, null scalar, foreign or destroyed ops, wrong dtype.
+  horaRedOp_t op;
+  float two = 2.0f;
+  c.expect(horaRedOpCreatePreMulSum(&op, &two, horaFloat, horaScalarDevice, comm), IA, comm, "device scalar");
+  c.expect(horaRedOpCreatePreMulSum(&op, nullptr, horaFloat, horaScalarHostImmediate, comm), IA, comm, "null scalar");
+  c.expect(horaRedOpCreatePreMulSum(nullptr, &two, horaFloat, horaScalarHostImmediate, comm), IA, comm, "null op");
+  c.expect(horaRedOpDestroy(horaSum, comm), IA, comm, "destroying a built-in op");
+  if (horaRedOpCreatePreMulSum(&op, &two, horaFloat, horaScalarHostImmediate, comm) != horaSuccess)
+    return "creating a premulsum op failed";
+  c.expect(horaAllReduce(buf, out, 4, horaDouble, op, comm, nullptr), IA, comm, "premulsum op with another dtype");
+  if (horaRedOpDestroy(op, comm) != horaSuccess) c.failures += "destroying a premulsum op failed\n";
+  c.expect(horaRedOpDestroy(op, comm), IA, comm, "destroying an op twice");
+  c.expect(horaAllReduce(buf, out, 4, horaFloat, op, comm, nullptr), IA, comm, "using a destroyed op");
+  // Usage errors.
+  c.expect(horaGroupEnd(), horaInvalidUsage, nullptr, "horaGroupEnd without start");
+  c.expect(horaSend(buf, 1, horaFloat, rank, comm, nullptr), horaInvalidUsage, comm, "send to self outside a group");
+  horaComm_t fresh = nullptr;
+  horaUniqueId id;
+  memset(&id, 0, sizeof id);
+  c.expect(horaCommInitRank(&fresh, 2, id, 0), IA, nullptr, "init with a zeroed id");
+  c.expect(horaCommInitRank(nullptr, 2, id, 0), IA, nullptr, "init with a null comm pointer");
+  horaConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  c.expect(horaCommInitRankConfig(&fresh, 2, id, 0, &cfg), IA, nullptr, "init with an uninitialised config");
+  c.expect(horaCommInitAll(nullptr, 2, nullptr), IA, nullptr, "initall with a null array");
+  c.expect(horaCommInitAll(&fresh, 0, nullptr), IA, nullptr, "initall with 0 ranks");
+  c.expect(horaGetUniqueId(nullptr), IA, nullptr, "null unique id");
+  // The communicator is still usable and exact.
+  horaResult_t async = horaInternalError;
+  if (horaCommGetAsyncError(comm, &async) != horaSuccess || async != horaSuccess)
+    c.failures += "the communicator is in an error state after bad arguments\n";
+  int64_t x = rank + 1;
+  if (horaAllReduce(&x, &x, 1, horaInt64, horaSum, comm, nullptr) != horaSuccess ||
+      x != static_cast<int64_t>(n) * (n + 1) / 2)
+    c.failures += std::string("a good call after bad ones failed: ") + horaGetLastError(comm) + "\n";
+  // Count 0 with null buffers is legal and does nothing.
+  if (horaAllReduce(nullptr, nullptr, 0, horaFloat, horaSum, comm, nullptr) != horaSuccess)
+    c.failures += "count 0 with null buffers failed\n";
+  return c.failures;
+}
+
+}  // namespace
+
+TEST_CASE("bad arguments return errors and leave the communicator usable (threads)", "[api]") {
+  for (int n : {1, 3}) {
+    auto failures = runThreads(n, badCalls);
+    std::string all;
+    for (auto& f : failures) all += f;
+    INFO("nranks " << n << "\n" << all);
+    CHECK(failures.empty());
+  }
+}
+
+TEST_CASE("bad arguments across processes", "[api][processes]") {
+  auto results = runProcesses(2, badCalls);
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+TEST_CASE("error strings and destroy/abort of NULL", "[api]") {
+  for (int r = 0; r <= horaNumResults; ++r) CHECK(std::strlen(horaGetErrorString(static_cast<horaResult_t>(r))) > 0);
+  CHECK(horaCommDestroy(nullptr) == horaSuccess);
+  CHECK(horaCommAbort(nullptr) == horaSuccess);
+  CHECK(horaGetLastError(nullptr) != nullptr);
+}

@@ -1,0 +1,174 @@
+// Every collective x dtype x op x count x in-place, on 1 to 8 ranks as threads of this process
+// (horaCommInitAll), plus groups: send/recv rings, sends to self, several collectives and
+// several communicators in one group.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <thread>
+
+#include "collective_check.h"
+#include "harness.h"
+
+using namespace hora::test;
+
+namespace {
+std::string joinAll(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += x + "\n";
+  return s;
+}
+}  // namespace
+
+TEST_CASE("collectives as threads: full sweep on 1..8 ranks", "[threads]") {
+  for (int n = 1; n <= 8; ++n) {
+    auto failures = runThreads(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
+      for (const Case& c : sweep(nranks, nranks == 3 || nranks == 8)) {
+        std::string e = runCase(comm, rank, nranks, c);
+        if (!e.empty()) return e;
+      }
+      return "";
+    });
+    INFO("nranks " << n << "\n" << joinAll(failures));
+    CHECK(failures.empty());
+  }
+}
+
+TEST_CASE("every root of the rooted collectives", "[threads]") {
+  const int n = 5;
+  auto failures = runThreads(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
+    for (int root = 0; root < nranks; ++root)
+      for (Coll c : {Coll::Broadcast, Coll::Reduce})
+        for (bool inPlace : {false, true}) {
+          std::string e = runCase(comm, rank, nranks, Case{c, horaInt32, horaSum, 777, inPlace, root});
+          if (!e.empty()) return e;
+        }
+    return "";
+  });
+  INFO(joinAll(failures));
+  CHECK(failures.empty());
+}
+
+TEST_CASE("results are bit-identical on every rank", "[threads]") {
+  const int n = 6;
+  const size_t count = 100003;
+  std::vector<std::vector<float>> results(n);
+  auto failures = runThreads(n, [&](horaComm_t comm, int rank, int) -> std::string {
+    std::vector<float> in(count), out(count);
+    for (size_t i = 0; i < count; ++i) in[i] = 1.0f / static_cast<float>(i % 97 + rank + 1) + 1e-3f * rank;
+    if (horaAllReduce(in.data(), out.data(), count, horaFloat, horaSum, comm, nullptr) != horaSuccess)
+      return horaGetLastError(comm);
+    results[static_cast<size_t>(rank)] = out;
+    return "";
+  });
+  REQUIRE(failures.empty());
+  for (int r = 1; r < n; ++r) CHECK(memcmp(results[0].data(), results[static_cast<size_t>(r)].data(), count * 4) == 0);
+}
+
+TEST_CASE("send/recv: rings, pairs and self inside groups", "[threads][p2p]") {
+  for (int n : {1, 2, 3, 8}) {
+    auto failures = runThreads(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
+      for (size_t count : {size_t(0), size_t(1), size_t(4097), size_t(3u << 20)}) {
+        std::vector<int32_t> out(count), in(count, -1), self(count, -1);
+        for (size_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(rank * 1000003 + i);
+        const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+        horaGroupStart();
+        horaSend(out.data(), count, horaInt32, next, comm, nullptr);
+        horaRecv(in.data(), count, horaInt32, prev, comm, nullptr);
+        horaSend(out.data(), count, horaInt32, rank, comm, nullptr);
+        horaRecv(self.data(), count, horaInt32, rank, comm, nullptr);
+        if (horaGroupEnd() != horaSuccess) return std::string("ring: ") + horaGetLastError(comm);
+        for (size_t i = 0; i < count; ++i) {
+          if (in[i] != static_cast<int32_t>(prev * 1000003 + i)) return "ring: wrong data from rank " + std::to_string(prev);
+          if (self[i] != out[i]) return "self: wrong data";
+        }
+      }
+      // Pairs exchange with blocking calls outside a group: the lower rank sends first.
+      if (nranks >= 2) {
+        const int peer = rank ^ 1;
+        if (peer < nranks) {
+          int64_t mine = rank, theirs = -1;
+          horaResult_t a, b;
+          if (rank < peer) {
+            a = horaSend(&mine, 1, horaInt64, peer, comm, nullptr);
+            b = horaRecv(&theirs, 1, horaInt64, peer, comm, nullptr);
+          } else {
+            b = horaRecv(&theirs, 1, horaInt64, peer, comm, nullptr);
+            a = horaSend(&mine, 1, horaInt64, peer, comm, nullptr);
+          }
+          if (a != horaSuccess || b != horaSuccess) return std::string("pair: ") + horaGetLastError(comm);
+          if (theirs != peer) return "pair: wrong value";
+        }
+      }
+      return "";
+    });
+    INFO("nranks " << n << "\n" << joinAll(failures));
+    CHECK(failures.empty());
+  }
+}
+
+TEST_CASE("several collectives in one group", "[threads][group]") {
+  const int n = 4;
+  auto failures = runThreads(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
+    const size_t count = 100000;
+    std::vector<float> a(count, static_cast<float>(rank)), b(count * nranks), c(count, 1.0f);
+    std::vector<double> d(10, rank == 2 ? 42.0 : 0.0);
+    horaGroupStart();
+    horaAllReduce(a.data(), a.data(), count, horaFloat, horaMax, comm, nullptr);
+    horaAllGather(c.data(), b.data(), count, horaFloat, comm, nullptr);
+    horaGroupStart();  // groups nest
+    horaBroadcast(d.data(), d.data(), 10, horaDouble, 2, comm, nullptr);
+    horaGroupEnd();
+    if (horaGroupEnd() != horaSuccess) return horaGetLastError(comm);
+    for (size_t i = 0; i < count; ++i)
+      if (a[i] != static_cast<float>(nranks - 1)) return "allreduce in group: wrong";
+    for (float x : b)
+      if (x != 1.0f) return "allgather in group: wrong";
+    for (double x : d)
+      if (x != 42.0) return "broadcast in group: wrong";
+    return "";
+  });
+  INFO(joinAll(failures));
+  CHECK(failures.empty());
+}
+
+TEST_CASE("one thread drives every communicator of a clique in one group", "[threads][group]") {
+  const int n = 4;
+  std::vector<horaComm_t> comms(n);
+  REQUIRE(horaCommInitAll(comms.data(), n, nullptr) == horaSuccess);
+  const size_t count = 200001;
+  std::vector<std::vector<int64_t>> bufs(n, std::vector<int64_t>(count));
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; ++i) bufs[static_cast<size_t>(r)][i] = static_cast<int64_t>(i) * (r + 1);
+  REQUIRE(horaGroupStart() == horaSuccess);
+  for (int r = 0; r < n; ++r)
+    REQUIRE(horaAllReduce(bufs[static_cast<size_t>(r)].data(), bufs[static_cast<size_t>(r)].data(), count, horaInt64,
+                          horaSum, comms[static_cast<size_t>(r)], nullptr) == horaSuccess);
+  REQUIRE(horaGroupEnd() == horaSuccess);
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; i += 997) CHECK(bufs[static_cast<size_t>(r)][i] == static_cast<int64_t>(i) * 10);
+  for (auto c : comms) CHECK(horaCommDestroy(c) == horaSuccess);
+}
+
+TEST_CASE("communicator queries", "[threads]") {
+  const int n = 3;
+  std::vector<horaComm_t> comms(n);
+  const int devs[3] = {7, 8, 9};
+  REQUIRE(horaCommInitAll(comms.data(), n, devs) == horaSuccess);
+  for (int r = 0; r < n; ++r) {
+    int v = -1;
+    CHECK(horaCommCount(comms[r], &v) == horaSuccess);
+    CHECK(v == n);
+    CHECK(horaCommUserRank(comms[r], &v) == horaSuccess);
+    CHECK(v == r);
+    CHECK(horaCommCuDevice(comms[r], &v) == horaSuccess);
+    CHECK(v == devs[r]);
+    horaResult_t async = horaInternalError;
+    CHECK(horaCommGetAsyncError(comms[r], &async) == horaSuccess);
+    CHECK(async == horaSuccess);
+    CHECK(horaCommFinalize(comms[r]) == horaSuccess);
+  }
+  for (auto c : comms) CHECK(horaCommDestroy(c) == horaSuccess);
+  int version = 0;
+  CHECK(horaGetVersion(&version) == horaSuccess);
+  CHECK(version == HORA_VERSION_CODE);
+}

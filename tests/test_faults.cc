@@ -1,0 +1,279 @@
+// Failures: a peer killed before, during and after collectives, a peer that exits without
+// destroying its communicator, a silent (stopped) peer, a rank that never joins, a lost
+// rendezvous, stray and wrong-secret connections, mismatched calls, abort from another thread.
+// Every rank must get an error (never a hang, never a crash); no test depends on timing: a
+// closed socket must be reported as horaRemoteError even though the timeout is long.
+#include <catch2/catch.hpp>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "base/handshake.h"
+#include "base/socket.h"
+#include "comm/bootstrap.h"
+#include "comm/comm.h"
+#include "harness.h"
+
+using namespace hora::test;
+
+namespace {
+
+// Runs allreduces until one fails; returns "" if the failure is `want` (any of them) and every
+// later call on the communicator fails too, else a description.
+std::string expectFailure(horaComm_t comm, std::initializer_list<horaResult_t> want, int iters = 100000) {
+  std::vector<float> buf(1 << 18, 1.0f);
+  for (int i = 0; i < iters; ++i) {
+    horaResult_t r = horaAllReduce(buf.data(), buf.data(), buf.size(), horaFloat, horaSum, comm, nullptr);
+    if (r == horaSuccess) continue;
+    std::string text = horaGetLastError(comm);
+    bool ok = false;
+    for (horaResult_t w : want) ok |= r == w;
+    if (!ok) return std::string("unexpected error ") + horaGetErrorString(r) + ": " + text;
+    if (text.empty()) return "error without a text";
+    horaResult_t async = horaSuccess;
+    horaCommGetAsyncError(comm, &async);
+    if (async != r) return "horaCommGetAsyncError does not report the failure";
+    float x = 0;
+    if (horaBroadcast(&x, &x, 1, horaFloat, 0, comm, nullptr) == horaSuccess) return "a call after the failure succeeded";
+    return "";
+  }
+  return "no call failed";
+}
+
+int killSelf(int sig) { return kill(getpid(), sig); }
+
+}  // namespace
+
+TEST_CASE("a peer killed during a collective: every other rank gets horaRemoteError", "[faults]") {
+  ProcessOptions opts;
+  opts.timeoutMs = 600000;  // only the closed socket can make this fail fast
+  auto results = runProcesses(4, [](horaComm_t comm, int rank, int) -> std::string {
+    if (rank == 2) {
+      // Dies inside its sixth call (busy is set while a call runs).
+      std::thread([comm] {
+        while (comm->calls < 6 || !comm->busy.load()) usleep(50);
+        killSelf(SIGKILL);
+      }).detach();
+    }
+    return expectFailure(comm, {horaRemoteError});
+  }, opts);
+  INFO(describe(results));
+  for (const auto& r : results) {
+    if (r.rank == 2) CHECK((WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL));
+    else CHECK(r.ok());
+  }
+}
+
+TEST_CASE("a peer killed before the first collective, or between two", "[faults]") {
+  for (bool between : {false, true}) {
+    ProcessOptions opts;
+    opts.timeoutMs = 600000;
+    auto results = runProcesses(3, [between](horaComm_t comm, int rank, int) -> std::string {
+      if (between) {
+        int64_t x = rank;
+        if (horaAllReduce(&x, &x, 1, horaInt64, horaSum, comm, nullptr) != horaSuccess || x != 3)
+          return "the first collective failed";
+      }
+      if (rank == 1) killSelf(SIGKILL);
+      return expectFailure(comm, {horaRemoteError});
+    }, opts);
+    INFO((between ? "between\n" : "before\n") << describe(results));
+    for (const auto& r : results) {
+      if (r.rank == 1) CHECK(WIFSIGNALED(r.status));
+      else CHECK(r.ok());
+    }
+  }
+}
+
+TEST_CASE("a peer that exits without destroying its communicator", "[faults]") {
+  ProcessOptions opts;
+  opts.timeoutMs = 600000;
+  auto results = runProcesses(3, [](horaComm_t comm, int rank, int) -> std::string {
+    if (rank == 0) _exit(0);
+    return expectFailure(comm, {horaRemoteError});
+  }, opts);
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+TEST_CASE("a silent (SIGSTOPped) peer: the others fail within the timeout", "[faults]") {
+  ProcessOptions opts;
+  opts.timeoutMs = 1500;
+  auto results = runProcesses(3, [](horaComm_t comm, int rank, int) -> std::string {
+    std::vector<float> buf(1 << 16, 1.0f);
+    for (int i = 0; i < 3; ++i)
+      if (horaAllReduce(buf.data(), buf.data(), buf.size(), horaFloat, horaSum, comm, nullptr) != horaSuccess)
+        return std::string("early failure: ") + horaGetLastError(comm);
+    if (rank == 1) killSelf(SIGSTOP);
+    std::string e = expectFailure(comm, {horaTimeout, horaRemoteError});
+    if (!e.empty()) return e;
+    // Whoever timed out names what it was waiting for.
+    std::string text = horaGetLastError(comm);
+    if (text.find("timed out") == std::string::npos) return "the error does not say it timed out: " + text;
+    return "";
+  }, opts);
+  INFO(describe(results));
+  for (const auto& r : results) {
+    if (r.rank == 1) CHECK(WIFSIGNALED(r.status));
+    else CHECK(r.ok());
+  }
+}
+
+TEST_CASE("a rank that never joins: the others fail at init", "[faults][bootstrap]") {
+  ProcessOptions opts;
+  auto results = runRawProcesses(3, [](const horaUniqueId& id, int rank, int n) -> std::string {
+    if (rank == 2) return "";
+    horaConfig_t cfg = HORA_CONFIG_INITIALIZER;
+    cfg.timeoutMs = 1000;
+    horaComm_t comm = nullptr;
+    horaResult_t r = horaCommInitRankConfig(&comm, n, id, rank, &cfg);
+    if (r == horaSuccess) return "init succeeded without rank 2";
+    if (comm != nullptr) return "a failed init left a communicator";
+    std::string text = horaGetLastError(nullptr);
+    if (text.find("timed out") == std::string::npos) return "unexpected text: " + text;
+    return "";
+  }, opts);
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+TEST_CASE("the process holding the rendezvous is gone: init fails", "[faults][bootstrap]") {
+  int p[2];
+  REQUIRE(pipe(p) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    horaUniqueId id;
+    if (horaGetUniqueId(&id) == horaSuccess) (void)!write(p[1], &id, sizeof id);
+    _exit(0);
+  }
+  close(p[1]);
+  horaUniqueId id;
+  REQUIRE(read(p[0], &id, sizeof id) == static_cast<ssize_t>(sizeof id));
+  close(p[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  auto results = runRawProcessesWithId(id, 2, [](const horaUniqueId& theId, int rank, int n) -> std::string {
+    horaConfig_t cfg = HORA_CONFIG_INITIALIZER;
+    cfg.timeoutMs = 1000;
+    horaComm_t comm = nullptr;
+    if (horaCommInitRankConfig(&comm, n, theId, rank, &cfg) == horaSuccess) return "init succeeded";
+    return "";
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+TEST_CASE("stray and wrong-secret connections to the rendezvous do not disturb the job", "[faults][bootstrap]") {
+  horaUniqueId raw;
+  REQUIRE(horaGetUniqueId(&raw) == horaSuccess);
+  hora::UniqueId id = hora::UniqueId::decode(reinterpret_cast<const uint8_t*>(raw.internal));
+  // A silent connection, one that sends garbage, and one with a wrong secret.
+  hora::Fd silent = hora::startConnect(id.root);
+  hora::Fd garbage = hora::startConnect(id.root);
+  hora::Fd wrong = hora::startConnect(id.root);
+  std::atomic<bool> never{false};
+  hora::Waiter w(std::chrono::milliseconds(10000), &never, [] { return std::string("test connect"); });
+  for (hora::Fd* f : {&silent, &garbage, &wrong})
+    while (hora::connectStatus(f->get()) == EINPROGRESS) w.idle();
+  const char junk[] = "GET / HTTP/1.0\r\n\r\nthis is not a handshake, not even close to one...";
+  REQUIRE(::send(garbage.get(), junk, sizeof junk, MSG_NOSIGNAL) > 0);
+  hora::Secret bad = id.secret;
+  bad.bytes[0] ^= 1;
+  uint8_t payload[hora::kHandshakePayloadBytes] = {0};
+  hora::Handshake hs(hora::Handshake::Role::Client, wrong.get(), bad, hora::LinkKind::Bootstrap, payload);
+  // Its first message goes out; the server's answer fails our check (or the server drops us).
+  bool refused = false;
+  for (int i = 0; i < 2000 && !refused; ++i) {
+    try {
+      hs.step();
+    } catch (const hora::Error&) {
+      refused = true;
+    }
+    if (!refused) usleep(1000);
+  }
+  CHECK(refused);
+
+  auto results = runRawProcessesWithId(raw, 3, [](const horaUniqueId& theId, int rank, int n) -> std::string {
+    horaComm_t comm = nullptr;
+    if (horaCommInitRank(&comm, n, theId, rank) != horaSuccess) return std::string("init: ") + horaGetLastError(nullptr);
+    int64_t x = rank + 1;
+    horaResult_t r = horaAllReduce(&x, &x, 1, horaInt64, horaSum, comm, nullptr);
+    horaCommDestroy(comm);
+    if (r != horaSuccess || x != 6) return "allreduce after strays failed";
+    return "";
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+TEST_CASE("a rank with the wrong secret fails, and so does the job, without hanging", "[faults][bootstrap]") {
+  horaUniqueId raw;
+  REQUIRE(horaGetUniqueId(&raw) == horaSuccess);
+  auto results = runRawProcessesWithId(raw, 2, [](const horaUniqueId& theId, int rank, int n) -> std::string {
+    horaUniqueId mine = theId;
+    hora::UniqueId id = hora::UniqueId::decode(reinterpret_cast<const uint8_t*>(mine.internal));
+    if (rank == 1) {
+      id.secret.bytes[5] ^= 0x40;
+      id.encode(reinterpret_cast<uint8_t*>(mine.internal));
+    }
+    horaConfig_t cfg = HORA_CONFIG_INITIALIZER;
+    cfg.timeoutMs = 1500;
+    horaComm_t comm = nullptr;
+    horaResult_t r = horaCommInitRankConfig(&comm, n, mine, rank, &cfg);
+    if (r == horaSuccess) return "init succeeded";
+    std::string text = horaGetLastError(nullptr);
+    if (rank == 1 && text.find("secret") == std::string::npos) return "rank 1's error does not name the secret: " + text;
+    return "";
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+TEST_CASE("mismatched calls across ranks are reported, not misread", "[faults]") {
+  auto failures = runThreads(2, [](horaComm_t comm, int rank, int) -> std::string {
+    std::vector<float> a(1000, 1.0f), b(2000);
+    horaResult_t r = rank == 0 ? horaAllReduce(a.data(), a.data(), 1000, horaFloat, horaSum, comm, nullptr)
+                               : horaAllGather(a.data(), b.data(), 1000, horaFloat, comm, nullptr);
+    if (r == horaSuccess) return "a mismatched call succeeded";
+    std::string text = horaGetLastError(comm);
+    if (text.find("mismatched") == std::string::npos) return "unhelpful error: " + text;
+    return "";
+  });
+  std::string all;
+  for (auto& f : failures) all += f + "\n";
+  INFO(all);
+  CHECK(failures.empty());
+
+  failures = runThreads(2, [](horaComm_t comm, int rank, int) -> std::string {
+    std::vector<int32_t> a(1001, 1);
+    horaResult_t r = horaAllReduce(a.data(), a.data(), rank == 0 ? 1000 : 1001, horaInt32, horaSum, comm, nullptr);
+    if (r == horaSuccess) return "mismatched counts succeeded";
+    return "";
+  });
+  all.clear();
+  for (auto& f : failures) all += f + "\n";
+  INFO(all);
+  CHECK(failures.empty());
+}
+
+TEST_CASE("horaCommAbort from another thread stops a blocked call", "[faults]") {
+  std::vector<horaComm_t> comms(2);
+  REQUIRE(horaCommInitAll(comms.data(), 2, nullptr) == horaSuccess);
+  horaResult_t got = horaSuccess;
+  std::string text;
+  std::thread t([&] {
+    float x;
+    got = horaRecv(&x, 1, horaFloat, 1, comms[0], nullptr);  // rank 1 never sends
+    text = horaGetLastError(nullptr);
+  });
+  while (!comms[0]->busy.load()) usleep(1000);
+  CHECK(horaCommAbort(comms[0]) == horaSuccess);
+  t.join();
+  CHECK(got != horaSuccess);
+  CHECK(text.find("abort") != std::string::npos);
+  CHECK(horaCommDestroy(comms[1]) == horaSuccess);
+}

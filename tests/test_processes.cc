@@ -1,0 +1,44 @@
+// The collective sweep with ranks as separate processes (fork), each with its own
+// communicator made from one unique id, as an application written against hora.h would.
+#include <catch2/catch.hpp>
+
+#include "collective_check.h"
+#include "harness.h"
+
+using namespace hora::test;
+
+TEST_CASE("collectives as processes: sweep on 1, 2, 3, 5 and 8 ranks", "[processes]") {
+  for (int n : {1, 2, 3, 5, 8}) {
+    auto results = runProcesses(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
+      for (const Case& c : sweep(nranks, nranks == 2 || nranks == 5)) {
+        std::string e = runCase(comm, rank, nranks, c);
+        if (!e.empty()) return e;
+      }
+      return "";
+    });
+    INFO("nranks " << n << "\n" << describe(results));
+    for (const auto& r : results) CHECK(r.ok());
+  }
+}
+
+TEST_CASE("p2p between processes: every pair exchanges in one group", "[processes][p2p]") {
+  const int n = 6;
+  auto results = runProcesses(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
+    const size_t count = 50001;
+    std::vector<std::vector<uint16_t>> in(static_cast<size_t>(nranks), std::vector<uint16_t>(count));
+    std::vector<uint16_t> out(count);
+    for (size_t i = 0; i < count; ++i) out[i] = static_cast<uint16_t>(rank * 7 + i);
+    horaGroupStart();
+    for (int p = 0; p < nranks; ++p) {
+      horaSend(out.data(), count, horaFloat16, p, comm, nullptr);
+      horaRecv(in[static_cast<size_t>(p)].data(), count, horaFloat16, p, comm, nullptr);
+    }
+    if (horaGroupEnd() != horaSuccess) return horaGetLastError(comm);
+    for (int p = 0; p < nranks; ++p)
+      for (size_t i = 0; i < count; ++i)
+        if (in[static_cast<size_t>(p)][i] != static_cast<uint16_t>(p * 7 + i)) return "wrong data from rank " + std::to_string(p);
+    return "";
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
