@@ -30,8 +30,8 @@ uint16_t floatToBf16(float f);
 
 // The input data of one check. Element i of rank r's input is a small integer (a function
 // of r, i and a seed) chosen so that every reduction over all ranks with `op` is exactly
-// representable in `type`: sums stay within the type's exact integer range, products are
-// signed powers of two that stay within it. Only avg on floating types may round (the
+// representable in `type`: sums stay within the type's exact integer range, and so do
+// products (of factors 1, 2, 3 and signs, the non-trivial ones rationed when ranks are many). Only avg on floating types may round (the
 // division by nranks, or a pre-scaling), so it is compared with a tolerance.
 // Collectives without an op use the data of sum. Indices are "global": element i of the
 // whole logical vector, so that a block of rank r starting at element s is filled with
@@ -64,7 +64,7 @@ class Pattern {
   size_t offset_;
   int64_t magnitude_ = 1;  // sum/max/min/avg: values in [-m, m] (or [0, m] if unsigned)
   uint32_t sparse_ = 1;    // > 1: only ranks with (j + rank) % sparse == 0 are non-zero
-  uint32_t twoEvery_ = 2;  // prod: a factor 2 only where (j + rank) % twoEvery == 0
+  uint32_t factorEvery_ = 1;  // prod: a factor 2 or 3 only where (j + rank) % factorEvery == 0
   double tolerance_ = 0;   // avg on floating types only
   mutable std::vector<double> table_;  // reduceAt(j) for every j, built on first use
 };

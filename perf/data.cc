@@ -209,10 +209,10 @@ Pattern::Pattern(horaDataType_t type, horaRedOp_t op, int nranks, uint32_t seed)
     magnitude_ = 1;
     sparse_ = static_cast<uint32_t>((n + limit - 1) / limit);
   }
-  // Products: at most maxTwos factors of 2 per element, so |product| <= 2^maxTwos <= limit.
-  int64_t maxTwos = 0;
-  while ((int64_t{2} << maxTwos) <= limit && maxTwos < 62) ++maxTwos;
-  twoEvery_ = static_cast<uint32_t>(std::max<int64_t>(2, (n + maxTwos - 1) / maxTwos));
+  // Products: at most maxFactors factors of 2 or 3 per element, so |product| <= limit.
+  int64_t maxFactors = 0;
+  for (int64_t p = 3; p <= limit && maxFactors < 40; p *= 3) ++maxFactors;
+  factorEvery_ = static_cast<uint32_t>(std::max<int64_t>(1, (n + maxFactors - 1) / maxFactors));
   if (op == horaAvg && isFloatType(type))
     tolerance_ = 2.0 * static_cast<double>(n + 2) * static_cast<double>(magnitude_) * roundoff(type);
 }
@@ -222,14 +222,26 @@ double Pattern::valueAt(int rank, uint32_t j) const {
   const uint32_t h = mix(seed_ ^ (r * 0x9e3779b1u) ^ mix(j * 0x85ebca77u + r));
   const bool sgn = isSignedType(type_);
   if (op_ == horaProd) {
-    double v = ((j + r) % twoEvery_ == 0 && (h & 1u)) ? 2.0 : 1.0;
+    double v = 1.0;
+    if (factorEvery_ == 1 || (j + r) % factorEvery_ == 0) v = static_cast<double>(1 + ((uint64_t{h} * 3) >> 32));
     if (sgn && ((h >> 1) & 3u) == 0) v = -v;
     return v;
   }
   if (sparse_ > 1 && (j + r) % sparse_ != 0) return 0.0;
-  const uint64_t span = sgn ? 2 * static_cast<uint64_t>(magnitude_) + 1 : static_cast<uint64_t>(magnitude_) + 1;
-  const int64_t v = static_cast<int64_t>((static_cast<uint64_t>(h) * span) >> 32);
-  return static_cast<double>(sgn ? v - magnitude_ : v);
+  // A value in [-m, m] (or [0, m] if unsigned) from the hash x.
+  auto pick = [sgn](uint32_t x, int64_t m) {
+    const uint64_t span = sgn ? 2 * static_cast<uint64_t>(m) + 1 : static_cast<uint64_t>(m) + 1;
+    const int64_t v = static_cast<int64_t>((static_cast<uint64_t>(x) * span) >> 32);
+    return sgn ? v - m : v;
+  };
+  if (op_ == horaAvg && sparse_ == 1) {
+    // A part shared by all ranks plus a rank's own: the average of integers (truncated)
+    // is then not just 0 when ranks are many.
+    const int64_t shared = (magnitude_ + 1) / 2;
+    return static_cast<double>(pick(mix(seed_ ^ mix(j * 0x85ebca77u + 0x2545f491u)), shared) +
+                               pick(h, magnitude_ - shared));
+  }
+  return static_cast<double>(pick(h, magnitude_));
 }
 
 double Pattern::reduceAt(uint32_t j) const {

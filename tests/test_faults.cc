@@ -4,7 +4,9 @@
 // Every rank must get an error (never a hang, never a crash); no test depends on timing: a
 // closed socket must be reported as horaRemoteError even though the timeout is long.
 #include <catch2/catch.hpp>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -137,6 +139,35 @@ TEST_CASE("a rank that never joins: the others fail at init", "[faults][bootstra
     if (text.find("timed out") == std::string::npos) return "unexpected text: " + text;
     return "";
   }, opts);
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+TEST_CASE("a rank that fails during init makes every rank fail at once", "[faults][bootstrap]") {
+  // Rank 2 runs out of file descriptors after joining the rendezvous: its first data socket
+  // fails. With a ten-minute timeout only the rendezvous's report can end the others' init.
+  auto results = runRawProcesses(3, [](const horaUniqueId& id, int rank, int n) -> std::string {
+    if (rank == 2) {
+      // Leave exactly three free descriptors: the eventfd, the rendezvous link, the listener.
+      int limit = 0, free = 0;
+      for (int fd = 0; fd < 4096 && free < 3; ++fd)
+        if (fcntl(fd, F_GETFD) == -1) {
+          ++free;
+          limit = fd + 1;
+        }
+      rlimit lim{static_cast<rlim_t>(limit), static_cast<rlim_t>(limit)};
+      setrlimit(RLIMIT_NOFILE, &lim);
+    }
+    horaConfig_t cfg = HORA_CONFIG_INITIALIZER;
+    cfg.timeoutMs = 600000;
+    horaComm_t comm = nullptr;
+    horaResult_t r = horaCommInitRankConfig(&comm, n, id, rank, &cfg);
+    if (r == horaSuccess) return "init succeeded";
+    std::string text = horaGetLastError(nullptr);
+    if (rank != 2 && (r != horaRemoteError || text.find("rank 2") == std::string::npos))
+      return std::string("unexpected error ") + horaGetErrorString(r) + ": " + text;
+    return "";
+  });
   INFO(describe(results));
   for (const auto& r : results) CHECK(r.ok());
 }

@@ -8,8 +8,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <exception>
 #include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -91,8 +94,6 @@ void drive(Handshake* client, Handshake* server, Outcome& co, Outcome& so) {
     bool cEnd = !client || co.done || co.threw, sEnd = !server || so.done || so.threw;
     if ((cEnd && sEnd) || co.threw || so.threw) return;
     if (g.expired()) throw std::runtime_error("test guard expired: handshake hangs");
-    std::vector<pollfd> fds;
-    (void)fds;
     ::poll(nullptr, 0, 1);
   }
 }
@@ -121,7 +122,7 @@ Outcome runAlone(Handshake& h, int fd) {
 
 }  // namespace
 
-TEST_CASE("handshake: success, the server learns the client's payload", "[handshake]") {
+TEST_CASE("handshake: success and the server learns the client's payload", "[handshake]") {
   const LinkKind kind = GENERATE(LinkKind::Bootstrap, LinkKind::Data);
   auto [cfd, sfd] = unit::socketPair();
   Secret s = makeSecret(1);
@@ -358,7 +359,7 @@ TEST_CASE("handshake: a server rejects what is not a Hora peer", "[handshake]") 
   Handshake server(Handshake::Role::Server, sfd.get(), s, LinkKind::Data);
   Outcome so;
   SECTION("garbage bytes") {
-    std::string junk = "GET / HTTP/1.1\r\nHost: example\r\n\r\n......";
+    std::string junk = "GET / HTTP/1.1\r\nHost: example.org\r\n\r\n......";
     REQUIRE(junk.size() >= 40);
     unit::rawWrite(cfd.get(), junk.data(), junk.size());
     so = runAlone(server, sfd.get());
@@ -422,9 +423,7 @@ TEST_CASE("handshake: clientHandshake with a waiter", "[handshake]") {
   auto [cfd, sfd] = unit::socketPair();
   Secret s = makeSecret(8);
   Payload p = makePayload(8);
-  // The server runs in this thread after the client has sent its hello; the client in another
-  // would be the real use, but the socket buffers let us interleave: run the client in a
-  // thread-free way by letting the server go first on a second thread-free loop.
+  // The blocking client helper runs on a thread, the server's state machine on this one.
   Handshake server(Handshake::Role::Server, sfd.get(), s, LinkKind::Bootstrap);
   std::exception_ptr err;
   bool clientDone = false;
@@ -459,7 +458,7 @@ Fd blockingConnect(const SockAddr& addr) {
 }
 }  // namespace
 
-TEST_CASE("acceptor: good, silent, garbage and wrong-secret clients", "[acceptor]") {
+TEST_CASE("acceptor: good + silent + garbage + wrong-secret clients", "[acceptor]") {
   Secret s = makeSecret(11);
   Fd listener = listenSocket(SockAddr::parse("127.0.0.1:0"));
   Acceptor acc(std::move(listener), s, LinkKind::Data, std::chrono::milliseconds(200), log::kNet);
@@ -581,7 +580,7 @@ TEST_CASE("acceptor: a silent client does not hold up the others", "[acceptor]")
   for (const auto& a : out)
     for (int i = 0; i < n; ++i)
       if (memcmp(a.payload, ps[i].b, kHandshakePayloadBytes) == 0) seen[i] = true;
-  CHECK(allOf(seen));
+  CHECK(std::all_of(seen.begin(), seen.end(), [](bool b) { return b; }));
   // The silent one is still pending: the listener plus it are polled.
   std::vector<pollfd> pf;
   acc.addPollFds(pf);

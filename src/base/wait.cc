@@ -30,22 +30,22 @@ void Waiter::check() {
 }
 
 void Waiter::idle(const Block& block) {
-  ++idleRounds_;
-  if (idleRounds_ <= kSpinRounds) {
-    for (int i = 0; i < 32; ++i) cpuRelax();
-    // The clock is read every few spins only.
-    if (++sinceCheck_ < 8) return;
-    sinceCheck_ = 0;
-    check();
-    return;
+  const Clock::time_point now = Clock::now();
+  if (!idle_) {
+    idle_ = true;
+    idleSince_ = now;
   }
-  if (idleRounds_ <= kSpinRounds + kYieldRounds) {
-    sched_yield();
-    check();
+  const auto idleFor = now - idleSince_;
+  if (idleFor < kSpinFor) {
+    for (int i = 0; i < 16; ++i) cpuRelax();
     return;
   }
   check();
-  milliseconds most = std::min(kMaxBlock, remaining(Clock::now()));
+  if (idleFor < kSpinFor + kYieldFor) {
+    sched_yield();
+    return;
+  }
+  milliseconds most = std::min(kMaxBlock, remaining(now));
   if (most.count() <= 0) most = milliseconds(1);
   block(most);
   check();

@@ -29,9 +29,10 @@ class Waiter {
   using Describe = std::function<std::string()>;
   using Block = std::function<void(milliseconds most)>;
 
-  // Spin this many idle rounds before yielding, and yield this many before blocking.
-  static constexpr int kSpinRounds = 64;
-  static constexpr int kYieldRounds = 16;
+  // Idle this long spinning, then this long yielding the CPU, before blocking. Spinning wins
+  // when every rank has a core; yielding and blocking win when ranks outnumber cores.
+  static constexpr std::chrono::microseconds kSpinFor{8};
+  static constexpr std::chrono::microseconds kYieldFor{64};
   // A block never lasts longer than this, so the abort flag is seen promptly even when
   // nothing wakes the blocker.
   static constexpr milliseconds kMaxBlock{50};
@@ -40,8 +41,7 @@ class Waiter {
       : timeout_(timeout), abort_(abortFlag), what_(std::move(what)), last_(Clock::now()) {}
 
   void progressed() {
-    idleRounds_ = 0;
-    sinceCheck_ = 0;
+    idle_ = false;
     last_ = Clock::now();
   }
 
@@ -61,9 +61,9 @@ class Waiter {
   milliseconds timeout_;
   const std::atomic<bool>* abort_;
   Describe what_;
-  Clock::time_point last_;
-  int idleRounds_ = 0;
-  int sinceCheck_ = 0;
+  Clock::time_point last_;       // the last progress
+  Clock::time_point idleSince_;  // the start of this idle stretch
+  bool idle_ = false;
 };
 
 }  // namespace hora

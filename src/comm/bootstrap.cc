@@ -16,7 +16,8 @@ namespace hora {
 
 namespace {
 constexpr uint32_t kIdMagic = 0x44495248;  // "HRID"
-enum class FrameType : uint32_t { Gather = 1, Result = 2, Error = 3 };
+// Gather, Error and Bye go from a rank to the root; Result and Error from the root to ranks.
+enum class FrameType : uint32_t { Gather = 1, Result = 2, Error = 3, Bye = 4 };
 
 struct HelloPayload {
   uint32_t rank, nranks;
@@ -111,6 +112,7 @@ struct Member {
   int rounds = 0;        // gather frames received
   std::string blob;      // of the current round
   bool gone = false;
+  bool said_bye = false;  // left after completing its init
 };
 
 class Root {
@@ -222,8 +224,23 @@ class Root {
         uint32_t type, len;
         memcpy(&type, m.in.data(), 4);
         memcpy(&len, m.in.data() + 4, 4);
-        if (type != static_cast<uint32_t>(FrameType::Gather) || len > kMaxBootstrapFrame)
+        const bool known = type == static_cast<uint32_t>(FrameType::Gather) ||
+                           type == static_cast<uint32_t>(FrameType::Error) ||
+                           type == static_cast<uint32_t>(FrameType::Bye);
+        if (!known || len > kMaxBootstrapFrame)
           fail(Errc::Remote, "rank %d sent a malformed bootstrap frame (type %u, %u bytes)", m.rank, type, len);
+        if (m.in.size() == 8 + static_cast<size_t>(len) && type == static_cast<uint32_t>(FrameType::Error)) {
+          std::string why = m.in.substr(8, std::min<size_t>(len, 1024));
+          for (char& ch : why)
+            if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) ch = '?';
+          fail(Errc::Remote, "rank %d failed during init: %s", m.rank, why.c_str());
+        }
+        if (m.in.size() == 8 + static_cast<size_t>(len) && type == static_cast<uint32_t>(FrameType::Bye)) {
+          m.said_bye = true;
+          m.in.clear();
+          moved = true;
+          continue;
+        }
         if (m.in.size() == 8 + static_cast<size_t>(len)) {
           if (m.rounds > round_)
             fail(Errc::Remote, "rank %d sent two bootstrap rounds at once", m.rank);
@@ -250,15 +267,13 @@ class Root {
     return moved;
   }
 
-  // A member closed its link: fine once everyone has what they need, an error otherwise.
+  // A member closed its link: fine after its goodbye (its init is complete), an error
+  // otherwise, which every other rank hears of at once.
   bool leave(Member& m) {
     m.gone = true;
     m.fd.reset();
-    bool someoneWaits = false;
-    for (const Member& o : members_)
-      if (!o.gone && o.rounds > m.rounds) someoneWaits = true;
-    if (someoneWaits || !m.in.empty() || (nranks_ > 0 && static_cast<int>(members_.size()) < nranks_))
-      fail(Errc::Remote, "rank %d left the rendezvous before it was complete (it exited or failed)", m.rank);
+    if (!m.said_bye)
+      fail(Errc::Remote, "rank %d left the rendezvous before its init completed (it exited or failed)", m.rank);
     return true;
   }
 
@@ -334,6 +349,34 @@ BootstrapClient::~BootstrapClient() = default;
 SockAddr BootstrapClient::localAddress() const { return hora::localAddress(fd_.get()); }
 
 void BootstrapClient::close() { fd_.reset(); }
+
+void BootstrapClient::finish(Waiter& w) {
+  std::string f = frame(FrameType::Bye, std::string());
+  writeAll(fd_.get(), f.data(), f.size(), w, "the rendezvous");
+  fd_.reset();
+}
+
+void BootstrapClient::abandon(const std::string& why) noexcept {
+  if (!fd_.valid()) return;
+  std::string f = frame(FrameType::Error, why.substr(0, 1024));
+  (void)::send(fd_.get(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  fd_.reset();
+}
+
+void BootstrapClient::checkForFailure() {
+  pollfd p{fd_.get(), POLLIN, 0};
+  if (!fd_.valid() || ::poll(&p, 1, 0) <= 0) return;
+  // Between rounds the root only ever sends an error; it is small, and already here.
+  static const std::atomic<bool> never{false};
+  Waiter w(milliseconds(5000), &never, [] { return std::string("the rendezvous's error report"); });
+  uint32_t hdr[2];
+  readAll(fd_.get(), hdr, sizeof hdr, w, "the rendezvous");
+  if (hdr[0] != static_cast<uint32_t>(FrameType::Error) || hdr[1] > kMaxBootstrapFrame)
+    fail(Errc::Remote, "the rendezvous sent an unexpected frame (type %u) between rounds", hdr[0]);
+  std::string payload(hdr[1], '\0');
+  readAll(fd_.get(), payload.data(), payload.size(), w, "the rendezvous");
+  fail(Errc::Remote, "the rendezvous failed: %s", payload.c_str());
+}
 
 std::vector<std::string> BootstrapClient::allgather(const std::string& mine, Waiter& w) {
   std::string f = frame(FrameType::Gather, mine);

@@ -53,6 +53,13 @@ class BootstrapClient {
   // The local address of the link, a good address to listen on for peers.
   SockAddr localAddress() const;
   void close();
+  // Says goodbye (this rank's init is complete) and closes. Leaving without it, or with
+  // abandon(), makes the root fail the rendezvous for every rank at once.
+  void finish(Waiter& w);
+  void abandon(const std::string& why) noexcept;
+  // Between rounds: throws the root's error report if one has arrived. Never blocks.
+  void checkForFailure();
+  int fd() const { return fd_.get(); }
 
  private:
   Fd fd_;

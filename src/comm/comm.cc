@@ -83,28 +83,34 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
   std::string stage = "joining the rendezvous";
   Waiter w(opts.timeout, &c->aborting, [&] { return stage; });
   BootstrapClient bs(id, rank, nranks, w);
-  SockAddr bindAddr = cfg.socketIfname.empty() ? bs.localAddress()
-                                               : chooseInterface(cfg.socketIfname, id.root.family());
-  bindAddr.setPort(0);
-  tcp::Options topts;
-  topts.nsocks = cfg.nsocksPerPeer;
-  topts.handshakeTimeout = std::min(opts.timeout, milliseconds(30000));
-  tcp::Endpoint ep(bindAddr, id.secret, id.commId(), rank, nranks, topts);
+  try {
+    SockAddr bindAddr = cfg.socketIfname.empty() ? bs.localAddress()
+                                                 : chooseInterface(cfg.socketIfname, id.root.family());
+    bindAddr.setPort(0);
+    tcp::Options topts;
+    topts.nsocks = cfg.nsocksPerPeer;
+    topts.handshakeTimeout = std::min(opts.timeout, milliseconds(30000));
+    tcp::Endpoint ep(bindAddr, id.secret, id.commId(), rank, nranks, topts);
 
-  stage = "every rank's peer record (bootstrap allgather)";
-  std::vector<std::string> blobs = bs.allgather(encodeInfo(rank, cfg, ep.address()), w);
-  std::vector<tcp::PeerAddress> addrs;
-  for (int r = 0; r < nranks; ++r) {
-    c->peers.push_back(decodeInfo(blobs[static_cast<size_t>(r)], r, cfg));
-    addrs.push_back(tcp::PeerAddress{r, c->peers.back().tcpAddr, c->peers.back().name()});
+    stage = "every rank's peer record (bootstrap allgather)";
+    std::vector<std::string> blobs = bs.allgather(encodeInfo(rank, cfg, ep.address()), w);
+    std::vector<tcp::PeerAddress> addrs;
+    for (int r = 0; r < nranks; ++r) {
+      c->peers.push_back(decodeInfo(blobs[static_cast<size_t>(r)], r, cfg));
+      addrs.push_back(tcp::PeerAddress{r, c->peers.back().tcpAddr, c->peers.back().name()});
+    }
+    stage = "TCP connections to every peer";
+    c->conns = ep.connectAll(addrs, w, bs.fd(), [&] { bs.checkForFailure(); });
+    c->conns[static_cast<size_t>(rank)] =
+        std::make_unique<loopback::Connection>(c->peers[static_cast<size_t>(rank)].name());
+    for (auto& p : c->conns) c->connPtrs.push_back(p.get());
+    stage = "every rank to finish connecting (bootstrap barrier)";
+    bs.barrier(w);
+    bs.finish(w);
+  } catch (const Error& e) {
+    bs.abandon(format("%s: %s", stage.c_str(), e.what()));
+    throw;
   }
-  stage = "TCP connections to every peer";
-  c->conns = ep.connectAll(addrs, w);
-  c->conns[static_cast<size_t>(rank)] = std::make_unique<loopback::Connection>(c->peers[static_cast<size_t>(rank)].name());
-  for (auto& p : c->conns) c->connPtrs.push_back(p.get());
-  stage = "every rank to finish connecting (bootstrap barrier)";
-  bs.barrier(w);
-  bs.close();
   HORA_INFO(log::kInit, "communicator %016llx%s%s: rank %d of %d ready, TCP to %d peers with %d socket(s) each",
             static_cast<unsigned long long>(id.commId()), opts.name.empty() ? "" : " ", opts.name.c_str(),
             rank, nranks, nranks - 1, cfg.nsocksPerPeer);

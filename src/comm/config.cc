@@ -29,7 +29,7 @@ const Variable kVariables[] = {
     {"HORA_SOCKET_IFNAME", "(the route to the rendezvous)", "interfaces for TCP: prefixes, =exact, ^excluded"},
     {"HORA_TRANSPORTS", "tcp", "comma list of transports to use; ^X excludes X"},
     {"HORA_ALGO", "auto", "auto or ring (ring/chain pipelines)"},
-    {"HORA_NSOCKS_PERPEER", "2", "TCP sockets per peer, 1..16"},
+    {"HORA_NSOCKS_PERPEER", "1", "TCP sockets per peer, 1..16"},
     {"HORA_CHUNK_BYTES", "524288", "pipeline chunk in bytes, 4096..64M (K, M suffixes)"},
     {"HORA_KERNEL_ISA", "auto", "reduction kernels: auto, scalar, avx2 or avx512"},
     {"HORA_RANK", "", "this rank (set by hora-run)"},

@@ -21,7 +21,7 @@ struct Config {
   std::string socketIfname;  // empty: the address that reaches the rendezvous
   std::vector<std::string> transports{"tcp"};
   std::string algo = "auto";
-  int nsocksPerPeer = 2;
+  int nsocksPerPeer = 1;
   size_t chunkBytes = 512 * 1024;
   std::string kernelIsa = "auto";
 };

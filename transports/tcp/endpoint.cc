@@ -33,7 +33,7 @@ Endpoint::Endpoint(const SockAddr& bindAddr, const Secret& secret, uint64_t comm
 Endpoint::~Endpoint() = default;
 
 std::vector<std::unique_ptr<transport::Connection>> Endpoint::connectAll(
-    const std::vector<PeerAddress>& peers, Waiter& w) {
+    const std::vector<PeerAddress>& peers, Waiter& w, int watchFd, const std::function<void()>& onWatch) {
   const int ns = opts_.nsocks;
   std::vector<std::vector<Fd>> socks(static_cast<size_t>(nranks_));
   std::map<int, const PeerAddress*> byRank;
@@ -115,7 +115,9 @@ std::vector<std::unique_ptr<transport::Connection>> Endpoint::connectAll(
       acceptor_.addPollFds(fds);
       for (const Dial& d : dials)
         if (!d.done) fds.push_back(pollfd{d.fd.get(), d.hs ? d.hs->events() : short(POLLOUT), 0});
+      if (watchFd >= 0) fds.push_back(pollfd{watchFd, POLLIN, 0});
       pollFor(fds.data(), fds.size(), static_cast<int>(most.count()));
+      if (watchFd >= 0 && (fds.back().revents & (POLLIN | POLLHUP | POLLERR)) && onWatch) onWatch();
     });
   }
   acceptor_.close();

@@ -4,6 +4,7 @@
 // each socket opened by the authenticated handshake (base/handshake.h), whose payload says which
 // communicator, which pair and which socket of the pair it is.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,9 +37,12 @@ class Endpoint {
   const SockAddr& address() const { return acceptor_.address(); }
 
   // Returns one connection per rank (nullptr for this rank and for ranks absent from peers).
-  // Every peer in `peers` must call connectAll at the same time.
+  // Every peer in `peers` must call connectAll at the same time. While it waits it also polls
+  // watchFd (if >= 0) and calls onWatch() when that is readable, so that the caller can stop
+  // it (by throwing) when it learns that the job has failed elsewhere.
   std::vector<std::unique_ptr<transport::Connection>> connectAll(const std::vector<PeerAddress>& peers,
-                                                                Waiter& w);
+                                                                Waiter& w, int watchFd = -1,
+                                                                const std::function<void()>& onWatch = {});
 
  private:
   Acceptor acceptor_;

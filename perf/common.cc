@@ -1,0 +1,554 @@
+// The harness of Hora's benchmark tools: options, communicators, buffers, the timing
+// loop, checking, the nccl-tests table and the JSON file (see common.h).
+#include "common.h"
+
+#include <getopt.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace hperf {
+namespace {
+
+const char* gProgram = "perf";
+
+struct Options {
+  size_t minBytes = size_t{32} << 20;
+  size_t maxBytes = size_t{32} << 20;
+  size_t stepFactor = 2;
+  size_t stepBytes = size_t{1} << 20;
+  bool increment = false;  // step by stepBytes instead of stepFactor
+  int iters = 20;
+  int warmup = 5;
+  int aggIters = 1;
+  int check = 1;
+  int average = 1;  // 0 rank 0, 1 average, 2 min, 3 max
+  int blocking = 0;
+  int root = 0;
+  int threads = 0;  // -N: ranks as threads of this process
+  std::vector<horaDataType_t> types{horaFloat};
+  std::vector<horaRedOp_t> ops{horaSum};
+  std::string json;
+  std::vector<size_t> sizes;
+};
+
+void usage(FILE* out) {
+  std::fprintf(out,
+      "usage: %s [options]\n"
+      "  -b, --minbytes <size>       smallest size in bytes, K/M/G suffixes (default 32M)\n"
+      "  -e, --maxbytes <size>       largest size (default 32M)\n"
+      "  -f, --stepfactor <n>        multiply the size by n between tests (default 2)\n"
+      "  -i, --stepbytes <size>      add this many bytes instead (default 1M when used)\n"
+      "  -n, --iters <n>             timed iterations per test (default 20)\n"
+      "  -w, --warmup_iters <n>      untimed iterations before each test (default 5)\n"
+      "  -m, --agg_iters <n>         calls per iteration, in one group (default 1)\n"
+      "  -c, --check <0/1>           check the results (default 1)\n"
+      "  -o, --op <sum/prod/max/min/avg/all>          reduction op (default sum)\n"
+      "  -d, --datatype <int8/uint8/int32/uint32/int64/uint64/half/float/double/bfloat16/all>\n"
+      "                              data type (default float)\n"
+      "  -r, --root <rank>           root of rooted collectives (default 0)\n"
+      "  -z, --blocking <0/1>        accepted for compatibility; no effect\n"
+      "  -a, --average <0/1/2/3>     time reported: rank 0's, average, min or max over ranks (default 1)\n"
+      "  -J, --output_file <file>    also write the results as JSON\n"
+      "  -N, --nranks <n>            run n ranks as threads of this process (horaCommInitAll);\n"
+      "                              without it, ranks come from hora-run (HORA_SIZE), else 1 rank\n"
+      "  -g, --ngpus 1, -t, --nthreads 1    accepted for compatibility (only 1)\n"
+      "  -h, --help                  show this text\n",
+      gProgram);
+}
+
+[[noreturn]] void badUsage(const char* fmt, const char* what) {
+  std::fprintf(stderr, "%s: ", gProgram);
+  std::fprintf(stderr, fmt, what);
+  std::fprintf(stderr, "\n");
+  usage(stderr);
+  std::exit(2);
+}
+
+bool parseInt(const char* text, long lo, long hi, long* out) {
+  if (!text || !*text) return false;
+  errno = 0;
+  char* end = nullptr;
+  long v = std::strtol(text, &end, 10);
+  if (errno != 0 || *end != '\0' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+int intOption(const char* text, long lo, long hi, const char* name) {
+  long v;
+  if (!parseInt(text, lo, hi, &v)) {
+    std::string what = std::string(name) + " '" + text + "' (expected " + std::to_string(lo) + " to " + std::to_string(hi) + ")";
+    badUsage("bad value for %s", what.c_str());
+  }
+  return static_cast<int>(v);
+}
+
+// A size: a number, optionally fractional, with an optional K, M or G (powers of 1024).
+size_t sizeOption(const char* text, const char* name) {
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(text, &end);
+  double unit = 1;
+  if (end != text && *end) {
+    switch (*end) {
+      case 'k': case 'K': unit = 1024.0; break;
+      case 'm': case 'M': unit = 1024.0 * 1024; break;
+      case 'g': case 'G': unit = 1024.0 * 1024 * 1024; break;
+      default: unit = 0; break;
+    }
+    ++end;
+  }
+  v *= unit;
+  if (end == text || *end || errno != 0 || !std::isfinite(v) || v < 0 || v > std::ldexp(1.0, 48) || unit == 0)
+    badUsage("bad size for %s", (std::string(name) + " '" + text + "'").c_str());
+  return static_cast<size_t>(v);
+}
+
+const horaDataType_t kAllTypes[] = {horaInt8, horaUint8, horaInt32, horaUint32, horaInt64,
+                                    horaUint64, horaFloat16, horaFloat32, horaFloat64, horaBfloat16};
+const horaRedOp_t kAllOps[] = {horaSum, horaProd, horaMax, horaMin, horaAvg};
+
+Options parseOptions(int argc, char** argv) {
+  Options o;
+  bool factorGiven = false, bytesGiven = false;
+  static const option longOpts[] = {
+      {"minbytes", required_argument, nullptr, 'b'}, {"maxbytes", required_argument, nullptr, 'e'},
+      {"stepfactor", required_argument, nullptr, 'f'}, {"stepbytes", required_argument, nullptr, 'i'},
+      {"iters", required_argument, nullptr, 'n'}, {"warmup_iters", required_argument, nullptr, 'w'},
+      {"agg_iters", required_argument, nullptr, 'm'}, {"check", required_argument, nullptr, 'c'},
+      {"op", required_argument, nullptr, 'o'}, {"datatype", required_argument, nullptr, 'd'},
+      {"root", required_argument, nullptr, 'r'}, {"blocking", required_argument, nullptr, 'z'},
+      {"average", required_argument, nullptr, 'a'}, {"output_file", required_argument, nullptr, 'J'},
+      {"nranks", required_argument, nullptr, 'N'}, {"ngpus", required_argument, nullptr, 'g'},
+      {"nthreads", required_argument, nullptr, 't'}, {"help", no_argument, nullptr, 'h'},
+      {nullptr, 0, nullptr, 0}};
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":b:e:f:i:n:w:m:c:o:d:r:z:a:J:N:g:t:h", longOpts, nullptr)) != -1) {
+    switch (c) {
+      case 'b': o.minBytes = sizeOption(optarg, "-b"); break;
+      case 'e': o.maxBytes = sizeOption(optarg, "-e"); break;
+      case 'f': o.stepFactor = static_cast<size_t>(intOption(optarg, 1, 1 << 20, "-f")); factorGiven = true; break;
+      case 'i': o.stepBytes = sizeOption(optarg, "-i"); bytesGiven = true; break;
+      case 'n': o.iters = intOption(optarg, 1, 1 << 30, "-n"); break;
+      case 'w': o.warmup = intOption(optarg, 0, 1 << 30, "-w"); break;
+      case 'm': o.aggIters = intOption(optarg, 1, 1 << 20, "-m"); break;
+      case 'c': o.check = intOption(optarg, 0, 1, "-c"); break;
+      case 'z': o.blocking = intOption(optarg, 0, 1, "-z"); break;
+      case 'a': o.average = intOption(optarg, 0, 3, "-a"); break;
+      case 'r': o.root = intOption(optarg, 0, 1 << 20, "-r"); break;
+      case 'N': o.threads = intOption(optarg, 1, 1024, "-N"); break;
+      case 'g': intOption(optarg, 1, 1, "-g"); break;
+      case 't': intOption(optarg, 1, 1, "-t"); break;
+      case 'J': o.json = optarg; if (o.json.empty()) badUsage("%s", "empty file name for -J"); break;
+      case 'o': {
+        std::string v = optarg;
+        o.ops.clear();
+        if (v == "all") o.ops.assign(std::begin(kAllOps), std::end(kAllOps));
+        for (horaRedOp_t op : kAllOps)
+          if (v == opName(op)) o.ops.push_back(op);
+        if (o.ops.empty()) badUsage("unknown op '%s'", optarg);
+        break;
+      }
+      case 'd': {
+        std::string v = optarg;
+        o.types.clear();
+        if (v == "all") o.types.assign(std::begin(kAllTypes), std::end(kAllTypes));
+        for (horaDataType_t t : kAllTypes)
+          if (v == typeName(t)) o.types.push_back(t);
+        if (o.types.empty()) badUsage("unknown datatype '%s'", optarg);
+        break;
+      }
+      case 'h': usage(stdout); std::exit(0);
+      case ':':
+      default: {
+        std::string name = optopt ? std::string("-") + static_cast<char>(optopt) : std::string(argv[optind - 1]);
+        badUsage(c == ':' ? "option %s needs a value" : "unknown option %s", name.c_str());
+      }
+    }
+  }
+  if (optind < argc) badUsage("unexpected argument '%s'", argv[optind]);
+  if (o.minBytes > o.maxBytes) badUsage("%s", "minbytes (-b) is larger than maxbytes (-e)");
+  o.increment = (bytesGiven && !(factorGiven && o.stepFactor > 1)) || o.stepFactor == 1;
+  if (o.increment && o.stepBytes == 0 && o.minBytes < o.maxBytes) badUsage("%s", "stepbytes (-i) must be > 0");
+  if (!o.increment && o.minBytes == 0 && o.maxBytes > 0) badUsage("%s", "a step factor never grows size 0: use -b > 0 or -i");
+  for (size_t s = o.minBytes;;) {
+    o.sizes.push_back(s);
+    size_t next = o.increment ? s + o.stepBytes : s * o.stepFactor;
+    if (next <= s || next > o.maxBytes) break;
+    s = next;
+  }
+  return o;
+}
+
+// ---- one rank ----------------------------------------------------------------------
+
+struct Result {
+  double timeUs = 0, algBw = 0, busBw = 0;
+  double wrong = -1;  // -1: not checked
+};
+
+struct Row {
+  size_t size = 0, count = 0;
+  horaDataType_t type = horaFloat;
+  const char* op = "none";
+  int root = -1;
+  Result res[2];  // out of place, in place
+};
+
+struct Rank {
+  const Options& opt;
+  const Collective& coll;
+  horaComm_t comm = nullptr;
+  int rank = 0, nranks = 1;
+  bool threads = false;
+  char* sendBuf = nullptr;
+  char* recvBuf = nullptr;
+  uint32_t seed = 0;
+  std::vector<Row> rows;  // rank 0 only
+  double wrongTotal = 0, bwSum = 0;
+  int bwCount = 0;
+
+  Rank(const Options& o, const Collective& c, horaComm_t cm, bool th) : opt(o), coll(c), comm(cm), threads(th) {}
+
+  bool printer() const { return rank == 0; }
+
+  [[noreturn]] void die(const char* what, horaResult_t r) const {
+    const char* text = comm ? horaGetLastError(comm) : "";
+    if (!*text) text = horaGetLastError(nullptr);
+    std::fprintf(stderr, "%s: rank %d: %s failed: %s (%d): %s\n", gProgram, rank, what,
+                 horaGetErrorString(r), static_cast<int>(r), text);
+    std::fflush(nullptr);
+    _exit(1);
+  }
+  void check(horaResult_t r, const char* what) const {
+    if (r != horaSuccess) die(what, r);
+  }
+
+  void allocate() {
+    size_t sendMax = 0, recvMax = 0;
+    for (horaDataType_t t : opt.types) {
+      const size_t ts = typeSize(t);
+      Counts c = coll.counts(opt.maxBytes / ts, nranks);
+      sendMax = std::max(sendMax, c.send * ts);
+      recvMax = std::max(recvMax, c.recv * ts);
+    }
+    for (auto [buf, bytes] : {std::pair<char**, size_t>{&sendBuf, sendMax}, {&recvBuf, recvMax}}) {
+      void* p = nullptr;
+      if (posix_memalign(&p, 4096, std::max<size_t>(bytes, 64)) != 0) {
+        std::fprintf(stderr, "%s: rank %d: cannot allocate %zu bytes\n", gProgram, rank, bytes);
+        std::fflush(nullptr);
+        _exit(1);
+      }
+      std::memset(p, 0, std::max<size_t>(bytes, 64));  // first touch, by the thread that uses it
+      *buf = static_cast<char*>(p);
+    }
+  }
+
+  // Everyone's pid and host, for the header.
+  void printRanks() {
+    struct Who {
+      int32_t pid;
+      char host[60];
+    } me{}, *all = nullptr;
+    me.pid = static_cast<int32_t>(getpid());
+    gethostname(me.host, sizeof me.host - 1);
+    std::vector<Who> v(static_cast<size_t>(nranks));
+    all = v.data();
+    check(horaAllGather(&me, all, sizeof me, horaUint8, comm, nullptr), "horaAllGather (rank list)");
+    if (!printer()) return;
+    std::printf("#\n# Using ranks\n");
+    for (int r = 0; r < nranks; ++r) {
+      all[r].host[sizeof all[r].host - 1] = '\0';
+      std::printf("#  Rank %2d Pid %6d on %10s\n", r, static_cast<int>(all[r].pid), all[r].host);
+    }
+  }
+
+  void printHeader() {
+    if (!printer()) return;
+    int version = 0;
+    horaGetVersion(&version);
+    std::printf("# %s: Hora %d.%d.%d, %d rank%s as %s\n", gProgram, version / 10000, version / 100 % 100,
+                version % 100, nranks, nranks == 1 ? "" : "s",
+                threads ? "threads of one process" : "processes");
+    if (opt.increment)
+      std::printf("# minBytes %zu maxBytes %zu step: %zu(bytes)", opt.minBytes, opt.maxBytes, opt.stepBytes);
+    else
+      std::printf("# minBytes %zu maxBytes %zu step: %zu(factor)", opt.minBytes, opt.maxBytes, opt.stepFactor);
+    std::printf(" warmup iters: %d iters: %d agg iters: %d validation: %d average: %d\n", opt.warmup,
+                opt.iters, opt.aggIters, opt.check, opt.average);
+    std::printf("# nranks %d\n", nranks);
+  }
+
+  void printTableHeader() {
+    if (!printer()) return;
+    std::printf("#\n");
+    std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
+                "", "", "", "", "");
+    std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type",
+                "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+    std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)", "(elements)", "", "",
+                "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+    std::fflush(stdout);
+  }
+
+  // One iteration: aggIters calls, in one group when more than one.
+  void call(const TestCase& tc, const void* send, void* recv, int aggIters) {
+    if (aggIters > 1) check(horaGroupStart(), "horaGroupStart");
+    for (int a = 0; a < aggIters; ++a) {
+      horaResult_t r = coll.run(tc, send, recv, comm);
+      if (r != horaSuccess) {
+        char what[160];
+        std::snprintf(what, sizeof what, "%s (count %zu, %s, %s, %s)", coll.name(), tc.counts.param,
+                      typeName(tc.type), coll.hasOp() ? opName(tc.op) : "no op",
+                      send == sendBuf ? "out of place" : "in place");
+        die(what, r);
+      }
+    }
+    if (aggIters > 1) check(horaGroupEnd(), "horaGroupEnd");
+  }
+
+  Result bench(TestCase& tc, bool inPlace) {
+    const size_t ts = typeSize(tc.type);
+    const Counts& c = tc.counts;
+    const size_t r = static_cast<size_t>(rank);
+    char* send = inPlace ? recvBuf + c.sendInplaceOffset * r * ts : sendBuf;
+    char* recv = inPlace ? recvBuf + c.recvInplaceOffset * r * ts : recvBuf;
+    for (int i = 0; i < opt.warmup; ++i) call(tc, send, recv, opt.aggIters);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < opt.iters; ++i) call(tc, send, recv, opt.aggIters);
+    auto t1 = std::chrono::steady_clock::now();
+    double sec = std::chrono::duration<double>(t1 - t0).count() / (static_cast<double>(opt.iters) * opt.aggIters);
+    if (opt.average != 0) {
+      const horaRedOp_t op = opt.average == 2 ? horaMin : opt.average == 3 ? horaMax : horaSum;
+      check(horaAllReduce(&sec, &sec, 1, horaFloat64, op, comm, nullptr), "horaAllReduce (time)");
+      if (opt.average == 1) sec /= nranks;
+    }
+    Result res;
+    res.timeUs = sec * 1e6;
+    const double base = sec > 0 ? coll.algBytes(c, ts, nranks) / 1e9 / sec : 0;
+    res.algBw = base;
+    res.busBw = base * coll.busBwFactor(nranks);
+    if (opt.check) {
+      Pattern pattern(tc.type, tc.op, nranks, ++seed);
+      tc.pattern = &pattern;
+      poison(recv, c.recv, tc.type);
+      coll.fillInput(tc, send);
+      call(tc, send, recv, 1);  // a single call, so that in place means one reduction
+      uint64_t wrong = coll.checkOutput(tc, recv);
+      tc.pattern = nullptr;
+      check(horaAllReduce(&wrong, &wrong, 1, horaUint64, horaSum, comm, nullptr), "horaAllReduce (#wrong)");
+      res.wrong = static_cast<double>(wrong);
+      wrongTotal += res.wrong;
+    }
+    bwSum += res.busBw;
+    ++bwCount;
+    return res;
+  }
+
+  static void printResult(const Result& r) {
+    char t[32];
+    const char* fmt = r.timeUs >= 10000.0 ? "%7.0f" : r.timeUs >= 100.0 ? "%7.1f" : "%7.2f";
+    std::snprintf(t, sizeof t, fmt, r.timeUs);
+    if (r.wrong >= 0)
+      std::printf("  %7s  %6.2f  %6.2f  %5g", t, r.algBw, r.busBw, r.wrong);
+    else
+      std::printf("  %7s  %6.2f  %6.2f  %5s", t, r.algBw, r.busBw, "N/A");
+  }
+
+  void runAll() {
+    for (horaDataType_t type : opt.types) {
+      const size_t ts = typeSize(type);
+      for (size_t o = 0; o < (coll.hasOp() ? opt.ops.size() : 1); ++o) {
+        for (size_t size : opt.sizes) {
+          TestCase tc;
+          tc.type = type;
+          tc.op = coll.hasOp() ? opt.ops[o] : horaSum;
+          tc.root = coll.hasRoot() ? opt.root : 0;
+          tc.rank = rank;
+          tc.nranks = nranks;
+          tc.counts = coll.counts(size / ts, nranks);
+          Row row;
+          row.size = std::max(tc.counts.send, tc.counts.recv) * ts;
+          row.count = tc.counts.param;
+          row.type = type;
+          row.op = coll.hasOp() ? opName(tc.op) : "none";
+          row.root = coll.hasRoot() ? tc.root : -1;
+          if (printer()) {
+            std::printf("%12zu  %12zu  %8s  %6s  %6d", row.size, row.count, typeName(type), row.op, row.root);
+            std::fflush(stdout);
+          }
+          for (int inPlace = 0; inPlace < 2; ++inPlace) {
+            row.res[inPlace] = bench(tc, inPlace != 0);
+            if (printer()) {
+              printResult(row.res[inPlace]);
+              std::fflush(stdout);
+            }
+          }
+          if (printer()) {
+            std::printf("\n");
+            std::fflush(stdout);
+            rows.push_back(row);
+          }
+        }
+      }
+    }
+  }
+
+  double avgBusBw() const { return bwCount ? bwSum / bwCount : 0; }
+  void printSummary() {
+    if (!printer()) return;
+    std::printf("# Out of bounds values : %.0f %s\n", wrongTotal, wrongTotal > 0 ? "FAILED" : "OK");
+    std::printf("# Avg bus bandwidth    : %g \n#\n", avgBusBw());
+    std::fflush(stdout);
+  }
+
+  void writeJson(FILE* f) const;
+  int main(FILE* json);
+};
+
+void jsonNumber(FILE* f, const char* name, double v, const char* after = ", ") {
+  if (std::isfinite(v))
+    std::fprintf(f, "\"%s\": %.10g%s", name, v, after);
+  else
+    std::fprintf(f, "\"%s\": null%s", name, after);
+}
+
+void Rank::writeJson(FILE* f) const {
+  int version = 0;
+  horaGetVersion(&version);
+  std::fprintf(f, "{\n  \"program\": \"%s\", \"collective\": \"%s\", \"hora_version\": %d,\n", gProgram, coll.name(), version);
+  std::fprintf(f, "  \"nranks\": %d, \"ranks_as\": \"%s\", ", nranks, threads ? "threads" : "processes");
+  std::fprintf(f, "\"minbytes\": %zu, \"maxbytes\": %zu, ", opt.minBytes, opt.maxBytes);
+  if (opt.increment)
+    std::fprintf(f, "\"stepbytes\": %zu, ", opt.stepBytes);
+  else
+    std::fprintf(f, "\"stepfactor\": %zu, ", opt.stepFactor);
+  std::fprintf(f, "\"iters\": %d, \"warmup_iters\": %d, \"agg_iters\": %d,\n", opt.iters, opt.warmup, opt.aggIters);
+  std::fprintf(f, "  \"check\": %d, \"average\": %d, \"blocking\": %d, \"root\": %d,\n  \"datatypes\": [", opt.check,
+               opt.average, opt.blocking, coll.hasRoot() ? opt.root : -1);
+  for (size_t i = 0; i < opt.types.size(); ++i) std::fprintf(f, "%s\"%s\"", i ? ", " : "", typeName(opt.types[i]));
+  std::fprintf(f, "], \"ops\": [");
+  if (coll.hasOp())
+    for (size_t i = 0; i < opt.ops.size(); ++i) std::fprintf(f, "%s\"%s\"", i ? ", " : "", opName(opt.ops[i]));
+  std::fprintf(f, "],\n  \"rows\": [");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    std::fprintf(f, "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", \"root\": %d", i ? "," : "",
+                 r.size, r.count, typeName(r.type), r.op, r.root);
+    for (int p = 0; p < 2; ++p) {
+      std::fprintf(f, ",\n     \"%s\": {", p ? "in_place" : "out_of_place");
+      jsonNumber(f, "time_us", r.res[p].timeUs);
+      jsonNumber(f, "algbw_gbs", r.res[p].algBw);
+      jsonNumber(f, "busbw_gbs", r.res[p].busBw);
+      if (r.res[p].wrong >= 0)
+        jsonNumber(f, "wrong", r.res[p].wrong, "}");
+      else
+        std::fprintf(f, "\"wrong\": null}");
+    }
+    std::fprintf(f, "}");
+  }
+  std::fprintf(f, "\n  ],\n  ");
+  jsonNumber(f, "out_of_bounds", wrongTotal);
+  jsonNumber(f, "avg_busbw_gbs", avgBusBw(), "\n}\n");
+}
+
+int Rank::main(FILE* json) {
+  check(horaCommUserRank(comm, &rank), "horaCommUserRank");
+  check(horaCommCount(comm, &nranks), "horaCommCount");
+  if (coll.hasRoot() && opt.root >= nranks) {
+    if (printer()) std::fprintf(stderr, "%s: root %d is out of range for %d ranks\n", gProgram, opt.root, nranks);
+    return 2;
+  }
+  allocate();
+  printHeader();
+  printRanks();
+  printTableHeader();
+  runAll();
+  printSummary();
+  if (printer() && json) {
+    writeJson(json);
+    if (std::fclose(json) != 0) {
+      std::fprintf(stderr, "%s: cannot write %s: %s\n", gProgram, opt.json.c_str(), std::strerror(errno));
+      return 1;
+    }
+  }
+  std::free(sendBuf);
+  std::free(recvBuf);
+  check(horaCommDestroy(comm), "horaCommDestroy");
+  comm = nullptr;
+  return wrongTotal > 0 ? 1 : 0;
+}
+
+FILE* openJson(const Options& opt) {
+  if (opt.json.empty()) return nullptr;
+  FILE* f = std::fopen(opt.json.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "%s: cannot open %s: %s\n", gProgram, opt.json.c_str(), std::strerror(errno));
+    std::fflush(nullptr);
+    _exit(2);
+  }
+  return f;
+}
+
+}  // namespace
+
+int perfMain(int argc, char** argv, const Collective& coll) {
+  if (argc > 0 && argv[0]) {
+    const char* slash = std::strrchr(argv[0], '/');
+    gProgram = slash ? slash + 1 : argv[0];
+  }
+  Options opt = parseOptions(argc, argv);
+  const char* launched = std::getenv("HORA_SIZE");
+  if (launched && *launched && opt.threads > 0)
+    badUsage("%s", "-N runs ranks as threads; it cannot be combined with a launcher (HORA_SIZE is set)");
+
+  if (opt.threads == 0 && launched && *launched) {  // one rank of a job started by hora-run
+    horaComm_t comm = nullptr;
+    horaResult_t r = horaCommInitFromEnv(&comm);
+    if (r != horaSuccess) {
+      std::fprintf(stderr, "%s: rank %s: horaCommInitFromEnv failed: %s: %s\n", gProgram,
+                   std::getenv("HORA_RANK") ? std::getenv("HORA_RANK") : "?", horaGetErrorString(r),
+                   horaGetLastError(nullptr));
+      return 1;
+    }
+    int rank = 0;
+    horaCommUserRank(comm, &rank);
+    FILE* json = rank == 0 ? openJson(opt) : nullptr;
+    Rank me(opt, coll, comm, false);
+    return me.main(json);
+  }
+
+  const int n = opt.threads > 0 ? opt.threads : 1;
+  FILE* json = openJson(opt);
+  std::vector<horaComm_t> comms(static_cast<size_t>(n), nullptr);
+  horaResult_t r = horaCommInitAll(comms.data(), n, nullptr);
+  if (r != horaSuccess) {
+    std::fprintf(stderr, "%s: horaCommInitAll(%d) failed: %s: %s\n", gProgram, n, horaGetErrorString(r),
+                 horaGetLastError(nullptr));
+    return 1;
+  }
+  std::vector<int> status(static_cast<size_t>(n), 0);
+  std::vector<std::thread> workers;
+  for (int i = 0; i < n; ++i) {
+    workers.emplace_back([&, i] {
+      Rank me(opt, coll, comms[static_cast<size_t>(i)], true);
+      status[static_cast<size_t>(i)] = me.main(json);  // only rank 0 writes it
+    });
+  }
+  for (auto& w : workers) w.join();
+  return *std::max_element(status.begin(), status.end());
+}
+
+}  // namespace hperf

@@ -1,0 +1,325 @@
+// Tests of the configuration parser (comm/config.h) with a fake environment: defaults, every
+// variable's valid forms, every invalid value rejected with InvalidArgument naming the
+// variable and the value, the launcher variables with their Slurm / Open MPI / torchrun
+// fallbacks, and the detection of misspelt HORA_* names.
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "base/error.h"
+#include "comm/config.h"
+
+using namespace hora;
+
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+EnvLookup lookup(const Env& env) {
+  return [env](const char* name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+Config parse(const Env& env) { return parseConfig(lookup(env)); }
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Parses and expects InvalidArgument whose message names the variable and the value.
+void expectInvalid(const std::string& name, const std::string& value) {
+  INFO(name << "='" << value << "'");
+  bool threw = false;
+  try {
+    parse(Env{{name, value}});
+  } catch (const Error& e) {
+    threw = true;
+    std::string what = e.what();
+    INFO("message: " << what);
+    CHECK(e.code() == Errc::InvalidArgument);
+    CHECK(contains(what, name));
+    CHECK(contains(what, "'" + value + "'"));
+  }
+  CHECK(threw);
+}
+
+}  // namespace
+
+TEST_CASE("config: defaults", "[config]") {
+  Config c = parse({});
+  CHECK(c.debugLevel == log::Level::Warn);
+  CHECK(c.debugSubsys == log::kAll);
+  CHECK(c.timeout == std::chrono::milliseconds(600000));
+  CHECK(c.socketIfname.empty());
+  CHECK(c.transports == std::vector<std::string>{"tcp"});
+  CHECK(c.algo == "auto");
+  CHECK(c.nsocksPerPeer == 2);
+  CHECK(c.chunkBytes == 512 * 1024);
+  CHECK(c.kernelIsa == "auto");
+  // Unrelated variables change nothing.
+  Config d = parse({{"PATH", "/bin"}, {"HORA_UNKNOWN_THING", "1"}});
+  CHECK(d.nsocksPerPeer == 2);
+}
+
+TEST_CASE("config: HORA_DEBUG", "[config]") {
+  CHECK(parse({{"HORA_DEBUG", "NONE"}}).debugLevel == log::Level::None);
+  CHECK(parse({{"HORA_DEBUG", "warn"}}).debugLevel == log::Level::Warn);
+  CHECK(parse({{"HORA_DEBUG", "Info"}}).debugLevel == log::Level::Info);
+  CHECK(parse({{"HORA_DEBUG", "tRaCe"}}).debugLevel == log::Level::Trace);
+  CHECK(parse({{"HORA_DEBUG", "  info  "}}).debugLevel == log::Level::Info);
+  for (const char* bad : {"VERBOSE", "2", "INFOX", "IN FO", "all"}) expectInvalid("HORA_DEBUG", bad);
+}
+
+TEST_CASE("config: HORA_DEBUG_SUBSYS", "[config]") {
+  CHECK(parse({{"HORA_DEBUG_SUBSYS", "INIT"}}).debugSubsys == log::kInit);
+  CHECK(parse({{"HORA_DEBUG_SUBSYS", "net,coll"}}).debugSubsys == (log::kNet | log::kColl));
+  CHECK(parse({{"HORA_DEBUG_SUBSYS", " Bootstrap , ENV "}}).debugSubsys == (log::kBootstrap | log::kEnv));
+  CHECK(parse({{"HORA_DEBUG_SUBSYS", "ALL"}}).debugSubsys == log::kAll);
+  CHECK(parse({{"HORA_DEBUG_SUBSYS", "^NET"}}).debugSubsys == (log::kAll & ~uint32_t(log::kNet)));
+  CHECK(parse({{"HORA_DEBUG_SUBSYS", "^net,^coll"}}).debugSubsys ==
+        (log::kAll & ~uint32_t(log::kNet | log::kColl)));
+  CHECK(parse({{"HORA_DEBUG_SUBSYS", "INIT,NET,^NET"}}).debugSubsys == log::kInit);
+  CHECK(parse({{"HORA_DEBUG_SUBSYS", "ALL,^INIT"}}).debugSubsys == (log::kAll & ~uint32_t(log::kInit)));
+  for (const char* bad : {"", "NETWORK", "INIT,FOO", "^", "^BAR", ",,"}) expectInvalid("HORA_DEBUG_SUBSYS", bad);
+}
+
+TEST_CASE("config: HORA_TIMEOUT_MS", "[config]") {
+  CHECK(parse({{"HORA_TIMEOUT_MS", "1"}}).timeout == std::chrono::milliseconds(1));
+  CHECK(parse({{"HORA_TIMEOUT_MS", "5000"}}).timeout == std::chrono::milliseconds(5000));
+  CHECK(parse({{"HORA_TIMEOUT_MS", " 250 "}}).timeout == std::chrono::milliseconds(250));
+  CHECK(parse({{"HORA_TIMEOUT_MS", "31536000000"}}).timeout == std::chrono::milliseconds(31536000000LL));
+  for (const char* bad : {"0", "-5", "abc", "10s", "1.5", "", "31536000001", "99999999999999999999999"})
+    expectInvalid("HORA_TIMEOUT_MS", bad);
+}
+
+TEST_CASE("config: HORA_SOCKET_IFNAME", "[config]") {
+  CHECK(parse({{"HORA_SOCKET_IFNAME", "eth0"}}).socketIfname == "eth0");
+  CHECK(parse({{"HORA_SOCKET_IFNAME", " =ib0,^docker "}}).socketIfname == "=ib0,^docker");
+  for (const char* bad : {"", " ", ",", " , "}) expectInvalid("HORA_SOCKET_IFNAME", bad);
+}
+
+TEST_CASE("config: HORA_NSOCKS_PERPEER", "[config]") {
+  for (int n = 1; n <= 16; ++n)
+    CHECK(parse({{"HORA_NSOCKS_PERPEER", std::to_string(n)}}).nsocksPerPeer == n);
+  for (const char* bad : {"0", "17", "-1", "two", "", "2x", "1e1"}) expectInvalid("HORA_NSOCKS_PERPEER", bad);
+}
+
+TEST_CASE("config: HORA_CHUNK_BYTES", "[config]") {
+  CHECK(parse({{"HORA_CHUNK_BYTES", "4096"}}).chunkBytes == 4096);
+  CHECK(parse({{"HORA_CHUNK_BYTES", "4K"}}).chunkBytes == 4096);
+  CHECK(parse({{"HORA_CHUNK_BYTES", "4k"}}).chunkBytes == 4096);
+  CHECK(parse({{"HORA_CHUNK_BYTES", "128K"}}).chunkBytes == 128 * 1024);
+  CHECK(parse({{"HORA_CHUNK_BYTES", "1M"}}).chunkBytes == 1024 * 1024);
+  CHECK(parse({{"HORA_CHUNK_BYTES", "64M"}}).chunkBytes == 64u << 20);
+  CHECK(parse({{"HORA_CHUNK_BYTES", "67108864"}}).chunkBytes == 64u << 20);
+  CHECK(parse({{"HORA_CHUNK_BYTES", " 8K "}}).chunkBytes == 8192);
+  for (const char* bad : {"4095", "3K", "65M", "67108865", "1G", "0", "", "4KB", "four", "0K", "-4096"})
+    expectInvalid("HORA_CHUNK_BYTES", bad);
+}
+
+// BUG: when the value has a K/M/G suffix and its number part is malformed or out of the
+// integer parser's range, the error names the value without its suffix (e.g.
+// HORA_CHUNK_BYTES='x' for HORA_CHUNK_BYTES=xK, or '9999999999' for 9999999999K): parseBytes
+// passes the stripped text to parseInt, which reports that instead of the variable's value.
+TEST_CASE("config: HORA_CHUNK_BYTES errors quote the whole value", "[config]") {
+  for (const char* bad : {"xK", "9999999999K", "-1M", "1.5M", "K"}) expectInvalid("HORA_CHUNK_BYTES", bad);
+}
+
+TEST_CASE("config: HORA_TRANSPORTS", "[config]") {
+  CHECK(parse({{"HORA_TRANSPORTS", "tcp"}}).transports == std::vector<std::string>{"tcp"});
+  CHECK(parse({{"HORA_TRANSPORTS", " tcp , tcp "}}).transports == std::vector<std::string>{"tcp"});
+  for (const char* bad : {"ib", "tcp,ib", "^ib", "^", "TCPX"}) expectInvalid("HORA_TRANSPORTS", bad);
+  // Excluding the only transport leaves nothing: an error that says so.
+  for (const char* nothingLeft : {"^tcp", "tcp,^tcp"}) {
+    INFO(nothingLeft);
+    try {
+      parse({{"HORA_TRANSPORTS", nothingLeft}});
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.code() == Errc::InvalidArgument);
+      CHECK(contains(e.what(), "HORA_TRANSPORTS"));
+      CHECK(contains(e.what(), nothingLeft));
+      CHECK(contains(e.what(), "at least one"));
+    }
+  }
+}
+
+TEST_CASE("config: HORA_ALGO and HORA_KERNEL_ISA", "[config]") {
+  CHECK(parse({{"HORA_ALGO", "auto"}}).algo == "auto");
+  CHECK(parse({{"HORA_ALGO", "RING"}}).algo == "ring");
+  CHECK(parse({{"HORA_ALGO", " Ring "}}).algo == "ring");
+  for (const char* bad : {"tree", "", "rings", "chain"}) expectInvalid("HORA_ALGO", bad);
+
+  for (const char* isa : {"auto", "scalar", "avx2", "avx512"}) CHECK(parse({{"HORA_KERNEL_ISA", isa}}).kernelIsa == isa);
+  CHECK(parse({{"HORA_KERNEL_ISA", "AVX2"}}).kernelIsa == "avx2");
+  for (const char* bad : {"sse", "", "avx", "neon", "avx-512"}) expectInvalid("HORA_KERNEL_ISA", bad);
+}
+
+TEST_CASE("config: all variables at once", "[config]") {
+  Config c = parse({{"HORA_DEBUG", "TRACE"},
+                    {"HORA_DEBUG_SUBSYS", "COLL"},
+                    {"HORA_TIMEOUT_MS", "1234"},
+                    {"HORA_SOCKET_IFNAME", "lo"},
+                    {"HORA_TRANSPORTS", "tcp"},
+                    {"HORA_ALGO", "ring"},
+                    {"HORA_NSOCKS_PERPEER", "4"},
+                    {"HORA_CHUNK_BYTES", "256K"},
+                    {"HORA_KERNEL_ISA", "scalar"}});
+  CHECK(c.debugLevel == log::Level::Trace);
+  CHECK(c.debugSubsys == log::kColl);
+  CHECK(c.timeout == std::chrono::milliseconds(1234));
+  CHECK(c.socketIfname == "lo");
+  CHECK(c.algo == "ring");
+  CHECK(c.nsocksPerPeer == 4);
+  CHECK(c.chunkBytes == 256 * 1024);
+  CHECK(c.kernelIsa == "scalar");
+}
+
+// ---- launcher variables -----------------------------------------------------------------------
+
+TEST_CASE("launch env: HORA_* variables", "[config]") {
+  LaunchEnv l = parseLaunchEnv(lookup({{"HORA_RANK", "3"},
+                                       {"HORA_SIZE", "8"},
+                                       {"HORA_LOCAL_RANK", "1"},
+                                       {"HORA_ID", " abcdef "},
+                                       {"HORA_ROOT", "10.0.0.1:29500"},
+                                       {"HORA_SECRET", "00ff"}}));
+  CHECK(l.rank == 3);
+  CHECK(l.size == 8);
+  CHECK(l.localRank == 1);
+  CHECK(l.idHex == "abcdef");
+  CHECK(l.root == "10.0.0.1:29500");
+  CHECK(l.secretHex == "00ff");
+
+  LaunchEnv none = parseLaunchEnv(lookup({}));
+  CHECK(none.rank == -1);
+  CHECK(none.size == -1);
+  CHECK(none.localRank == -1);
+  CHECK(none.idHex.empty());
+  CHECK(none.root.empty());
+  CHECK(none.secretHex.empty());
+}
+
+TEST_CASE("launch env: Slurm + Open MPI + torchrun fallbacks", "[config]") {
+  SECTION("Slurm") {
+    LaunchEnv l = parseLaunchEnv(lookup({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"}, {"SLURM_LOCALID", "2"}}));
+    CHECK(l.rank == 5);
+    CHECK(l.size == 6);
+    CHECK(l.localRank == 2);
+  }
+  SECTION("Open MPI") {
+    LaunchEnv l = parseLaunchEnv(lookup({{"OMPI_COMM_WORLD_RANK", "0"},
+                                         {"OMPI_COMM_WORLD_SIZE", "2"},
+                                         {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}}));
+    CHECK(l.rank == 0);
+    CHECK(l.size == 2);
+    CHECK(l.localRank == 0);
+  }
+  SECTION("torchrun") {
+    LaunchEnv l = parseLaunchEnv(lookup({{"RANK", "1"},
+                                         {"WORLD_SIZE", "4"},
+                                         {"LOCAL_RANK", "1"},
+                                         {"MASTER_ADDR", "node7"},
+                                         {"MASTER_PORT", "29500"}}));
+    CHECK(l.rank == 1);
+    CHECK(l.size == 4);
+    CHECK(l.localRank == 1);
+    CHECK(l.root == "node7:29500");
+  }
+  SECTION("HORA_* wins over the others") {
+    LaunchEnv l = parseLaunchEnv(lookup({{"HORA_RANK", "2"},
+                                         {"SLURM_PROCID", "7"},
+                                         {"RANK", "9"},
+                                         {"HORA_SIZE", "3"},
+                                         {"WORLD_SIZE", "10"},
+                                         {"HORA_ROOT", "a:1"},
+                                         {"MASTER_ADDR", "b"},
+                                         {"MASTER_PORT", "2"}}));
+    CHECK(l.rank == 2);
+    CHECK(l.size == 3);
+    CHECK(l.root == "a:1");
+  }
+  SECTION("Slurm wins over Open MPI over torchrun") {
+    LaunchEnv l = parseLaunchEnv(lookup({{"SLURM_PROCID", "1"}, {"OMPI_COMM_WORLD_RANK", "2"}, {"RANK", "3"},
+                                         {"OMPI_COMM_WORLD_SIZE", "20"}, {"WORLD_SIZE", "30"}}));
+    CHECK(l.rank == 1);
+    CHECK(l.size == 20);
+  }
+  SECTION("MASTER_ADDR without MASTER_PORT") {
+    try {
+      parseLaunchEnv(lookup({{"MASTER_ADDR", "node7"}}));
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.code() == Errc::InvalidArgument);
+      CHECK(contains(e.what(), "MASTER_PORT"));
+    }
+  }
+}
+
+TEST_CASE("launch env: bad ranks and sizes are rejected", "[config]") {
+  struct Case {
+    const char* name;
+    const char* value;
+  };
+  const Case cases[] = {
+      {"HORA_RANK", "-1"},          {"HORA_RANK", "abc"},     {"HORA_RANK", "1x"},
+      {"HORA_RANK", ""},            {"HORA_RANK", "1048576"}, {"SLURM_PROCID", "-3"},
+      {"OMPI_COMM_WORLD_RANK", "x"}, {"RANK", "2.0"},         {"HORA_SIZE", "0"},
+      {"HORA_SIZE", "-2"},          {"WORLD_SIZE", "many"},   {"SLURM_NTASKS", "1048577"},
+      {"HORA_LOCAL_RANK", "-1"},    {"LOCAL_RANK", "z"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name << "='" << c.value << "'");
+    try {
+      parseLaunchEnv(lookup({{c.name, c.value}}));
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.code() == Errc::InvalidArgument);
+      CHECK(contains(e.what(), c.name));
+      CHECK(contains(e.what(), std::string("'") + c.value + "'"));
+    }
+  }
+  // The limits themselves are fine.
+  LaunchEnv l = parseLaunchEnv(lookup({{"HORA_RANK", "1048575"}, {"HORA_SIZE", "1048576"}}));
+  CHECK(l.rank == 1048575);
+  CHECK(l.size == 1048576);
+}
+
+// ---- unknown variables -------------------------------------------------------------------------
+
+TEST_CASE("unknownVariables: misspellings are flagged with a suggestion", "[config]") {
+  std::vector<std::string> u = unknownVariables({"HORA_TIMOUT_MS"});
+  REQUIRE(u.size() == 1);
+  CHECK(contains(u[0], "HORA_TIMOUT_MS"));
+  CHECK(contains(u[0], "did you mean HORA_TIMEOUT_MS?"));
+
+  u = unknownVariables({"HORA_NSOCK_PERPEER", "HORA_CHUNKBYTES", "HORA_DEBUG_SUBSYSTEM"});
+  REQUIRE(u.size() == 3);
+  CHECK(contains(u[0], "HORA_NSOCKS_PERPEER"));
+  CHECK(contains(u[1], "HORA_CHUNK_BYTES"));
+  CHECK(u[2].find("HORA_DEBUG_SUBSYSTEM") == 0);
+
+  // Far from every known name: flagged without a suggestion.
+  u = unknownVariables({"HORA_COMPLETELY_DIFFERENT"});
+  REQUIRE(u.size() == 1);
+  CHECK(u[0] == "HORA_COMPLETELY_DIFFERENT");
+}
+
+TEST_CASE("unknownVariables: known names and non-HORA names are not flagged", "[config]") {
+  const std::vector<std::string> known = {
+      "HORA_DEBUG",      "HORA_DEBUG_SUBSYS", "HORA_TIMEOUT_MS",     "HORA_SOCKET_IFNAME", "HORA_TRANSPORTS",
+      "HORA_ALGO",       "HORA_NSOCKS_PERPEER", "HORA_CHUNK_BYTES", "HORA_KERNEL_ISA",    "HORA_RANK",
+      "HORA_SIZE",       "HORA_LOCAL_RANK",   "HORA_LOCAL_SIZE",     "HORA_ID",            "HORA_ROOT",
+      "HORA_SECRET",     "HORA_RUN_GRACE_S",
+  };
+  CHECK(unknownVariables(known).empty());
+  CHECK(unknownVariables({"PATH", "HOME", "NCCL_DEBUG", "HORA", "hora_debug", "XHORA_DEBUG", "RANK"}).empty());
+  std::vector<std::string> mixed = {"PATH", "HORA_DEBUG", "HORA_DEBUGG", "SLURM_PROCID"};
+  std::vector<std::string> u = unknownVariables(mixed);
+  REQUIRE(u.size() == 1);
+  CHECK(contains(u[0], "HORA_DEBUGG"));
+}
