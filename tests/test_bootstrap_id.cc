@@ -154,7 +154,7 @@ TEST_CASE("unique id: fromHex rejects bad text", "[id]") {
   }
 }
 
-// BUG: fromHex's length error passes its arguments in the wrong order: for a 10-digit text
+// Regression: fromHex's length error once passed its arguments in the wrong order: for a 10-digit text
 // it says "a unique id in hex has 256 digits, not 10" instead of "has 10 digits, not 256".
 TEST_CASE("unique id: fromHex's length error states the given length", "[id]") {
   std::string what = invalidArgument([] { UniqueId::fromHex("0123456789"); });

@@ -47,9 +47,11 @@ bool Acceptor::advance(std::vector<Accepted>& out) {
                        SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
-        HORA_WARN(subsys_, "accept on %s: %s", addr_.str().c_str(), errnoText(errno).c_str());
-      break;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      // Out of descriptors or memory: the connection waits in the backlog and poll() would
+      // report it forever, so this is a failure of this process, not of the client.
+      fail(Errc::System, "accept on %s: %s%s", addr_.str().c_str(), errnoText(errno).c_str(),
+           errno == EMFILE || errno == ENFILE ? " (raise the limit on open files: ulimit -n)" : "");
     }
     trackSocket(fd);
     setNoDelay(fd);

@@ -255,7 +255,9 @@ SockAddr peerAddress(int fd) {
 
 Fd startConnect(const SockAddr& addr) {
   Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) fail(Errc::System, "socket(): %s", errnoText(errno).c_str());
+  if (!fd.valid())
+    fail(Errc::System, "socket(): %s%s", errnoText(errno).c_str(),
+         errno == EMFILE || errno == ENFILE ? " (raise the limit on open files: ulimit -n)" : "");
   trackSocket(fd.get());
   setNoDelay(fd.get());
   int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr.ss), addr.len);

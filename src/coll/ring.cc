@@ -140,13 +140,16 @@ void ringReduceScatter(const Args& a, const Topo& t, const Plan& p, core::Scratc
   const bool inPlace = ownIn == a.recvbuf;
   const size_t C = chunkElems(a, p), chunks = chunksIn(N, C);
   const Range all{0, N};
-  // Partial sums travel through staging slots, one per chunk of a window of W chunks: a slot
-  // holds chunk c's partial sum from its arrival at step s until it is forwarded at step s+1,
-  // and the next arrival waits for that send. Windows bound the staging memory to W chunks.
+  // Partial sums travel through staging buffers, two per chunk of a window of W chunks: the
+  // sum that arrives at step s lands in buffer s%2 and is forwarded at step s+1 from there, so
+  // an arrival waits only for the send of the step before (which read that buffer), never for
+  // the send of its own step, whose completion may need the next rank to move first: every wait
+  // points to an earlier step, and the ring cannot deadlock. Windows bound the staging memory
+  // to 2W chunks.
   const size_t W = std::min(chunks, std::max<size_t>(static_cast<size_t>(p.slots), 16));
-  std::vector<uint8_t*> slot(W);
-  for (auto& m : slot) m = static_cast<uint8_t*>(scratch.get(C * E));
-  std::vector<int32_t> lastUse(W, -1), holder(W, -1);
+  std::vector<uint8_t*> buf(2 * W);
+  for (auto& m : buf) m = static_cast<uint8_t*>(scratch.get(C * E));
+  std::vector<int32_t> lastUse(2 * W, -1), holder(W, -1);  // lastUse: must finish before a rewrite
 
   for (size_t w0 = 0; w0 < chunks; w0 += W) {
     const size_t w1 = std::min(chunks, w0 + W);
@@ -157,31 +160,34 @@ void ringReduceScatter(const Args& a, const Topo& t, const Plan& p, core::Scratc
         const size_t i = c - w0;
         const Range k = chunkOf(all, C, c);
         const size_t bytes = k.size() * E;
-        // Send: this rank's input block at step 0 (scaled in a slot for PreMulSum), then the
+        // Send: this rank's input block at step 0 (scaled into buffer 1 for PreMulSum), then the
         // partial sum that arrived at the previous step.
         if (s == 0) {
           const uint8_t* src = at(a.sendbuf, sblk * N + k.begin, E);
           if (red.scalesInput()) {
-            int32_t scale = b.local(reduceAction(slot[i], src, nullptr, k.size(), red.spec(true, false)), Deps{lastUse[i]});
-            lastUse[i] = b.send(next, slot[i], bytes, Deps{scale});
+            const size_t b1 = 2 * i + 1;
+            int32_t scale = b.local(reduceAction(buf[b1], src, nullptr, k.size(), red.spec(true, false)), Deps{lastUse[b1]});
+            lastUse[b1] = b.send(next, buf[b1], bytes, Deps{scale});
           } else {
             b.send(next, src, bytes);
           }
         } else {
-          lastUse[i] = b.send(next, slot[i], bytes, Deps{holder[i]});
+          const size_t old = 2 * i + static_cast<size_t>((s - 1) % 2);
+          lastUse[old] = b.send(next, buf[old], bytes, Deps{holder[i]});
         }
         // Receive a partial sum and add this rank's input to it.
         const uint8_t* in = at(a.sendbuf, rblk * N + k.begin, E);
+        const size_t cur = 2 * i + static_cast<size_t>(s % 2);
         if (!last) {
-          holder[i] = b.recv(prev, slot[i], bytes, Deps{lastUse[i]},
-                             reduceAction(slot[i], in, slot[i], k.size(), red.spec(true, false)));
+          holder[i] = lastUse[cur] = b.recv(prev, buf[cur], bytes, Deps{lastUse[cur]},
+                                            reduceAction(buf[cur], in, buf[cur], k.size(), red.spec(true, false)));
         } else if (!inPlace) {
           uint8_t* dst = at(a.recvbuf, k.begin, E);
           b.recv(prev, dst, bytes, Deps{}, reduceAction(dst, in, dst, k.size(), red.spec(true, true)));
         } else {
           uint8_t* dst = at(a.recvbuf, k.begin, E);
-          lastUse[i] = b.recv(prev, slot[i], bytes, Deps{lastUse[i]},
-                              reduceAction(dst, dst, slot[i], k.size(), red.spec(true, true)));
+          lastUse[cur] = b.recv(prev, buf[cur], bytes, Deps{lastUse[cur]},
+                                reduceAction(dst, dst, buf[cur], k.size(), red.spec(true, true)));
         }
       }
     }

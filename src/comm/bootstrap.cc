@@ -75,8 +75,7 @@ std::string UniqueId::hex() const {
 
 UniqueId UniqueId::fromHex(const std::string& hex) {
   if (hex.size() != 2 * kUniqueIdBytes)
-    fail(Errc::InvalidArgument, "a unique id in hex has %zu digits, not %zu", 2 * kUniqueIdBytes,
-         hex.size());
+    fail(Errc::InvalidArgument, "this unique id in hex has %zu digits, not %zu", hex.size(), 2 * kUniqueIdBytes);
   uint8_t raw[kUniqueIdBytes];
   for (size_t i = 0; i < kUniqueIdBytes; ++i) {
     auto nib = [&](char c) -> int {

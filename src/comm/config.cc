@@ -87,11 +87,12 @@ long long parseBytes(const char* name, const std::string& v, long long lo, long 
     char last = static_cast<char>(toupper(static_cast<unsigned char>(t.back())));
     if (last == 'K') mult = 1LL << 10;
     if (last == 'M') mult = 1LL << 20;
-    if (last == 'G') mult = 1LL << 30;
     if (mult != 1) t.pop_back();
   }
-  long long x = parseInt(name, t, 0, hi, expected);
-  if (x > hi / mult || x * mult < lo || x * mult > hi) bad(name, v, expected);
+  char* end = nullptr;
+  errno = 0;
+  long long x = strtoll(t.c_str(), &end, 10);
+  if (t.empty() || *end != '\0' || errno != 0 || x < 0 || x > hi / mult || x * mult < lo) bad(name, v, expected);
   return x * mult;
 }
 
@@ -121,7 +122,7 @@ Config parseConfig(const EnvLookup& env) {
   Config c;
   if (auto v = env("HORA_DEBUG")) {
     std::string u = upper(trim(*v));
-    if (u == "NONE" || u.empty()) c.debugLevel = log::Level::None;
+    if (u == "NONE") c.debugLevel = log::Level::None;
     else if (u == "WARN") c.debugLevel = log::Level::Warn;
     else if (u == "INFO") c.debugLevel = log::Level::Info;
     else if (u == "TRACE") c.debugLevel = log::Level::Trace;
@@ -151,12 +152,15 @@ Config parseConfig(const EnvLookup& env) {
     c.timeout = std::chrono::milliseconds(parseInt("HORA_TIMEOUT_MS", *v, 1, 365LL * 24 * 3600 * 1000,
                                                    "a positive number of milliseconds"));
   if (auto v = env("HORA_SOCKET_IFNAME")) {
-    if (splitList(*v).empty()) bad("HORA_SOCKET_IFNAME", *v, "interface names (prefix, =exact, ^exclude)");
+    std::vector<std::string> items = splitList(*v);
+    if (items.empty() || std::any_of(items.begin(), items.end(), [](const std::string& i) { return i == "^" || i == "="; }))
+      bad("HORA_SOCKET_IFNAME", *v, "interface names (prefix, =exact, ^exclude)");
     c.socketIfname = trim(*v);
   }
   if (auto v = env("HORA_TRANSPORTS")) {
     static const char* known[] = {"tcp"};
     std::vector<std::string> include, exclude;
+    if (splitList(*v).empty()) bad("HORA_TRANSPORTS", *v, "a comma list of transports built in: tcp (^X excludes X)");
     for (const std::string& it : splitList(*v)) {
       bool neg = it[0] == '^';
       std::string n = neg ? it.substr(1) : it;

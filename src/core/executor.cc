@@ -109,6 +109,7 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout) {
   if (total == 0) return;
 
   Waiter w(timeout, nullptr, [this] { return describeWait(); });
+  size_t doneAtScan = SIZE_MAX;  // local ops become ready only when something completes
   for (;;) {
     bool moved = false;
     for (Queue& q : queues_) {
@@ -125,7 +126,9 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout) {
         moved = true;
       }
     }
-    for (size_t i = 0; i < locals_.size();) {
+    const bool scan = doneAtScan != ndone_;
+    doneAtScan = ndone_;
+    for (size_t i = 0; scan && i < locals_.size();) {
       uint32_t g = locals_[i];
       if (!ready(g)) {
         ++i;
