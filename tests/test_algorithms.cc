@@ -404,7 +404,7 @@ bool needsEager(Kind) { return false; }
 
 // The int32 sweep of one kind: every op, every rank count of kRankCounts, counts 0, 1, 2, n-1,
 // n, n+1, 1000 and one of many chunks (4099 elements in 64-byte chunks), in and out of place.
-void int32Sweep(Kind kind, uint32_t seed) {
+void int32Sweep(Kind kind, uint32_t seed, const coll::Plan& thePlan = kSmall) {
   for (int n : kRankCounts)
     for (size_t count : countsFor(n, 4099))
       for (bool inPlace : {false, true})
@@ -415,7 +415,7 @@ void int32Sweep(Kind kind, uint32_t seed) {
           c.count = count;
           c.inPlace = inPlace;
           c.op = op;
-          c.plan = kSmall;
+          c.plan = thePlan;
           c.seed = seed++;
           c.eager = needsEager(kind);
           if (kind != Kind::Reduce) {
@@ -438,8 +438,13 @@ void int32Sweep(Kind kind, uint32_t seed) {
 // =================================================================================================
 
 TEST_CASE("collectives: AllReduce int32 sweep", "[coll]") { int32Sweep(Kind::AllReduce, 1); }
+TEST_CASE("collectives: direct AllReduce int32 sweep", "[coll]") {
+  coll::Plan direct = kSmall;
+  direct.algo = coll::Algo::Direct;
+  int32Sweep(Kind::AllReduce, 300000, direct);
+}
 TEST_CASE("collectives: Reduce int32 sweep (every root)", "[coll]") { int32Sweep(Kind::Reduce, 100000); }
-TEST_CASE("collectives: ReduceScatter int32 sweep (eager sends)", "[coll]") {
+TEST_CASE("collectives: ReduceScatter int32 sweep", "[coll]") {
   int32Sweep(Kind::ReduceScatter, 200000);
 }
 

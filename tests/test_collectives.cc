@@ -50,18 +50,20 @@ TEST_CASE("every root of the rooted collectives", "[threads]") {
 
 TEST_CASE("results are bit-identical on every rank", "[threads]") {
   const int n = 6;
-  const size_t count = 100003;
-  std::vector<std::vector<float>> results(n);
-  auto failures = runThreads(n, [&](horaComm_t comm, int rank, int) -> std::string {
-    std::vector<float> in(count), out(count);
-    for (size_t i = 0; i < count; ++i) in[i] = 1.0f / static_cast<float>(i % 97 + rank + 1) + 1e-3f * rank;
-    if (horaAllReduce(in.data(), out.data(), count, horaFloat, horaSum, comm, nullptr) != horaSuccess)
-      return horaGetLastError(comm);
-    results[static_cast<size_t>(rank)] = out;
-    return "";
-  });
-  REQUIRE(failures.empty());
-  for (int r = 1; r < n; ++r) CHECK(memcmp(results[0].data(), results[static_cast<size_t>(r)].data(), count * 4) == 0);
+  for (size_t count : {size_t(1003), size_t(100003)}) {  // the direct and the ring algorithm
+    std::vector<std::vector<float>> results(n);
+    auto failures = runThreads(n, [&](horaComm_t comm, int rank, int) -> std::string {
+      std::vector<float> in(count), out(count);
+      for (size_t i = 0; i < count; ++i) in[i] = 1.0f / static_cast<float>(i % 97 + rank + 1) + 1e-3f * rank;
+      if (horaAllReduce(in.data(), out.data(), count, horaFloat, horaSum, comm, nullptr) != horaSuccess)
+        return horaGetLastError(comm);
+      results[static_cast<size_t>(rank)] = out;
+      return "";
+    });
+    REQUIRE(failures.empty());
+    for (int r = 1; r < n; ++r)
+      CHECK(memcmp(results[0].data(), results[static_cast<size_t>(r)].data(), count * 4) == 0);
+  }
 }
 
 TEST_CASE("send/recv: rings, pairs and self inside groups", "[threads][p2p]") {

@@ -7,7 +7,10 @@ void build(const Args& a, const Topo& t, const Plan& plan, core::Scratch& scratc
   out.tag = makeTag(a);
   core::ProgramBuilder b(out);
   switch (a.kind) {
-    case Kind::AllReduce: ringAllReduce(a, t, plan, scratch, b); break;
+    case Kind::AllReduce:
+      if (plan.algo == Algo::Direct) directAllReduce(a, t, plan, scratch, b);
+      else ringAllReduce(a, t, plan, scratch, b);
+      break;
     case Kind::AllGather: ringAllGather(a, t, plan, scratch, b); break;
     case Kind::ReduceScatter: ringReduceScatter(a, t, plan, scratch, b); break;
     case Kind::Broadcast: chainBroadcast(a, t, plan, scratch, b); break;

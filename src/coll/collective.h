@@ -34,8 +34,11 @@ struct Args {
   int peer = -1;                // Send, Recv
 };
 
+enum class Algo : uint8_t { Ring, Direct };
+
 // How to run it: chosen by the planner (tuner.h).
 struct Plan {
+  Algo algo = Algo::Ring;
   size_t chunkBytes = 512 * 1024;
   int slots = 4;  // staging buffers per pipeline
 };

@@ -76,6 +76,9 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
   c->nranks = nranks;
   c->opts = opts;
   c->tuner.chunkBytes = cfg.chunkBytes;
+  c->tuner.force = cfg.algo == "ring"     ? coll::TunerSettings::Force::Ring
+                   : cfg.algo == "direct" ? coll::TunerSettings::Force::Direct
+                                          : coll::TunerSettings::Force::Auto;
   log::RankScope scope(rank);
   c->wakeFd = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!c->wakeFd.valid()) hora::fail(Errc::System, "eventfd: %s", errnoText(errno).c_str());

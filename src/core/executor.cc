@@ -13,12 +13,24 @@ bool Executor::ready(uint32_t g) const {
   uint32_t b = base_[refs_[g].job];
   for (int32_t d : o.dep)
     if (d >= 0 && !done_[b + static_cast<uint32_t>(d)]) return false;
+  if (o.ndepList) {
+    const std::vector<int32_t>& list = jobs_->at(refs_[g].job).program->depLists;
+    for (uint32_t i = 0; i < o.ndepList; ++i) {
+      int32_t d = list[o.depList + i];
+      if (d >= 0 && !done_[b + static_cast<uint32_t>(d)]) return false;
+    }
+  }
   return true;
 }
 
-void Executor::runAction(const Action& a) {
+void Executor::runAction(const Action& a, const Program& p) {
   if (!a.active || a.count == 0) return;
   const kernels::ReduceSpec& s = a.spec;
+  if (a.nsrcList) {
+    void* dsts[1] = {a.dst};
+    kernels::reduce(dsts, 1, p.srcLists.data() + a.srcList, static_cast<int>(a.nsrcList), a.count, s);
+    return;
+  }
   if (!a.src1 && !s.premulFirst && !s.divide) {
     if (a.dst != a.src0) memcpy(a.dst, a.src0, a.count * dataTypeSize(s.dtype));
     return;
@@ -30,7 +42,7 @@ void Executor::runAction(const Action& a) {
 
 void Executor::complete(uint32_t g) {
   const Op& o = op(g);
-  if (o.kind == OpKind::Recv) runAction(o.action);
+  if (o.kind == OpKind::Recv) runAction(o.action, *jobs_->at(refs_[g].job).program);
   done_[g] = 1;
   ++ndone_;
 }
@@ -134,7 +146,7 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout) {
         ++i;
         continue;
       }
-      runAction(op(g).action);
+      runAction(op(g).action, *jobs_->at(refs_[g].job).program);
       done_[g] = 1;
       ++ndone_;
       locals_[i] = locals_.back();

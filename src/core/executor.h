@@ -44,7 +44,7 @@ class Executor {
   const Op& op(uint32_t g) const { return jobs_->at(refs_[g].job).program->ops[refs_[g].op]; }
   bool ready(uint32_t g) const;
   void complete(uint32_t g);
-  void runAction(const Action& a);
+  void runAction(const Action& a, const Program& p);
   std::string describeWait() const;
   void block(milliseconds most);
 

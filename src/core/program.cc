@@ -26,16 +26,26 @@ int32_t ProgramBuilder::add(Op op) {
   return static_cast<int32_t>(p_.ops.size() - 1);
 }
 
+int32_t ProgramBuilder::localAll(Action a, const std::vector<int32_t>& deps, const std::vector<const void*>& srcs) {
+  a.srcList = static_cast<uint32_t>(p_.srcLists.size());
+  a.nsrcList = static_cast<uint32_t>(srcs.size());
+  p_.srcLists.insert(p_.srcLists.end(), srcs.begin(), srcs.end());
+  Op op{OpKind::Local, -1, nullptr, 0, {-1, -1}, static_cast<uint32_t>(p_.depLists.size()),
+        static_cast<uint32_t>(deps.size()), a};
+  p_.depLists.insert(p_.depLists.end(), deps.begin(), deps.end());
+  return add(op);
+}
+
 int32_t ProgramBuilder::send(int peer, const void* buf, size_t bytes, Deps d) {
-  return add(Op{OpKind::Send, peer, const_cast<void*>(buf), bytes, {d.a, d.b}, Action{}});
+  return add(Op{OpKind::Send, peer, const_cast<void*>(buf), bytes, {d.a, d.b}, 0, 0, Action{}});
 }
 
 int32_t ProgramBuilder::recv(int peer, void* buf, size_t bytes, Deps d, const Action& then) {
-  return add(Op{OpKind::Recv, peer, buf, bytes, {d.a, d.b}, then});
+  return add(Op{OpKind::Recv, peer, buf, bytes, {d.a, d.b}, 0, 0, then});
 }
 
 int32_t ProgramBuilder::local(const Action& a, Deps d) {
-  return add(Op{OpKind::Local, -1, nullptr, 0, {d.a, d.b}, a});
+  return add(Op{OpKind::Local, -1, nullptr, 0, {d.a, d.b}, 0, 0, a});
 }
 
 SlotPool::SlotPool(Scratch& scratch, int nslots, size_t slotBytes)

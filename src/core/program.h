@@ -22,7 +22,8 @@ namespace hora::core {
 
 enum class OpKind : uint8_t { Send, Recv, Local };
 
-// dst = src0 (+) src1 (or a copy / scaling of src0 when src1 is null), per kernels::reduce.
+// dst = src0 (+) src1 (or a copy / scaling of src0 when src1 is null), per kernels::reduce;
+// with nsrcList > 0 the sources are instead Program::srcLists[srcList .. srcList+nsrcList).
 struct Action {
   bool active = false;
   void* dst = nullptr;
@@ -30,6 +31,7 @@ struct Action {
   const void* src1 = nullptr;
   size_t count = 0;
   kernels::ReduceSpec spec;
+  uint32_t srcList = 0, nsrcList = 0;
 };
 
 struct Op {
@@ -38,6 +40,7 @@ struct Op {
   void* buf;
   size_t bytes;
   int32_t dep[2];
+  uint32_t depList = 0, ndepList = 0;  // more dependencies: Program::depLists[depList ..]
   Action action;
 };
 
@@ -47,8 +50,14 @@ struct Deps {
 
 struct Program {
   std::vector<Op> ops;
+  std::vector<int32_t> depLists;
+  std::vector<const void*> srcLists;
   uint64_t tag = 0;  // carried by every message; see coll/tag.h
-  void clear() { ops.clear(); }
+  void clear() {
+    ops.clear();
+    depLists.clear();
+    srcLists.clear();
+  }
 };
 
 // Scratch memory for programs of one group: blocks that never move while the group runs and
@@ -72,6 +81,8 @@ class ProgramBuilder {
   int32_t send(int peer, const void* buf, size_t bytes, Deps d = {});
   int32_t recv(int peer, void* buf, size_t bytes, Deps d = {}, const Action& then = {});
   int32_t local(const Action& a, Deps d = {});
+  // A local op that depends on every op in deps and reduces every buffer in srcs.
+  int32_t localAll(Action a, const std::vector<int32_t>& deps, const std::vector<const void*>& srcs);
   size_t size() const { return p_.ops.size(); }
 
  private:
