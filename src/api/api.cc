@@ -37,10 +37,9 @@ void checkStream(horaStream_t stream) {
          "synchronously");
 }
 
-DataType checkType(horaDataType_t t) {
-  if (static_cast<int>(t) < 0 || static_cast<int>(t) >= horaNumTypes)
-    fail(Errc::InvalidArgument, "invalid datatype %d", static_cast<int>(t));
-  return static_cast<DataType>(t);
+DataType checkType(int v) {
+  if (v < 0 || v >= horaNumTypes) fail(Errc::InvalidArgument, "invalid datatype %d", v);
+  return static_cast<DataType>(v);
 }
 
 }  // namespace hora::api
@@ -110,7 +109,7 @@ HORA_API horaResult_t horaGetVersion(int* version) {
 }
 
 HORA_API const char* horaGetErrorString(horaResult_t result) {
-  switch (result) {
+  switch (api::rawInt(result)) {
     case horaSuccess: return "no error";
     case horaUnhandledCudaError: return "unhandled cuda error";
     case horaSystemError: return "unhandled system error (a call to the operating system failed)";
@@ -237,9 +236,11 @@ HORA_API horaResult_t horaCommFinalize(horaComm_t comm) {
   return guard("horaCommFinalize", comm, [&] { api::checkComm(comm)->check(); });
 }
 
+// Destroy and abort free the communicator, so their errors go to the thread's last error
+// only, and they do not count themselves among its callers (api/guard.h).
 HORA_API horaResult_t horaCommDestroy(horaComm_t comm) {
   if (!comm) return horaSuccess;
-  return guard("horaCommDestroy", comm, [&] {
+  return guard("horaCommDestroy", nullptr, [&] {
     horaComm* c = api::checkComm(comm);
     if (c->busy.load()) fail(Errc::InvalidUsage, "the communicator is in use by another thread; use horaCommAbort");
     delete c;
@@ -248,9 +249,10 @@ HORA_API horaResult_t horaCommDestroy(horaComm_t comm) {
 
 HORA_API horaResult_t horaCommAbort(horaComm_t comm) {
   if (!comm) return horaSuccess;
-  return guard("horaCommAbort", comm, [&] {
+  return guard("horaCommAbort", nullptr, [&] {
     horaComm* c = api::checkComm(comm);
-    c->abort(1);
+    log::RankScope scope(c->rank);
+    c->abort(0);
     delete c;
   });
 }
@@ -293,11 +295,12 @@ HORA_API horaResult_t horaRedOpCreatePreMulSum(horaRedOp_t* op, void* scalar, ho
     horaComm* c = api::checkComm(comm);
     if (!op) fail(Errc::InvalidArgument, "op is NULL");
     if (!scalar) fail(Errc::InvalidArgument, "scalar is NULL");
-    DataType dt = api::checkType(datatype);
-    if (residence == horaScalarDevice)
+    DataType dt = api::checkType(api::rawInt(datatype));
+    const int where = api::rawInt(residence);
+    if (where == horaScalarDevice)
       fail(Errc::InvalidArgument, "horaScalarDevice needs device memory, which this build does not support; "
            "use horaScalarHostImmediate");
-    if (residence != horaScalarHostImmediate) fail(Errc::InvalidArgument, "invalid residence %d", static_cast<int>(residence));
+    if (where != horaScalarHostImmediate) fail(Errc::InvalidArgument, "invalid residence %d", where);
     PreMulOp p;
     p.dtype = dt;
     p.scalar = kernels::scalarFromBytes(scalar, dt);
@@ -310,9 +313,10 @@ HORA_API horaResult_t horaRedOpCreatePreMulSum(horaRedOp_t* op, void* scalar, ho
 HORA_API horaResult_t horaRedOpDestroy(horaRedOp_t op, horaComm_t comm) {
   return guard("horaRedOpDestroy", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    if (static_cast<int>(op) < horaNumOps) fail(Errc::InvalidArgument, "built-in op %d cannot be destroyed", static_cast<int>(op));
-    if (!c->destroyPreMulOp(static_cast<int>(op)))
-      fail(Errc::InvalidArgument, "op %d was not created on this communicator (or was destroyed)", static_cast<int>(op));
+    const int v = api::rawInt(op);
+    if (v >= 0 && v < horaNumOps) fail(Errc::InvalidArgument, "built-in op %d cannot be destroyed", v);
+    if (!c->destroyPreMulOp(v))
+      fail(Errc::InvalidArgument, "op %d was not created on this communicator (or was destroyed)", v);
   });
 }
 

@@ -37,7 +37,7 @@ void checkOverlap(const void* send, size_t sn, const void* recv, size_t rn, cons
     fail(Errc::InvalidArgument, "sendbuff and recvbuff overlap without being in place");
 }
 
-coll::Args args(coll::Kind k, horaComm* c, const void* send, void* recv, size_t count, horaDataType_t t) {
+coll::Args args(coll::Kind k, horaComm* c, const void* send, void* recv, size_t count, int t) {
   coll::Args a;
   a.kind = k;
   a.sendbuf = send;
@@ -55,8 +55,8 @@ HORA_API horaResult_t horaAllReduce(const void* sendbuff, void* recvbuff, size_t
   return guard("horaAllReduce", comm, [&] {
     horaComm* c = api::checkComm(comm);
     api::checkStream(stream);
-    coll::Args a = args(coll::Kind::AllReduce, c, sendbuff, recvbuff, count, datatype);
-    c->resolveOp(op, a.dtype, a);
+    coll::Args a = args(coll::Kind::AllReduce, c, sendbuff, recvbuff, count, api::rawInt(datatype));
+    c->resolveOp(api::rawInt(op), a.dtype, a);
     size_t bytes = checkedBytes(count, a.dtype, 1, "horaAllReduce");
     needBuffer(sendbuff, bytes, "sendbuff");
     needBuffer(recvbuff, bytes, "recvbuff");
@@ -70,7 +70,7 @@ HORA_API horaResult_t horaBroadcast(const void* sendbuff, void* recvbuff, size_t
   return guard("horaBroadcast", comm, [&] {
     horaComm* c = api::checkComm(comm);
     api::checkStream(stream);
-    coll::Args a = args(coll::Kind::Broadcast, c, sendbuff, recvbuff, count, datatype);
+    coll::Args a = args(coll::Kind::Broadcast, c, sendbuff, recvbuff, count, api::rawInt(datatype));
     checkRoot(root, c);
     a.root = root;
     size_t bytes = checkedBytes(count, a.dtype, 1, "horaBroadcast");
@@ -88,8 +88,8 @@ HORA_API horaResult_t horaReduce(const void* sendbuff, void* recvbuff, size_t co
   return guard("horaReduce", comm, [&] {
     horaComm* c = api::checkComm(comm);
     api::checkStream(stream);
-    coll::Args a = args(coll::Kind::Reduce, c, sendbuff, recvbuff, count, datatype);
-    c->resolveOp(op, a.dtype, a);
+    coll::Args a = args(coll::Kind::Reduce, c, sendbuff, recvbuff, count, api::rawInt(datatype));
+    c->resolveOp(api::rawInt(op), a.dtype, a);
     checkRoot(root, c);
     a.root = root;
     size_t bytes = checkedBytes(count, a.dtype, 1, "horaReduce");
@@ -107,7 +107,7 @@ HORA_API horaResult_t horaAllGather(const void* sendbuff, void* recvbuff, size_t
   return guard("horaAllGather", comm, [&] {
     horaComm* c = api::checkComm(comm);
     api::checkStream(stream);
-    coll::Args a = args(coll::Kind::AllGather, c, sendbuff, recvbuff, sendcount, datatype);
+    coll::Args a = args(coll::Kind::AllGather, c, sendbuff, recvbuff, sendcount, api::rawInt(datatype));
     size_t bytes = checkedBytes(sendcount, a.dtype, 1, "horaAllGather");
     size_t total = checkedBytes(sendcount, a.dtype, static_cast<size_t>(c->nranks), "horaAllGather");
     needBuffer(sendbuff, bytes, "sendbuff");
@@ -124,8 +124,8 @@ HORA_API horaResult_t horaReduceScatter(const void* sendbuff, void* recvbuff, si
   return guard("horaReduceScatter", comm, [&] {
     horaComm* c = api::checkComm(comm);
     api::checkStream(stream);
-    coll::Args a = args(coll::Kind::ReduceScatter, c, sendbuff, recvbuff, recvcount, datatype);
-    c->resolveOp(op, a.dtype, a);
+    coll::Args a = args(coll::Kind::ReduceScatter, c, sendbuff, recvbuff, recvcount, api::rawInt(datatype));
+    c->resolveOp(api::rawInt(op), a.dtype, a);
     size_t bytes = checkedBytes(recvcount, a.dtype, 1, "horaReduceScatter");
     size_t total = checkedBytes(recvcount, a.dtype, static_cast<size_t>(c->nranks), "horaReduceScatter");
     needBuffer(sendbuff, total, "sendbuff");
@@ -143,7 +143,7 @@ HORA_API horaResult_t horaSend(const void* sendbuff, size_t count, horaDataType_
   return guard("horaSend", comm, [&] {
     horaComm* c = api::checkComm(comm);
     api::checkStream(stream);
-    coll::Args a = args(coll::Kind::Send, c, sendbuff, nullptr, count, datatype);
+    coll::Args a = args(coll::Kind::Send, c, sendbuff, nullptr, count, api::rawInt(datatype));
     if (peer < 0 || peer >= c->nranks) fail(Errc::InvalidArgument, "peer %d is out of range [0, %d)", peer, c->nranks);
     a.peer = peer;
     needBuffer(sendbuff, checkedBytes(count, a.dtype, 1, "horaSend"), "sendbuff");
@@ -158,7 +158,7 @@ HORA_API horaResult_t horaRecv(void* recvbuff, size_t count, horaDataType_t data
   return guard("horaRecv", comm, [&] {
     horaComm* c = api::checkComm(comm);
     api::checkStream(stream);
-    coll::Args a = args(coll::Kind::Recv, c, nullptr, recvbuff, count, datatype);
+    coll::Args a = args(coll::Kind::Recv, c, nullptr, recvbuff, count, api::rawInt(datatype));
     if (peer < 0 || peer >= c->nranks) fail(Errc::InvalidArgument, "peer %d is out of range [0, %d)", peer, c->nranks);
     a.peer = peer;
     needBuffer(recvbuff, checkedBytes(count, a.dtype, 1, "horaRecv"), "recvbuff");

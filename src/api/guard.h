@@ -1,6 +1,7 @@
 // The ABI boundary: every exported function runs its body through guard(), which turns any
 // exception into a result code and the last-error text, so nothing throws across the ABI.
 #pragma once
+#include <cstring>
 #include <new>
 #include <string>
 
@@ -69,9 +70,19 @@ horaResult_t guard(const char* fn, horaComm* comm, F&& body) noexcept {
   return code;
 }
 
+// The value of an enum argument as the caller passed it. A C caller may pass any int; reading
+// it as the C++ enum type would be undefined for values outside the enum's range.
+template <class E>
+int rawInt(const E& e) {
+  static_assert(sizeof(E) == sizeof(int), "enums of the ABI are int-sized");
+  int v;
+  memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 // Argument checks shared by the entry points; each throws Errc::InvalidArgument.
 horaComm* checkComm(horaComm_t comm);
 void checkStream(horaStream_t stream);
-DataType checkType(horaDataType_t t);
+DataType checkType(int t);  // pass rawInt(datatype)
 
 }  // namespace hora::api

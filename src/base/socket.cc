@@ -331,10 +331,10 @@ void pollFor(pollfd* fds, size_t n, int timeoutMs) {
   }
 }
 
-void writeAll(int fd, const void* buf, size_t n, Waiter& w, const char* who) {
-  auto* p = static_cast<const uint8_t*>(buf);
+// Moves all n bytes in one direction, waiting through w whenever the socket is not ready.
+static void transferAll(int fd, uint8_t* p, size_t n, Waiter& w, const char* who, bool out) {
   while (n > 0) {
-    size_t k = writeSome(fd, p, n, who);
+    size_t k = out ? writeSome(fd, p, n, who) : readSome(fd, p, n, who);
     if (k > 0) {
       p += k;
       n -= k;
@@ -342,27 +342,18 @@ void writeAll(int fd, const void* buf, size_t n, Waiter& w, const char* who) {
       continue;
     }
     w.idle([&](milliseconds most) {
-      pollfd pf{fd, POLLOUT, 0};
+      pollfd pf{fd, static_cast<short>(out ? POLLOUT : POLLIN), 0};
       pollFor(&pf, 1, static_cast<int>(most.count()));
     });
   }
 }
 
+void writeAll(int fd, const void* buf, size_t n, Waiter& w, const char* who) {
+  transferAll(fd, static_cast<uint8_t*>(const_cast<void*>(buf)), n, w, who, true);
+}
+
 void readAll(int fd, void* buf, size_t n, Waiter& w, const char* who) {
-  auto* p = static_cast<uint8_t*>(buf);
-  while (n > 0) {
-    size_t k = readSome(fd, p, n, who);
-    if (k > 0) {
-      p += k;
-      n -= k;
-      w.progressed();
-      continue;
-    }
-    w.idle([&](milliseconds most) {
-      pollfd pf{fd, POLLIN, 0};
-      pollFor(&pf, 1, static_cast<int>(most.count()));
-    });
-  }
+  transferAll(fd, static_cast<uint8_t*>(buf), n, w, who, false);
 }
 
 }  // namespace hora
