@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -233,4 +234,12 @@ int runMain(int argc, char** argv) {
 
 }  // namespace hora::run
 
-int main(int argc, char** argv) { return hora::run::runMain(argc, argv); }
+// The rendezvous thread that horaGetUniqueId started may still be running (ranks that died
+// during init leave it waiting out its timeout); leave without running static destructors
+// under it.
+int main(int argc, char** argv) {
+  int status = hora::run::runMain(argc, argv);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(status);
+}
