@@ -29,10 +29,13 @@ class Waiter {
   using Describe = std::function<std::string()>;
   using Block = std::function<void(milliseconds most)>;
 
-  // Idle this long spinning, then this long yielding the CPU, before blocking. Spinning wins
-  // when every rank has a core; yielding and blocking win when ranks outnumber cores.
-  static constexpr std::chrono::microseconds kSpinFor{8};
-  static constexpr std::chrono::microseconds kYieldFor{64};
+  // Idle this long spinning, then this long yielding the CPU, before blocking. Yielding costs
+  // a spin's latency when every rank has a core (nothing else is runnable: sched_yield returns
+  // at once) and hands the core to a peer when ranks outnumber cores; measured with
+  // allreduce_perf (8 bytes, 2/4/8 ranks on 2 cores), yielding alone for 100 us beat spinning
+  // first (8 us) by 25-30% at 4 and 8 ranks and matched it at 2.
+  static constexpr std::chrono::microseconds kSpinFor{0};
+  static constexpr std::chrono::microseconds kYieldFor{100};
   // A block never lasts longer than this, so the abort flag is seen promptly even when
   // nothing wakes the blocker.
   static constexpr milliseconds kMaxBlock{50};

@@ -109,23 +109,36 @@ bool Connection::progressRecvs(Socket& s, std::vector<transport::Cookie>& comple
     RecvOp& r = s.recvs.front();
     if (s.readingAbort) return readAbort(s) || moved;
     if (!s.headerOk) {
-      size_t n = readSome(s.fd.get(), s.header + s.headerGot, kFrameHeaderBytes - s.headerGot,
-                          peer_.c_str());
+      // A small frame comes in with its header in one recv(); never more than the frame the
+      // head receive expects, so nothing of a later frame is read ahead.
+      const bool small = r.bytes <= kSmallPayload;
+      const size_t want = kFrameHeaderBytes + (small ? r.bytes : 0);
+      size_t n = readSome(s.fd.get(), s.header + s.headerGot, want - s.headerGot, peer_.c_str());
       if (n == 0) return moved;
       moved = true;
       s.headerGot += n;
       if (s.headerGot < kFrameHeaderBytes) return moved;
-      s.headerGot = 0;
       FrameHeader h;
       std::string why;
       switch (decodeFrameHeader(s.header, Expectation{r.seq, r.bytes, r.tag}, &h, &why)) {
         case FrameCheck::Bad: failWire(why);
-        case FrameCheck::Abort:
+        case FrameCheck::Abort: {
+          // The reason may have come in with the header already.
+          size_t extra = s.headerGot - kFrameHeaderBytes;
           s.readingAbort = true;
           s.abortWant = h.length;
+          s.abortText = printable(reinterpret_cast<const char*>(s.header) + kFrameHeaderBytes,
+                                  std::min<size_t>(extra, h.length));
+          s.headerGot = 0;
           return readAbort(s) || moved;
+        }
         case FrameCheck::Ok: s.headerOk = true; break;
       }
+      // Payload bytes that came with the header; the rest goes straight to the caller's buffer.
+      const size_t early = s.headerGot - kFrameHeaderBytes;
+      if (early) memcpy(r.data, s.header + kFrameHeaderBytes, early);
+      r.got = early;
+      s.headerGot = 0;
     }
     if (r.got < r.bytes) {
       size_t n = readSome(s.fd.get(), r.data + r.got, r.bytes - r.got, peer_.c_str());

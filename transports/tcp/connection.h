@@ -17,6 +17,9 @@ namespace hora::tcp {
 
 class Connection final : public transport::Connection {
  public:
+  // A frame whose payload is at most this is read with its header in one recv().
+  static constexpr size_t kSmallPayload = 4096;
+
   // sockets[i] must be connected and handshaken; they become this connection's.
   Connection(std::vector<Fd> sockets, std::string peerName);
   ~Connection() override;
@@ -48,7 +51,7 @@ class Connection final : public transport::Connection {
     Fd fd;
     RingQueue<SendOp> sends{64};
     RingQueue<RecvOp> recvs{64};
-    uint8_t header[kFrameHeaderBytes];
+    uint8_t header[kFrameHeaderBytes + kSmallPayload];  // a header, or a whole small frame
     size_t headerGot = 0;
     bool headerOk = false;  // the head receive's header has been checked
     std::string abortText;  // an abort frame being read
