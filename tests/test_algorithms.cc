@@ -443,6 +443,11 @@ TEST_CASE("collectives: direct AllReduce int32 sweep", "[coll]") {
   direct.algo = coll::Algo::Direct;
   int32Sweep(Kind::AllReduce, 300000, direct);
 }
+TEST_CASE("collectives: recursive-doubling AllReduce int32 sweep", "[coll]") {
+  coll::Plan rd = kSmall;
+  rd.algo = coll::Algo::RecursiveDoubling;
+  int32Sweep(Kind::AllReduce, 400000, rd);
+}
 TEST_CASE("collectives: Reduce int32 sweep (every root)", "[coll]") { int32Sweep(Kind::Reduce, 100000); }
 TEST_CASE("collectives: ReduceScatter int32 sweep", "[coll]") {
   int32Sweep(Kind::ReduceScatter, 200000);

@@ -9,6 +9,7 @@ void build(const Args& a, const Topo& t, const Plan& plan, core::Scratch& scratc
   switch (a.kind) {
     case Kind::AllReduce:
       if (plan.algo == Algo::Direct) directAllReduce(a, t, plan, scratch, b);
+      else if (plan.algo == Algo::RecursiveDoubling) rdAllReduce(a, t, plan, scratch, b);
       else ringAllReduce(a, t, plan, scratch, b);
       break;
     case Kind::AllGather: ringAllGather(a, t, plan, scratch, b); break;

@@ -34,7 +34,7 @@ struct Args {
   int peer = -1;                // Send, Recv
 };
 
-enum class Algo : uint8_t { Ring, Direct };
+enum class Algo : uint8_t { Ring, Direct, RecursiveDoubling };
 
 // How to run it: chosen by the planner (tuner.h).
 struct Plan {

@@ -59,6 +59,7 @@ struct Reducer {
 };
 
 // Per-algorithm builders (ring.cc, chain.cc, p2p.cc).
+void rdAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void directAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void ringAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void ringAllGather(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);

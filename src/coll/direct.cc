@@ -40,4 +40,57 @@ void directAllReduce(const Args& a, const Topo& t, const Plan&, core::Scratch& s
   b.localAll(reduceAction(a.recvbuf, nullptr, nullptr, N, spec), deps, inputs);
 }
 
+
+// Recursive-doubling AllReduce, for small buffers on more ranks. With p the largest power of
+// two <= n, ranks p..n-1 first hand their input to rank r-p; then in round k = 0..log2(p)-1 rank r
+// swaps its partial result with rank r^2^k and combines the two; finally ranks r < n-p hand the
+// result back to rank r+p. log2(p) (+2 when n is not a power of two) steps, log2(p) * N*E bytes
+// each way per rank. Partners combine the same two values (in opposite order, and every op is
+// commutative), so all ranks hold the same bits after every round.
+void rdAllReduce(const Args& a, const Topo& t, const Plan&, core::Scratch& scratch, core::ProgramBuilder& b) {
+  const int n = t.nranks, r = t.rank;
+  const size_t E = dataTypeSize(a.dtype), N = a.count, bytes = N * E;
+  const Reducer red{a, n};
+  if (N == 0) return;
+  if (n == 1) {
+    if (a.sendbuf != a.recvbuf || red.scalesInput() || a.op == RedOp::Avg)
+      b.local(reduceAction(a.recvbuf, a.sendbuf, nullptr, N, red.spec(true, true)));
+    return;
+  }
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const bool inPlace = a.sendbuf == a.recvbuf;
+  // This rank's input, scaled for PreMulSum (a partner does not know this rank's scalar).
+  const void* own = a.sendbuf;
+  int32_t ready = -1;
+  if (red.scalesInput()) {
+    void* s = scratch.get(bytes);
+    ready = b.local(reduceAction(s, a.sendbuf, nullptr, N, red.spec(true, false)));
+    own = s;
+  }
+  kernels::ReduceSpec sum = red.spec(false, false), last = red.spec(false, true);
+  if (r >= p) {  // an extra rank: hand over, then receive the result
+    int32_t sent = b.send(r - p, own, bytes, Deps{ready});
+    b.recv(r - p, a.recvbuf, bytes, Deps{inPlace ? sent : -1});
+    return;
+  }
+  const void* acc = own;
+  if (r < n - p) {  // fold in the extra rank's input
+    void* in = scratch.get(bytes);
+    int32_t got = b.recv(r + p, in, bytes);
+    ready = b.local(reduceAction(a.recvbuf, own, in, N, sum), Deps{got, ready});
+    acc = a.recvbuf;
+  }
+  for (int k = 1; k < p; k *= 2) {
+    const int partner = r ^ k;
+    int32_t sent = b.send(partner, acc, bytes, Deps{ready});
+    void* in = scratch.get(bytes);
+    int32_t got = b.recv(partner, in, bytes);
+    // Combine only once the send has finished reading acc (it may be the result buffer).
+    ready = b.local(reduceAction(a.recvbuf, acc, in, N, k * 2 == p ? last : sum), Deps{sent, got});
+    acc = a.recvbuf;
+  }
+  if (r < n - p) b.send(r + p, a.recvbuf, bytes, Deps{ready});
+}
+
 }  // namespace hora::coll

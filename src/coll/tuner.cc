@@ -6,12 +6,12 @@
 
 namespace hora::coll {
 
-size_t directLimit(int nranks) {
-  // Direct moves (n-1)/(2(n-1)/n) = n/2 times the ring's bytes in 1 step instead of 2(n-1):
-  // on loopback TCP it wins up to about 128 KiB at 2 ranks, 64 KiB at 4 and 8 (perf/allreduce_perf
-  // with HORA_ALGO=ring and =direct); 256 KiB / n follows that.
-  if (nranks < 2 || nranks > kernels::kMaxSources) return 0;
-  return std::max<size_t>(16 << 10, (size_t(256) << 10) / static_cast<size_t>(nranks));
+size_t smallLimit(int nranks) {
+  // Recursive doubling moves log2(p) * N bytes in log2(p) (+2) steps, the ring 2(n-1)/n * N in
+  // 2(n-1) steps. On loopback TCP (perf/allreduce_perf, HORA_ALGO=ring against =rd, 2 cores)
+  // they break even near 128-256 KiB at 2 ranks (one exchange) and 32-64 KiB at 3, 4 and 8.
+  if (nranks < 2) return 0;
+  return nranks == 2 ? size_t(128) << 10 : size_t(32) << 10;
 }
 
 Plan plan(const Args& a, const Topo& t, const TunerSettings& s) {
@@ -20,10 +20,15 @@ Plan plan(const Args& a, const Topo& t, const TunerSettings& s) {
   p.slots = 4;
   if (a.kind == Kind::AllReduce && t.nranks > 1) {
     const size_t bytes = a.count * dataTypeSize(a.dtype);
-    bool direct = bytes <= directLimit(t.nranks);
-    if (s.force == TunerSettings::Force::Ring) direct = false;
-    if (s.force == TunerSettings::Force::Direct) direct = t.nranks <= kernels::kMaxSources;
-    p.algo = direct ? Algo::Direct : Algo::Ring;
+    p.algo = bytes <= smallLimit(t.nranks) ? Algo::RecursiveDoubling : Algo::Ring;
+    switch (s.force) {
+      case TunerSettings::Force::Auto: break;
+      case TunerSettings::Force::Ring: p.algo = Algo::Ring; break;
+      case TunerSettings::Force::RecursiveDoubling: p.algo = Algo::RecursiveDoubling; break;
+      case TunerSettings::Force::Direct:
+        p.algo = t.nranks <= kernels::kMaxSources ? Algo::Direct : Algo::Ring;
+        break;
+    }
   }
   return p;
 }

@@ -1,8 +1,8 @@
-// The planner: how to run each call. AllReduce has two algorithms: direct (one step, every rank
-// sends its input to every other) for small buffers, where latency rules, and the ring (the
-// bandwidth optimum) above. The rooted collectives use the ring's pipelined chain, the others
-// the ring. The planner also sizes the pipeline chunks and staging. HORA_ALGO and
-// HORA_CHUNK_BYTES override it.
+// The planner: how to run each call. AllReduce runs recursive doubling (log2 n steps) for small
+// buffers, where latency rules, and the ring (the bandwidth optimum) above; direct (one step,
+// every rank sends to every other) can be forced. The rooted collectives use the ring's
+// pipelined chain, the others the ring. The planner also sizes the pipeline chunks and staging.
+// HORA_ALGO and HORA_CHUNK_BYTES override it.
 #pragma once
 #include "coll/collective.h"
 
@@ -10,12 +10,12 @@ namespace hora::coll {
 
 struct TunerSettings {
   size_t chunkBytes = 512 * 1024;  // HORA_CHUNK_BYTES
-  enum class Force { Auto, Ring, Direct } force = Force::Auto;  // HORA_ALGO
+  enum class Force { Auto, Ring, Direct, RecursiveDoubling } force = Force::Auto;  // HORA_ALGO
 };
 
-// The largest AllReduce (bytes per rank) that goes direct, by rank count; measured with
-// perf/allreduce_perf over TCP on loopback (README, Performance).
-size_t directLimit(int nranks);
+// The largest AllReduce (bytes per rank) that goes by recursive doubling, by rank count;
+// measured with perf/allreduce_perf over TCP on loopback.
+size_t smallLimit(int nranks);
 
 Plan plan(const Args& a, const Topo& t, const TunerSettings& s);
 

@@ -78,6 +78,7 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
   c->tuner.chunkBytes = cfg.chunkBytes;
   c->tuner.force = cfg.algo == "ring"     ? coll::TunerSettings::Force::Ring
                    : cfg.algo == "direct" ? coll::TunerSettings::Force::Direct
+                   : cfg.algo == "rd"     ? coll::TunerSettings::Force::RecursiveDoubling
                                           : coll::TunerSettings::Force::Auto;
   log::RankScope scope(rank);
   c->wakeFd = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
