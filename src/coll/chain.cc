@@ -49,11 +49,7 @@ void chainReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& scr
   const Reducer red{a, n};
   if (N == 0) return;
   const int q = mod(r - a.root, n);
-  if (n == 1) {
-    if (a.sendbuf != a.recvbuf || red.scalesInput() || a.op == RedOp::Avg)
-      b.local(reduceAction(a.recvbuf, a.sendbuf, nullptr, N, red.spec(true, true)));
-    return;
-  }
+  if (red.single(a.sendbuf, b)) return;
   const int toward = mod(r - 1, n), from = mod(r + 1, n);  // toward the root, from behind
   const size_t C = chunkElems(a, p), chunks = chunksIn(N, C);
   const Range all{0, N};

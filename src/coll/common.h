@@ -56,6 +56,14 @@ struct Reducer {
   }
   // Whether this rank's input must be transformed before it is sent as it is.
   bool scalesInput() const { return a.op == RedOp::PreMulSum; }
+  // A reduction on one rank: the result is the input, scaled (PreMulSum), divided by 1 (Avg)
+  // and copied where needed. Adds that op (if any) and returns true when nranks == 1.
+  bool single(const void* in, core::ProgramBuilder& b) const {
+    if (nranks != 1) return false;
+    if (in != a.recvbuf || scalesInput() || a.op == RedOp::Avg)
+      b.local(core::reduceAction(a.recvbuf, in, nullptr, a.count, spec(true, true)));
+    return true;
+  }
 };
 
 // Per-algorithm builders (ring.cc, chain.cc, p2p.cc).

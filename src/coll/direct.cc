@@ -52,11 +52,7 @@ void rdAllReduce(const Args& a, const Topo& t, const Plan&, core::Scratch& scrat
   const size_t E = dataTypeSize(a.dtype), N = a.count, bytes = N * E;
   const Reducer red{a, n};
   if (N == 0) return;
-  if (n == 1) {
-    if (a.sendbuf != a.recvbuf || red.scalesInput() || a.op == RedOp::Avg)
-      b.local(reduceAction(a.recvbuf, a.sendbuf, nullptr, N, red.spec(true, true)));
-    return;
-  }
+  if (red.single(a.sendbuf, b)) return;
   int p = 1;
   while (p * 2 <= n) p *= 2;
   const bool inPlace = a.sendbuf == a.recvbuf;

@@ -40,11 +40,7 @@ void ringAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   const Reducer red{a, n};
   if (N == 0) return;
-  if (n == 1) {
-    if (a.sendbuf != a.recvbuf || red.scalesInput() || a.op == RedOp::Avg)
-      b.local(reduceAction(a.recvbuf, a.sendbuf, nullptr, N, red.spec(true, true)));
-    return;
-  }
+  if (red.single(a.sendbuf, b)) return;
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
   const bool inPlace = a.sendbuf == a.recvbuf;
   const size_t C = chunkElems(a, p);
@@ -131,11 +127,7 @@ void ringReduceScatter(const Args& a, const Topo& t, const Plan& p, core::Scratc
   const Reducer red{a, n};
   if (N == 0) return;
   const uint8_t* ownIn = at(a.sendbuf, static_cast<size_t>(r) * N, E);
-  if (n == 1) {
-    if (ownIn != a.recvbuf || red.scalesInput() || a.op == RedOp::Avg)
-      b.local(reduceAction(a.recvbuf, ownIn, nullptr, N, red.spec(true, true)));
-    return;
-  }
+  if (red.single(ownIn, b)) return;
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
   const bool inPlace = ownIn == a.recvbuf;
   const size_t C = chunkElems(a, p), chunks = chunksIn(N, C);
