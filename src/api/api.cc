@@ -252,8 +252,7 @@ HORA_API horaResult_t horaCommAbort(horaComm_t comm) {
   return guard("horaCommAbort", nullptr, [&] {
     horaComm* c = api::checkComm(comm);
     log::RankScope scope(c->rank);
-    c->abort(0);
-    delete c;
+    if (c->abort()) delete c;
   });
 }
 

@@ -158,15 +158,23 @@ const char* horaComm::lastError() {
   return lastError_.c_str();
 }
 
-void horaComm::abort(int ownCalls) noexcept {
+bool horaComm::abort() noexcept {
   aborting.store(true);
   uint64_t one = 1;
   if (wakeFd.valid()) (void)!::write(wakeFd.get(), &one, sizeof one);
-  // A call in another thread sees the flag at its next idle round (at most Waiter::kMaxBlock).
-  while (busy.load() || callers.load() > ownCalls) usleep(100);
+  // Calls in other threads see the flag at their next idle round; the links are theirs until
+  // they have left.
+  try {
+    Waiter w(opts.timeout, nullptr, [] { return std::string("other threads to leave their calls on the aborted communicator"); });
+    while (busy.load() || callers.load() > 0) w.idle();
+  } catch (const Error& e) {
+    HORA_WARN(log::kColl, "horaCommAbort: %s; the communicator is left allocated", e.what());
+    return false;
+  }
   for (auto& c : conns)
     if (c) c->shutdown("the communicator of " + (peers.empty() ? std::string("a rank") : peers[static_cast<size_t>(rank)].name()) +
                        " was aborted");
+  return true;
 }
 
 int horaComm::addPreMulOp(const PreMulOp& op) {

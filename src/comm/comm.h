@@ -68,9 +68,10 @@ struct horaComm {
   hora::Errc asyncError() const { return static_cast<hora::Errc>(asyncError_.load()); }
 
   // Abort: stop calls in other threads, close links. Never waits for a peer; waits only for
-  // other threads inside calls on this communicator to notice (bounded by Waiter::kMaxBlock).
-  // `ownCalls` is the number of callers that are this abort's own entry point.
-  void abort(int ownCalls) noexcept;
+  // other threads inside calls on this communicator to notice (each does within
+  // Waiter::kMaxBlock). Returns false if they have not left within the timeout: the caller
+  // must then not free the communicator (it leaks rather than pull memory from under them).
+  bool abort() noexcept;
 
   int addPreMulOp(const hora::PreMulOp& op);  // returns the handle offset, or -1 when full
   bool resolveOp(int op, hora::DataType dt, hora::coll::Args& a) const;
