@@ -1,7 +1,7 @@
-// Helpers shared by the unit tests that use real sockets (test_frame.cc, test_handshake.cc):
-// socket pairs, raw whole writes/reads with a guard against hangs, and a deterministic
-// byte pattern. Nothing here depends on timing except the guards, which only turn a hang into
-// a failure.
+// Helpers shared by the unit tests that use real sockets (test_frame.cc, test_tcp_connection.cc,
+// test_handshake.cc, test_acceptor.cc, test_executor.cc): socket pairs, raw whole writes/reads
+// with a guard against hangs, a deterministic byte pattern, and a search in error texts.
+// Nothing here depends on timing except the guards, which only turn a hang into a failure.
 #pragma once
 #include <fcntl.h>
 #include <poll.h>
@@ -75,6 +75,9 @@ inline void rawRead(int fd, void* buf, size_t n) {
     ::poll(&pf, 1, 100);
   }
 }
+
+// Whether s contains part (error texts name what went wrong).
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Deterministic bytes for message `id`: differ between messages and positions.
 inline std::vector<uint8_t> pattern(size_t n, uint32_t id) {

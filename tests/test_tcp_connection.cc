@@ -1,0 +1,489 @@
+// Tests of tcp::Connection over real AF_UNIX socket pairs: messages of many sizes in both
+// directions over one or several sockets, and every way a peer can misbehave (truncated,
+// malformed or garbage headers, aborts, EOF), each of which must surface as hora::Error from
+// progress() without touching receive buffers beyond what was legitimately received. The
+// frame header itself is tested in test_frame.cc.
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "base/error.h"
+#include "transports/tcp/connection.h"
+#include "transports/tcp/frame.h"
+#include "unit_frame.h"
+#include "unit_net.h"
+
+using namespace hora;
+using namespace unit;  // with the frame names of unit_frame.h
+using hora::tcp::kMaxAbortText;
+using hora::transport::Cookie;
+
+namespace {
+
+// Two connections, each holding one end of nsocks socket pairs.
+struct ConnPair {
+  std::unique_ptr<tcp::Connection> a, b;
+};
+
+ConnPair makePair(int nsocks) {
+  std::vector<Fd> as, bs;
+  for (int i = 0; i < nsocks; ++i) {
+    auto p = unit::socketPair();
+    as.push_back(std::move(p.first));
+    bs.push_back(std::move(p.second));
+  }
+  ConnPair cp;
+  cp.a = std::make_unique<tcp::Connection>(std::move(as), "rank 1 (peer-b)");
+  cp.b = std::make_unique<tcp::Connection>(std::move(bs), "rank 0 (peer-a)");
+  return cp;
+}
+
+// Drives connections until a condition holds, blocking in poll() on their sockets when
+// nothing moves. Completed cookies accumulate per connection. Throws what progress() throws,
+// or std::runtime_error when the guard expires (a hang turned into a failure).
+struct Pump {
+  explicit Pump(std::vector<tcp::Connection*> c) : conns(std::move(c)) {}
+  std::vector<tcp::Connection*> conns;
+  std::map<tcp::Connection*, std::vector<Cookie>> done;
+
+  bool stepOnce() {
+    bool moved = false;
+    for (tcp::Connection* c : conns) {
+      std::vector<Cookie> got;
+      bool m = c->progress(got);
+      moved |= m;
+      for (Cookie k : got) done[c].push_back(k);
+      if (!got.empty()) moved = true;
+    }
+    return moved;
+  }
+  template <class Pred>
+  void until(Pred pred) {
+    unit::Guard g;
+    while (!pred()) {
+      if (stepOnce()) continue;
+      if (pred()) return;
+      if (g.expired()) throw std::runtime_error("test guard expired: the connections hang");
+      std::vector<pollfd> fds;
+      for (tcp::Connection* c : conns) c->addPollFds(fds);
+      ::poll(fds.data(), fds.size(), 100);
+    }
+  }
+  bool has(tcp::Connection* c, Cookie k) const {
+    auto it = done.find(c);
+    return it != done.end() && std::count(it->second.begin(), it->second.end(), k) > 0;
+  }
+};
+
+struct Caught {
+  bool thrown = false;
+  bool hora = false;
+  bool peerFailure = false;
+  Errc code = Errc::Success;
+  std::string what;
+};
+
+template <class F>
+Caught capture(F f) {
+  Caught c;
+  try {
+    f();
+  } catch (const PeerFailure& e) {
+    c.thrown = c.hora = c.peerFailure = true;
+    c.code = e.code();
+    c.what = e.what();
+  } catch (const Error& e) {
+    c.thrown = c.hora = true;
+    c.code = e.code();
+    c.what = e.what();
+  } catch (const std::exception& e) {
+    c.thrown = true;
+    c.what = e.what();
+  }
+  return c;
+}
+
+// A receiving connection (one socket) whose peer is a raw socket the test writes by hand.
+struct RawPeer {
+  Fd raw;
+  std::unique_ptr<tcp::Connection> conn;
+  explicit RawPeer(int nsocks = 1) {
+    std::vector<Fd> mine;
+    for (int i = 0; i < nsocks; ++i) {
+      auto p = unit::socketPair();
+      mine.push_back(std::move(p.first));
+      raws.push_back(std::move(p.second));
+    }
+    raw = Fd(raws[0].release());
+    conn = std::make_unique<tcp::Connection>(std::move(mine), "rank 7 (raw peer)");
+  }
+  std::vector<Fd> raws;  // raws[0] moved into `raw`
+  int fd(int i) const { return i == 0 ? raw.get() : raws[static_cast<size_t>(i)].get(); }
+  void writeHeader(int sock, FrameType type, uint64_t seq, uint64_t length, uint64_t tag) {
+    Encoded e = encode(type, seq, length, tag);
+    unit::rawWrite(fd(sock), e.b, sizeof e.b);
+  }
+};
+
+constexpr uint8_t kCanary = 0xAB;
+
+bool allCanary(const std::vector<uint8_t>& v, size_t from = 0) {
+  for (size_t i = from; i < v.size(); ++i)
+    if (v[i] != kCanary) return false;
+  return true;
+}
+
+}  // namespace
+
+// =============================================================================================
+// tcp::Connection
+// =============================================================================================
+
+TEST_CASE("tcp connection: messages of many sizes in both directions", "[tcp]") {
+  const int nsocks = GENERATE(1, 3);
+  INFO("nsocks " << nsocks);
+  ConnPair cp = makePair(nsocks);
+  tcp::Connection* A = cp.a.get();
+  tcp::Connection* B = cp.b.get();
+  const std::vector<size_t> sizes = {0, 1, 31, 32, 33, 4096, (size_t(1) << 20) + 7, 5, 0, 64};
+  const size_t n = sizes.size();
+  constexpr size_t kTail = 64;
+
+  std::vector<std::vector<uint8_t>> aOut(n), bOut(n), aIn(n), bIn(n);
+  for (size_t i = 0; i < n; ++i) {
+    aOut[i] = unit::pattern(sizes[i], static_cast<uint32_t>(i));
+    bOut[i] = unit::pattern(sizes[i], static_cast<uint32_t>(1000 + i));
+    aIn[i].assign(sizes[i] + kTail, kCanary);
+    bIn[i].assign(sizes[i] + kTail, kCanary);
+  }
+  // Cookies: A's sends 0.., A's recvs 100..; B's recvs 0.., B's sends 100.. (each connection
+  // reports only its own).
+  auto tagAB = [](size_t i) { return 0x1000 + i; };
+  auto tagBA = [](size_t i) { return 0x2000 + i * 7; };
+  Pump pump({A, B});
+
+  // A: all its sends and receives at once, interleaved.
+  for (size_t i = 0; i < n; ++i) {
+    A->postSend(aOut[i].data(), sizes[i], tagAB(i), static_cast<Cookie>(i));
+    A->postRecv(aIn[i].data(), sizes[i], tagBA(i), static_cast<Cookie>(100 + i));
+  }
+  CHECK(A->busy());
+  // B: half of its receives and all of its sends; run until B's third receive is in, then
+  // post the rest (later receives meet frames that already wait in the socket).
+  const size_t half = n / 2;
+  for (size_t i = 0; i < half; ++i) B->postRecv(bIn[i].data(), sizes[i], tagAB(i), static_cast<Cookie>(i));
+  for (size_t i = 0; i < n; ++i) B->postSend(bOut[i].data(), sizes[i], tagBA(i), static_cast<Cookie>(100 + i));
+  pump.until([&] { return pump.has(B, 2); });
+  for (size_t i = half; i < n; ++i) B->postRecv(bIn[i].data(), sizes[i], tagAB(i), static_cast<Cookie>(i));
+
+  pump.until([&] { return !A->busy() && !B->busy(); });
+
+  for (tcp::Connection* c : {A, B}) {
+    std::vector<Cookie> got = pump.done[c];
+    std::sort(got.begin(), got.end());
+    std::vector<Cookie> want;
+    for (size_t i = 0; i < n; ++i) want.push_back(static_cast<Cookie>(i));
+    for (size_t i = 0; i < n; ++i) want.push_back(static_cast<Cookie>(100 + i));
+    CHECK(got == want);  // each exactly once
+  }
+  for (size_t i = 0; i < n; ++i) {
+    INFO("message " << i << " of " << sizes[i] << " bytes");
+    CHECK(std::equal(aOut[i].begin(), aOut[i].end(), bIn[i].begin()));
+    CHECK(std::equal(bOut[i].begin(), bOut[i].end(), aIn[i].begin()));
+    CHECK(allCanary(aIn[i], sizes[i]));
+    CHECK(allCanary(bIn[i], sizes[i]));
+  }
+  // Nothing left over: a further progress moves nothing.
+  std::vector<Cookie> extra;
+  A->progress(extra);
+  B->progress(extra);
+  CHECK(extra.empty());
+}
+
+TEST_CASE("tcp connection: hundreds of queued small messages", "[tcp]") {
+  const int nsocks = GENERATE(1, 2, 3);
+  INFO("nsocks " << nsocks);
+  ConnPair cp = makePair(nsocks);
+  const size_t n = 300;
+  std::vector<std::vector<uint8_t>> out(n), in(n);
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = unit::pattern(i % 50, static_cast<uint32_t>(7 * i + 3));
+    in[i].assign(i % 50 + 8, kCanary);
+  }
+  for (size_t i = 0; i < n; ++i) cp.a->postSend(out[i].data(), out[i].size(), 77, static_cast<Cookie>(i));
+  for (size_t i = 0; i < n; ++i) cp.b->postRecv(in[i].data(), out[i].size(), 77, static_cast<Cookie>(i));
+  Pump pump({cp.a.get(), cp.b.get()});
+  pump.until([&] { return !cp.a->busy() && !cp.b->busy(); });
+  CHECK(pump.done[cp.a.get()].size() == n);
+  CHECK(pump.done[cp.b.get()].size() == n);
+  std::set<Cookie> distinct(pump.done[cp.b.get()].begin(), pump.done[cp.b.get()].end());
+  CHECK(distinct.size() == n);
+  for (size_t i = 0; i < n; ++i) {
+    INFO("message " << i);
+    CHECK(std::equal(out[i].begin(), out[i].end(), in[i].begin()));
+    CHECK(allCanary(in[i], out[i].size()));
+  }
+}
+
+TEST_CASE("tcp connection: message k travels on socket k % nsocks", "[tcp]") {
+  const int nsocks = 3;
+  RawPeer rp(nsocks);
+  const size_t n = 8;
+  const uint64_t tag = 0x77;
+  std::vector<std::vector<uint8_t>> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = unit::pattern(10 + 100 * i, static_cast<uint32_t>(i));
+  for (size_t i = 0; i < n; ++i) rp.conn->postSend(out[i].data(), out[i].size(), tag, static_cast<Cookie>(i));
+  Pump pump({rp.conn.get()});
+  pump.until([&] { return !rp.conn->busy(); });  // small enough to fit the socket buffers
+  CHECK(pump.done[rp.conn.get()].size() == n);
+  for (int s = 0; s < nsocks; ++s) {
+    for (size_t k = static_cast<size_t>(s); k < n; k += nsocks) {
+      uint8_t hdr[kFrameHeaderBytes];
+      unit::rawRead(rp.fd(s), hdr, sizeof hdr);
+      FrameHeader h;
+      std::string why;
+      INFO("socket " << s << " message " << k);
+      REQUIRE(decode(hdr, Expectation{k, out[k].size(), tag}, &h, &why) == FrameCheck::Ok);
+      std::vector<uint8_t> payload(out[k].size());
+      unit::rawRead(rp.fd(s), payload.data(), payload.size());
+      CHECK(payload == out[k]);
+    }
+    uint8_t extra;
+    CHECK(::recv(rp.fd(s), &extra, 1, MSG_DONTWAIT) < 0);  // nothing more on this socket
+  }
+
+  // The other direction: frames written socket by socket, last socket first, are received in
+  // message order.
+  std::vector<std::vector<uint8_t>> in(n);
+  for (size_t i = 0; i < n; ++i) in[i].assign(out[i].size() + 16, kCanary);
+  for (size_t i = 0; i < n; ++i)
+    rp.conn->postRecv(in[i].data(), out[i].size(), tag, static_cast<Cookie>(100 + i));
+  for (int s = nsocks - 1; s >= 0; --s)
+    for (size_t k = static_cast<size_t>(s); k < n; k += nsocks) {
+      rp.writeHeader(s, FrameType::Data, k, out[k].size(), tag);
+      unit::rawWrite(rp.fd(s), out[k].data(), out[k].size());
+    }
+  pump.until([&] { return !rp.conn->busy(); });
+  for (size_t i = 0; i < n; ++i) {
+    CHECK(std::equal(out[i].begin(), out[i].end(), in[i].begin()));
+    CHECK(allCanary(in[i], out[i].size()));
+  }
+}
+
+TEST_CASE("tcp connection: a truncated header then close is a Remote error", "[tcp]") {
+  RawPeer rp;
+  std::vector<uint8_t> buf(100, kCanary);
+  rp.conn->postRecv(buf.data(), 64, 5, 1);
+  Encoded e = encode(FrameType::Data, 0, 64, 5);
+  unit::rawWrite(rp.fd(0), e.b, 10);
+  rp.raw.reset();
+  Pump pump({rp.conn.get()});
+  Caught c = capture([&] { pump.until([] { return false; }); });
+  REQUIRE(c.hora);
+  CHECK(c.code == Errc::Remote);
+  CHECK(!c.peerFailure);
+  CHECK(contains(c.what, "closed"));
+  CHECK(contains(c.what, "rank 7"));
+  CHECK(allCanary(buf));
+}
+
+TEST_CASE("tcp connection: a bad header is a Remote error and writes nothing", "[tcp]") {
+  RawPeer rp;
+  const uint64_t tag = 0x1234;
+  // One good message first, then a bad header for the second.
+  std::vector<uint8_t> first = unit::pattern(40, 1);
+  std::vector<uint8_t> buf0(48, kCanary), buf1(100, kCanary);
+  rp.conn->postRecv(buf0.data(), 40, tag, 1);
+  rp.conn->postRecv(buf1.data(), 64, tag, 2);
+  rp.writeHeader(0, FrameType::Data, 0, 40, tag);
+  unit::rawWrite(rp.fd(0), first.data(), first.size());
+
+  std::string expectText;
+  SECTION("wrong length") {
+    rp.writeHeader(0, FrameType::Data, 1, 65, tag);
+    expectText = "65";
+  }
+  SECTION("wrong tag") {
+    rp.writeHeader(0, FrameType::Data, 1, 64, tag + 1);
+    expectText = "mismatched";
+  }
+  SECTION("wrong magic") {
+    Encoded e = encode(FrameType::Data, 1, 64, tag);
+    e.b[3] = 'X';
+    unit::rawWrite(rp.fd(0), e.b, sizeof e.b);
+    expectText = "magic";
+  }
+  SECTION("wrong sequence") {
+    rp.writeHeader(0, FrameType::Data, 2, 64, tag);
+    expectText = "sequence";
+  }
+  SECTION("unknown type") {
+    Encoded e = encode(FrameType::Data, 1, 64, tag);
+    e.b[4] = 9;
+    unit::rawWrite(rp.fd(0), e.b, sizeof e.b);
+    expectText = "type";
+  }
+  SECTION("an oversized abort frame") {
+    rp.writeHeader(0, FrameType::Abort, 0, kMaxAbortText + 1, 0);
+    expectText = "abort";
+  }
+  // A payload follows the bad header: it must not be read into the buffer.
+  std::vector<uint8_t> junk(65, 0x5A);
+  unit::rawWrite(rp.fd(0), junk.data(), junk.size());
+
+  Pump pump({rp.conn.get()});
+  Caught c = capture([&] { pump.until([] { return false; }); });
+  INFO(c.what);
+  REQUIRE(c.hora);
+  CHECK(c.code == Errc::Remote);
+  CHECK(!c.peerFailure);
+  CHECK(contains(c.what, expectText));
+  CHECK(contains(c.what, "rank 7"));
+  CHECK(std::equal(first.begin(), first.end(), buf0.begin()));
+  CHECK(allCanary(buf0, 40));
+  CHECK(allCanary(buf1));
+}
+
+TEST_CASE("tcp connection: garbage bytes are a Remote error", "[tcp]") {
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    RawPeer rp;
+    std::vector<uint8_t> buf(300, kCanary);
+    rp.conn->postRecv(buf.data(), 256, 99, 1);
+    std::vector<uint8_t> garbage = unit::pattern(300, seed);
+    unit::rawWrite(rp.fd(0), garbage.data(), garbage.size());
+    Pump pump({rp.conn.get()});
+    Caught c = capture([&] { pump.until([] { return false; }); });
+    INFO("seed " << seed << ": " << c.what);
+    REQUIRE(c.hora);
+    CHECK(c.code == Errc::Remote);
+    CHECK(allCanary(buf));
+  }
+}
+
+TEST_CASE("tcp connection: shutdown sends its reason to the peer", "[tcp]") {
+  const int nsocks = GENERATE(1, 3);
+  INFO("nsocks " << nsocks);
+  ConnPair cp = makePair(nsocks);
+  Pump pump({cp.b.get()});
+  const std::string reason = "rank 0 failed: the disk is on fire";
+
+  SECTION("with nothing exchanged") {
+    std::vector<uint8_t> buf(32, kCanary);
+    cp.b->postRecv(buf.data(), 16, 3, 1);
+    cp.a->shutdown(reason);
+    Caught c = capture([&] { pump.until([] { return false; }); });
+    REQUIRE(c.peerFailure);
+    CHECK(c.code == Errc::Remote);
+    CHECK(contains(c.what, reason));
+    CHECK(allCanary(buf));
+  }
+  SECTION("after a message, on the next socket") {
+    std::vector<uint8_t> msg = unit::pattern(16, 5);
+    std::vector<uint8_t> buf0(32, kCanary), buf1(32, kCanary);
+    cp.b->postRecv(buf0.data(), 16, 3, 1);
+    cp.b->postRecv(buf1.data(), 16, 3, 2);
+    cp.a->postSend(msg.data(), 16, 3, 1);
+    Pump pa({cp.a.get()});
+    pa.until([&] { return !cp.a->busy(); });
+    cp.a->shutdown(reason);
+    Caught c = capture([&] { pump.until([] { return false; }); });
+    REQUIRE(c.peerFailure);
+    CHECK(contains(c.what, reason));
+    CHECK(std::equal(msg.begin(), msg.end(), buf0.begin()));
+    CHECK(allCanary(buf1));
+  }
+  SECTION("a long reason is cut to kMaxAbortText") {
+    std::string longReason(3000, 'x');
+    for (size_t i = 0; i < longReason.size(); ++i) longReason[i] = static_cast<char>('a' + i % 26);
+    std::vector<uint8_t> buf(32, kCanary);
+    cp.b->postRecv(buf.data(), 16, 3, 1);
+    cp.a->shutdown(longReason);
+    Caught c = capture([&] { pump.until([] { return false; }); });
+    REQUIRE(c.peerFailure);
+    CHECK(c.what == longReason.substr(0, kMaxAbortText));
+  }
+  SECTION("an empty reason and unprintable bytes") {
+    std::vector<uint8_t> buf(32, kCanary);
+    cp.b->postRecv(buf.data(), 16, 3, 1);
+    cp.a->shutdown(std::string("a\x01\n") + "b");
+    Caught c = capture([&] { pump.until([] { return false; }); });
+    REQUIRE(c.peerFailure);
+    CHECK(c.what == "a??b");
+  }
+
+  // The side that shut down: idle, nothing to poll, and progress() says it is closed.
+  CHECK(!cp.a->busy());
+  std::vector<pollfd> fds;
+  cp.a->addPollFds(fds);
+  CHECK(fds.empty());
+  std::vector<Cookie> got;
+  Caught c2 = capture([&] { cp.a->progress(got); });
+  REQUIRE(c2.hora);
+  CHECK(c2.code == Errc::Remote);
+  CHECK(contains(c2.what, "closed"));
+}
+
+TEST_CASE("tcp connection: EOF while a receive is posted", "[tcp]") {
+  SECTION("peer closes before sending anything") {
+    ConnPair cp = makePair(2);
+    std::vector<uint8_t> buf(32, kCanary);
+    cp.b->postRecv(buf.data(), 16, 3, 1);
+    cp.a.reset();  // destroyed without a shutdown: no abort frame, just EOF
+    Pump pump({cp.b.get()});
+    Caught c = capture([&] { pump.until([] { return false; }); });
+    REQUIRE(c.hora);
+    CHECK(!c.peerFailure);
+    CHECK(c.code == Errc::Remote);
+    CHECK(contains(c.what, "closed"));
+    CHECK(allCanary(buf));
+  }
+  SECTION("peer closes in the middle of a payload") {
+    RawPeer rp;
+    std::vector<uint8_t> buf(128, kCanary);
+    rp.conn->postRecv(buf.data(), 100, 3, 1);
+    rp.writeHeader(0, FrameType::Data, 0, 100, 3);
+    std::vector<uint8_t> part = unit::pattern(30, 9);
+    unit::rawWrite(rp.fd(0), part.data(), part.size());
+    rp.raw.reset();
+    Pump pump({rp.conn.get()});
+    Caught c = capture([&] { pump.until([] { return false; }); });
+    REQUIRE(c.hora);
+    CHECK(c.code == Errc::Remote);
+    CHECK(contains(c.what, "closed"));
+    CHECK(allCanary(buf, 100));  // nothing past the posted length
+  }
+  SECTION("peer closes in the middle of an abort text") {
+    RawPeer rp;
+    std::vector<uint8_t> buf(16, kCanary);
+    rp.conn->postRecv(buf.data(), 16, 3, 1);
+    rp.writeHeader(0, FrameType::Abort, 0, 50, 0);
+    unit::rawWrite(rp.fd(0), "partial", 7);
+    rp.raw.reset();
+    Pump pump({rp.conn.get()});
+    Caught c = capture([&] { pump.until([] { return false; }); });
+    REQUIRE(c.hora);
+    CHECK(c.code == Errc::Remote);
+    CHECK(allCanary(buf));
+  }
+}
+
+TEST_CASE("tcp connection: sending to a closed peer is a Remote error", "[tcp]") {
+  RawPeer rp;
+  std::vector<uint8_t> msg = unit::pattern(1 << 20, 3);
+  rp.conn->postSend(msg.data(), msg.size(), 1, 1);
+  rp.raw.reset();
+  Pump pump({rp.conn.get()});
+  Caught c = capture([&] { pump.until([&] { return !rp.conn->busy(); }); });
+  REQUIRE(c.hora);
+  CHECK(c.code == Errc::Remote);
+  CHECK(contains(c.what, "rank 7"));
+}
