@@ -374,7 +374,7 @@ void BootstrapClient::checkForFailure() {
     fail(Errc::Remote, "the rendezvous sent an unexpected frame (type %u) between rounds", hdr[0]);
   std::string payload(hdr[1], '\0');
   readAll(fd_.get(), payload.data(), payload.size(), w, "the rendezvous");
-  fail(Errc::Remote, "the rendezvous failed: %s", payload.c_str());
+  throw RendezvousFailure("the rendezvous failed: " + payload);
 }
 
 std::vector<std::string> BootstrapClient::allgather(const std::string& mine, Waiter& w) {
@@ -388,8 +388,7 @@ std::vector<std::string> BootstrapClient::allgather(const std::string& mine, Wai
       fail(Errc::Remote, "the rendezvous sent a frame of %u bytes (at most %u allowed)", hdr[1], kMaxBootstrapFrame);
     std::string payload(hdr[1], '\0');
     readAll(fd_.get(), payload.data(), payload.size(), w, who);
-    if (hdr[0] == static_cast<uint32_t>(FrameType::Error))
-      fail(Errc::Remote, "the rendezvous failed: %s", payload.c_str());
+    if (hdr[0] == static_cast<uint32_t>(FrameType::Error)) throw RendezvousFailure("the rendezvous failed: " + payload);
     if (hdr[0] != static_cast<uint32_t>(FrameType::Result))
       fail(Errc::Remote, "the rendezvous sent an unknown frame type %u", hdr[0]);
     std::vector<std::string> out;
@@ -409,6 +408,24 @@ std::vector<std::string> BootstrapClient::allgather(const std::string& mine, Wai
     if (e.code() == Errc::Remote && strstr(e.what(), "closed by") != nullptr)
       fail(Errc::Remote, "lost the rendezvous (the process that made the unique id exited?): %s", e.what());
     throw;
+  }
+}
+
+void BootstrapClient::awaitFailureReport(milliseconds most) {
+  if (!fd_.valid()) return;
+  Waiter w(most, nullptr, [] { return std::string("the rendezvous's error report"); });
+  try {
+    for (;;) {
+      checkForFailure();
+      w.idle([&](milliseconds m) {
+        pollfd p{fd_.get(), POLLIN, 0};
+        pollFor(&p, 1, static_cast<int>(m.count()));
+      });
+    }
+  } catch (const RendezvousFailure&) {
+    throw;
+  } catch (const Error&) {
+    // No report in time, or the link closed without one: the caller keeps its own error.
   }
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "base/handshake.h"
 #include "base/socket.h"
 #include "base/wait.h"
@@ -42,6 +43,12 @@ struct UniqueId {
 // serves one job and ends when all its ranks have left, or after `timeout` without progress.
 UniqueId startRendezvous(const SockAddr& bindAddr, const Secret& secret, milliseconds timeout);
 
+// The root's report that the job failed: it names the first cause.
+class RendezvousFailure : public Error {
+ public:
+  explicit RendezvousFailure(std::string message) : Error(Errc::Remote, std::move(message)) {}
+};
+
 // A rank's link to the root.
 class BootstrapClient {
  public:
@@ -57,8 +64,12 @@ class BootstrapClient {
   // abandon(), makes the root fail the rendezvous for every rank at once.
   void finish(Waiter& w);
   void abandon(const std::string& why) noexcept;
-  // Between rounds: throws the root's error report if one has arrived. Never blocks.
+  // Between rounds: throws the root's error report (RendezvousFailure) if one has arrived.
+  // Never blocks.
   void checkForFailure();
+  // After a local failure that a peer caused: waits up to `most` for the root's report, which
+  // names the first cause, and throws it; returns if none comes (or the link just closes).
+  void awaitFailureReport(milliseconds most);
   int fd() const { return fd_.get(); }
 
  private:

@@ -111,7 +111,20 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
     stage = "every rank to finish connecting (bootstrap barrier)";
     bs.barrier(w);
     bs.finish(w);
+  } catch (const RendezvousFailure&) {
+    bs.close();  // the root knows: it told us
+    throw;
   } catch (const Error& e) {
+    // A peer that dropped us may have done so because the job failed elsewhere: prefer the
+    // rendezvous's report of the first cause, if it comes promptly.
+    if (e.code() == Errc::Remote) {
+      try {
+        bs.awaitFailureReport(milliseconds(1000));
+      } catch (const RendezvousFailure&) {
+        bs.close();
+        throw;
+      }
+    }
     bs.abandon(format("%s: %s", stage.c_str(), e.what()));
     throw;
   }
