@@ -1,4 +1,4 @@
-// Tests of the TCP transport's frame header (transports/tcp/frame.h): round trips, the
+// Tests of the TCP transport's frame header (transports/frame.h): round trips, the
 // documented layout, and every kind of malformed header (each wrong field, every single-bit
 // corruption, random garbage), which must decode as Bad with a reason, never as Ok. The
 // tcp::Connection tests over real socket pairs are in test_tcp_connection.cc.
@@ -9,14 +9,14 @@
 
 #include <catch2/catch.hpp>
 
-#include "transports/tcp/frame.h"
+#include "transports/frame.h"
 #include "unit_frame.h"
 #include "unit_net.h"
 
 using namespace hora;
 using namespace unit;  // with the frame names of unit_frame.h
-using hora::tcp::kFrameMagic;
-using hora::tcp::kMaxAbortText;
+using hora::frame::kFrameMagic;
+using hora::frame::kMaxAbortText;
 
 // =============================================================================================
 // Frame header

@@ -18,13 +18,13 @@
 
 #include "base/error.h"
 #include "transports/tcp/connection.h"
-#include "transports/tcp/frame.h"
+#include "transports/frame.h"
 #include "unit_frame.h"
 #include "unit_net.h"
 
 using namespace hora;
 using namespace unit;  // with the frame names of unit_frame.h
-using hora::tcp::kMaxAbortText;
+using hora::frame::kMaxAbortText;
 using hora::transport::Cookie;
 
 namespace {

@@ -5,16 +5,16 @@
 #include <cstring>
 #include <string>
 
-#include "transports/tcp/frame.h"
+#include "transports/frame.h"
 
 namespace unit {
 
 // The frame names the tests use unqualified (they say `using namespace unit`).
-using hora::tcp::Expectation;
-using hora::tcp::FrameCheck;
-using hora::tcp::FrameHeader;
-using hora::tcp::FrameType;
-using hora::tcp::kFrameHeaderBytes;
+using hora::frame::Expectation;
+using hora::frame::FrameCheck;
+using hora::frame::FrameHeader;
+using hora::frame::FrameType;
+using hora::frame::kFrameHeaderBytes;
 
 struct Encoded {
   uint8_t b[kFrameHeaderBytes];
@@ -28,12 +28,12 @@ inline Encoded encode(FrameType type, uint64_t seq, uint64_t length, uint64_t ta
   h.tag = tag;
   Encoded e;
   memset(e.b, 0xEE, sizeof e.b);
-  hora::tcp::encodeFrameHeader(h, e.b);
+  hora::frame::encodeFrameHeader(h, e.b);
   return e;
 }
 
 inline FrameCheck decode(const uint8_t* in, const Expectation& x, FrameHeader* out, std::string* why) {
-  return hora::tcp::decodeFrameHeader(in, x, out, why);
+  return hora::frame::decodeFrameHeader(in, x, out, why);
 }
 
 }  // namespace unit

@@ -10,10 +10,12 @@
 
 #include "base/ring.h"
 #include "base/socket.h"
-#include "transports/tcp/frame.h"
+#include "transports/frame.h"
 #include "transports/transport.h"
 
 namespace hora::tcp {
+
+using namespace frame;
 
 class Connection final : public transport::Connection {
  public:

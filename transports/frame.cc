@@ -1,4 +1,4 @@
-#include "transports/tcp/frame.h"
+#include "transports/frame.h"
 
 #include <cinttypes>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include "base/error.h"
 #include "transports/transport.h"
 
-namespace hora::tcp {
+namespace hora::frame {
 
 namespace {
 template <class T>
@@ -83,4 +83,4 @@ FrameCheck decodeFrameHeader(const uint8_t in[kFrameHeaderBytes], const Expectat
   return FrameCheck::Ok;
 }
 
-}  // namespace hora::tcp
+}  // namespace hora::frame

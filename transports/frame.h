@@ -1,4 +1,5 @@
-// The frame header of the TCP transport. Every message on a data socket is one frame:
+// The frame header of the byte-stream transports (TCP, and the shared-memory rings). Every
+// message on a stream is one frame:
 //
 //   offset  size  field
 //        0     4  magic "HRFR"
@@ -15,7 +16,7 @@
 #include <cstdint>
 #include <string>
 
-namespace hora::tcp {
+namespace hora::frame {
 
 inline constexpr uint32_t kFrameMagic = 0x52465248;  // "HRFR" little-endian
 inline constexpr size_t kFrameHeaderBytes = 32;
@@ -46,4 +47,4 @@ enum class FrameCheck { Ok, Abort, Bad };
 FrameCheck decodeFrameHeader(const uint8_t in[kFrameHeaderBytes], const Expectation& expect,
                              FrameHeader* out, std::string* why);
 
-}  // namespace hora::tcp
+}  // namespace hora::frame
