@@ -55,7 +55,7 @@ TEST_CASE("config: defaults", "[config]") {
   CHECK(c.debugSubsys == log::kAll);
   CHECK(c.timeout == std::chrono::milliseconds(600000));
   CHECK(c.socketIfname.empty());
-  CHECK(c.transports == std::vector<std::string>{"tcp"});
+  CHECK(c.transports == (std::vector<std::string>{"shm", "tcp"}));
   CHECK(c.algo == "auto");
   CHECK(c.nsocksPerPeer == Config{}.nsocksPerPeer);  // the default is being tuned: 1 or 2
   CHECK(c.nsocksPerPeer >= 1);
@@ -135,9 +135,13 @@ TEST_CASE("config: HORA_CHUNK_BYTES errors quote the whole value", "[config]") {
 TEST_CASE("config: HORA_TRANSPORTS", "[config]") {
   CHECK(parse({{"HORA_TRANSPORTS", "tcp"}}).transports == std::vector<std::string>{"tcp"});
   CHECK(parse({{"HORA_TRANSPORTS", " tcp , tcp "}}).transports == std::vector<std::string>{"tcp"});
-  for (const char* bad : {"ib", "tcp,ib", "^ib", "^", "TCPX"}) expectInvalid("HORA_TRANSPORTS", bad);
-  // Excluding the only transport leaves nothing: an error that says so.
-  for (const char* nothingLeft : {"^tcp", "tcp,^tcp"}) {
+  CHECK(parse({{"HORA_TRANSPORTS", "shm"}}).transports == std::vector<std::string>{"shm"});
+  CHECK(parse({{"HORA_TRANSPORTS", "^shm"}}).transports == std::vector<std::string>{"tcp"});
+  CHECK(parse({{"HORA_TRANSPORTS", "^tcp"}}).transports == std::vector<std::string>{"shm"});
+  CHECK(parse({{"HORA_TRANSPORTS", "tcp,shm"}}).transports == (std::vector<std::string>{"shm", "tcp"}));
+  for (const char* bad : {"ib", "tcp,ib", "^ib", "^", "TCPX", ""}) expectInvalid("HORA_TRANSPORTS", bad);
+  // Excluding every transport leaves nothing: an error that says so.
+  for (const char* nothingLeft : {"^tcp,^shm", "tcp,^tcp"}) {
     INFO(nothingLeft);
     try {
       parse({{"HORA_TRANSPORTS", nothingLeft}});

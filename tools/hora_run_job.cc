@@ -6,6 +6,7 @@
 // rank is the leader of its own process group, so a signal to the group also reaches the
 // processes the rank started.
 #include <fcntl.h>
+#include <sched.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -162,6 +163,7 @@ struct ChildPlan {
   sigset_t mask{};  // the signal mask to run PROGRAM with
   std::optional<rlimit> fdLimit;  // to restore, if hora-run raised its own
   const std::string* execFailure = nullptr;  // "hora-run: cannot execute PROGRAM: "
+  int cpu = -1;                               // pin to this CPU, if >= 0
 };
 
 [[noreturn]] void execChild(const ChildPlan& plan) {
@@ -173,6 +175,12 @@ struct ChildPlan {
   sigaction(SIGPIPE, &defaults, nullptr);
   sigprocmask(SIG_SETMASK, &plan.mask, nullptr);
   if (plan.fdLimit) setrlimit(RLIMIT_NOFILE, &*plan.fdLimit);
+  if (plan.cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(plan.cpu, &set);
+    sched_setaffinity(0, sizeof set, &set);  // best effort: a rank runs unpinned if refused
+  }
   // If hora-run dies without stopping us (SIGKILL), the rendezvous is gone too.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != plan.parent) _exit(127);
@@ -314,6 +322,7 @@ class Job {
     plan.parent = getpid();
     plan.fdLimit = fdLimit_;
     plan.execFailure = &execFailure;
+    plan.cpu = rank.index < static_cast<int>(spec_.cpus.size()) ? spec_.cpus[static_cast<size_t>(rank.index)] : -1;
     // Blocked across fork so that no handler of ours runs in the child before exec.
     sigset_t all;
     sigfillset(&all);

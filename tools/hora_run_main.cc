@@ -5,6 +5,7 @@
 //
 // This file reads the command line and makes the rendezvous id; hora_run_job.cc does the rest.
 #include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -29,7 +30,7 @@ constexpr double kMaxSeconds = 1e9;
 constexpr double kDefaultGraceS = 5;
 
 const char kUsage[] =
-    "usage: hora-run -n N [--timeout S] [--no-prefix] [--] PROGRAM [ARGS...]\n"
+    "usage: hora-run -n N [--timeout S] [--bind core|none] [--no-prefix] [--] PROGRAM [ARGS...]\n"
     "\n"
     "Starts N local ranks of PROGRAM (looked up in PATH) with HORA_ID, HORA_RANK, HORA_SIZE,\n"
     "HORA_LOCAL_RANK and HORA_LOCAL_SIZE set, and waits for all of them. Each output line of\n"
@@ -41,11 +42,25 @@ const char kUsage[] =
     "options:\n"
     "  -n N, -np N    number of ranks, 1 to 1024\n"
     "  --timeout S    stop all ranks after S seconds (may be fractional) and exit 124\n"
+    "  --bind core    pin rank r to the r-th CPU hora-run may use (the default when there are\n"
+    "                 at least N of them); --bind none leaves placement to the kernel (the\n"
+    "                 default when ranks outnumber CPUs)\n"
     "  --no-prefix    pass output lines through unchanged\n"
     "  -h, --help     show this text\n"
     "  --             end of options\n";
 
 enum class ParseOutcome { Run, Help, Error };
+
+// The CPUs hora-run may run on, in order.
+std::vector<int> allowedCpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
 
 struct Options {
   ParseOutcome outcome = ParseOutcome::Error;
@@ -54,6 +69,7 @@ struct Options {
   double timeoutS = 0;
   std::string timeoutText;
   bool prefix = true;
+  enum class Bind { Auto, Core, None } bind = Bind::Auto;
   std::vector<std::string> argv;
 };
 
@@ -97,6 +113,17 @@ bool startsWith(const std::string& text, const char* prefix) {
   return text.rfind(prefix, 0) == 0;
 }
 
+// Rank r on the r-th allowed CPU when every rank can have one (ranks that wait by spinning or
+// yielding keep their caches and never share a core); no pinning when they outnumber the CPUs.
+std::vector<int> placeRanks(int nranks, Options::Bind bind) {
+  std::vector<int> out(static_cast<size_t>(nranks), -1);
+  std::vector<int> cpus = allowedCpus();
+  bool pin = bind == Options::Bind::Core || (bind == Options::Bind::Auto && nranks <= static_cast<int>(cpus.size()));
+  if (pin && !cpus.empty())
+    for (int r = 0; r < nranks; ++r) out[static_cast<size_t>(r)] = cpus[static_cast<size_t>(r) % cpus.size()];
+  return out;
+}
+
 Options parseOptions(const std::vector<std::string>& args) {
   Options options;
   bool haveRanks = false;
@@ -113,6 +140,11 @@ Options parseOptions(const std::vector<std::string>& args) {
     }
     if (arg == "--no-prefix") {
       options.prefix = false;
+    } else if (arg == "--bind" || startsWith(arg, "--bind=")) {
+      std::string attached = arg == "--bind" ? "" : arg.substr(7);
+      std::optional<std::string> value = optionValue(args, i, attached);
+      if (!value || (*value != "core" && *value != "none")) return usageError("option --bind takes core or none");
+      options.bind = *value == "core" ? Options::Bind::Core : Options::Bind::None;
     } else if (startsWith(arg, "-n")) {
       std::string attached = arg.substr(startsWith(arg, "-np") ? 3 : 2);
       std::optional<std::string> value = optionValue(args, i, attached);
@@ -224,6 +256,7 @@ int runMain(int argc, char** argv) {
   spec.timeoutText = options.timeoutText;
   spec.graceS = graceFromEnvironment();
   spec.prefix = options.prefix;
+  spec.cpus = placeRanks(options.nranks, options.bind);
   std::optional<std::string> id = makeUniqueId();
   if (!id) return 1;
   spec.idHex = *id;

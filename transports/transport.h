@@ -13,6 +13,10 @@
 //     completed messages (in no particular order) and returns whether anything moved. It
 //     throws hora::Error on a failure of the peer or the wire, naming the peer.
 //   - addPollFds() lists what to poll() on when there is nothing to do but wait.
+//   - armWakeup() is called just before the caller blocks in poll(): a transport whose peer
+//     signals through memory asks to be woken; it returns false if there is work after all
+//     (then the caller does not block), and may throw if the peer is gone. disarmWakeup() follows
+//     the poll().
 //   - shutdown() is fail-stop: it tells the peer why (best effort, never blocking) and closes.
 #pragma once
 #include <poll.h>
@@ -34,6 +38,8 @@ class Connection {
   virtual bool progress(std::vector<Cookie>& completed) = 0;
   virtual bool busy() const = 0;  // any posted message not yet complete
   virtual void addPollFds(std::vector<pollfd>& fds) const = 0;
+  virtual bool armWakeup() { return true; }
+  virtual void disarmWakeup() {}
   virtual void shutdown(const std::string& reason) noexcept = 0;
   virtual const std::string& peerName() const = 0;  // "rank 3 (host, pid 123)"
 };

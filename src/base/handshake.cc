@@ -34,6 +34,15 @@ void putHeader(uint8_t* p, LinkKind kind) {
   memcpy(p + 6, &k, 2);
 }
 
+const char* kindName(uint16_t k) {
+  switch (k) {
+    case 1: return "bootstrap";
+    case 2: return "data";
+    case 3: return "shared-memory";
+    default: return "unknown";
+  }
+}
+
 void checkHeader(const uint8_t* p, LinkKind kind) {
   uint32_t m;
   uint16_t v, k;
@@ -45,9 +54,8 @@ void checkHeader(const uint8_t* p, LinkKind kind) {
     fail(Errc::Remote, "handshake: peer speaks protocol version %u, this library %u", v,
          kProtocolVersion);
   if (k != static_cast<uint16_t>(kind))
-    fail(Errc::Remote, "handshake: peer opened a %s link where a %s link was expected",
-         k == 1 ? "bootstrap" : k == 2 ? "data" : "unknown",
-         kind == LinkKind::Bootstrap ? "bootstrap" : "data");
+    fail(Errc::Remote, "handshake: peer opened a %s link where a %s link was expected", kindName(k),
+         kindName(static_cast<uint16_t>(kind)));
 }
 
 void mac(uint8_t out[crypto_auth_hmacsha256_BYTES], const Secret& s, const char* label,

@@ -34,7 +34,7 @@ struct Secret {
   uint8_t bytes[kSecretBytes];
 };
 
-enum class LinkKind : uint16_t { Bootstrap = 1, Data = 2 };
+enum class LinkKind : uint16_t { Bootstrap = 1, Data = 2, Shm = 3 };
 
 // Fills buf with bytes from the kernel's random source (libsodium).
 void randomBytes(void* buf, size_t n);

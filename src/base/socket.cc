@@ -6,6 +6,9 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/tcp.h>
+#include <sys/un.h>
+
+#include <cstddef>
 #include <unistd.h>
 
 #include <atomic>
@@ -61,8 +64,25 @@ bool SockAddr::isLoopback() const {
   return false;
 }
 
+SockAddr SockAddr::abstractUnix(const std::string& name) {
+  SockAddr a;
+  auto* u = reinterpret_cast<sockaddr_un*>(&a.ss);
+  u->sun_family = AF_UNIX;
+  size_t n = std::min(name.size(), sizeof(u->sun_path) - 1);
+  u->sun_path[0] = '\0';
+  memcpy(u->sun_path + 1, name.data(), n);
+  a.len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+  return a;
+}
+
 std::string SockAddr::str() const {
   char host[INET6_ADDRSTRLEN] = "?";
+  if (family() == AF_UNIX) {
+    const auto* u = reinterpret_cast<const sockaddr_un*>(&ss);
+    size_t n = len > offsetof(sockaddr_un, sun_path) ? len - offsetof(sockaddr_un, sun_path) : 0;
+    if (n > 1 && u->sun_path[0] == '\0') return "unix:@" + std::string(u->sun_path + 1, n - 1);
+    return "unix";
+  }
   if (family() == AF_INET) {
     inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, host, sizeof host);
     return format("%s:%u", host, port());

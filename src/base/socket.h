@@ -59,6 +59,8 @@ struct SockAddr {
   // "host:port", "[v6]:port" or "v6addr" with a separate port; host names are resolved.
   // Throws Errc::InvalidArgument on a bad text.
   static SockAddr parse(const std::string& hostPort);
+  // A Unix socket in Linux's abstract namespace: no file, gone with its last descriptor.
+  static SockAddr abstractUnix(const std::string& name);
   // Packs into / unpacks from 18 bytes (family tag, 16 address bytes... see socket.cc) for
   // ids and peer tables.
   static constexpr size_t kPackedBytes = 20;

@@ -3,11 +3,14 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/log.h"
 #include "comm/config.h"
 #include "transports/loopback/loopback.h"
+#include "transports/shm/connection.h"
+#include "transports/shm/endpoint.h"
 #include "transports/tcp/endpoint.h"
 
 namespace hora {
@@ -26,11 +29,18 @@ struct InfoWire {
   uint64_t chunkBytes;
   char host[64];
   uint8_t tcpAddr[SockAddr::kPackedBytes];
+  uint32_t shm;          // 1: this rank may use shared memory
+  char hostId[33];       // shm::hostIdentity()
+  char shmSocket[64];    // its abstract Unix socket
 };
 constexpr uint32_t kInfoMagic = 0x4f464e49;  // "INFO"
 
-std::string encodeInfo(int rank, const Config& cfg, const SockAddr& tcp) {
+std::string encodeInfo(int rank, const Config& cfg, const SockAddr& tcp, const std::string& hostId,
+                       const std::string& shmSocket) {
   InfoWire w{};
+  w.shm = shmSocket.empty() ? 0 : 1;
+  strncpy(w.hostId, hostId.c_str(), sizeof w.hostId - 1);
+  strncpy(w.shmSocket, shmSocket.c_str(), sizeof w.shmSocket - 1);
   w.magic = kInfoMagic;
   w.rank = static_cast<uint32_t>(rank);
   w.pid = static_cast<uint32_t>(getpid());
@@ -46,12 +56,16 @@ PeerInfo decodeInfo(const std::string& blob, int expectRank, const Config& cfg) 
   if (blob.size() != sizeof w) hora::fail(Errc::Remote, "rank %d sent a peer record of %zu bytes", expectRank, blob.size());
   memcpy(&w, blob.data(), sizeof w);
   w.host[sizeof w.host - 1] = '\0';
+  w.hostId[sizeof w.hostId - 1] = '\0';
+  w.shmSocket[sizeof w.shmSocket - 1] = '\0';
   if (w.magic != kInfoMagic || static_cast<int>(w.rank) != expectRank)
     hora::fail(Errc::Remote, "rank %d sent a malformed peer record", expectRank);
   PeerInfo p;
   p.rank = expectRank;
   p.pid = static_cast<int>(w.pid);
   p.host = w.host;
+  p.hostId = w.hostId;
+  p.shmSocket = w.shm ? w.shmSocket : "";
   if (!SockAddr::unpack(w.tcpAddr, &p.tcpAddr)) hora::fail(Errc::Remote, "%s sent no valid address", p.name().c_str());
   if (static_cast<int>(w.nsocks) != cfg.nsocksPerPeer)
     hora::fail(Errc::InvalidUsage, "HORA_NSOCKS_PERPEER differs across ranks: %s has %u, this rank %d",
@@ -95,16 +109,52 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
     topts.nsocks = cfg.nsocksPerPeer;
     topts.handshakeTimeout = std::min(opts.timeout, milliseconds(30000));
     tcp::Endpoint ep(bindAddr, id.secret, id.commId(), rank, nranks, topts);
+    const bool shmOn = std::find(cfg.transports.begin(), cfg.transports.end(), "shm") != cfg.transports.end();
+    const bool tcpOn = std::find(cfg.transports.begin(), cfg.transports.end(), "tcp") != cfg.transports.end();
+    std::unique_ptr<shm::Endpoint> sep;
+    if (shmOn) {
+      shm::Options so;
+      so.ringBytes = kShmRingBytes;
+      so.stageBytes = 4 * cfg.chunkBytes;
+      so.handshakeTimeout = topts.handshakeTimeout;
+      sep = std::make_unique<shm::Endpoint>(id.secret, id.commId(), rank, nranks, so);
+    }
+    static const std::string hostId = shm::hostIdentity();
 
     stage = "every rank's peer record (bootstrap allgather)";
-    std::vector<std::string> blobs = bs.allgather(encodeInfo(rank, cfg, ep.address()), w);
-    std::vector<tcp::PeerAddress> addrs;
-    for (int r = 0; r < nranks; ++r) {
-      c->peers.push_back(decodeInfo(blobs[static_cast<size_t>(r)], r, cfg));
-      addrs.push_back(tcp::PeerAddress{r, c->peers.back().tcpAddr, c->peers.back().name()});
+    std::vector<std::string> blobs =
+        bs.allgather(encodeInfo(rank, cfg, ep.address(), hostId, sep ? sep->socketName() : std::string()), w);
+    for (int r = 0; r < nranks; ++r) c->peers.push_back(decodeInfo(blobs[static_cast<size_t>(r)], r, cfg));
+    const PeerInfo& me = c->peers[static_cast<size_t>(rank)];
+
+    // The transport of each pair, decided alike on both sides: shared memory between ranks of
+    // one host that both allow it, TCP otherwise.
+    std::vector<int> local;
+    for (const PeerInfo& p : c->peers)
+      if (!me.shmSocket.empty() && !p.shmSocket.empty() && p.hostId == me.hostId) local.push_back(p.rank);
+    c->conns.resize(static_cast<size_t>(nranks));
+    if (local.size() > 1) {
+      stage = "shared memory with this host's ranks";
+      std::vector<shm::LocalPeer> lp;
+      for (int r : local)
+        if (r != rank) lp.push_back(shm::LocalPeer{r, c->peers[static_cast<size_t>(r)].shmSocket, c->peers[static_cast<size_t>(r)].name()});
+      c->shmWorld = sep->connectAll(local, lp, w, bs.fd(), [&] { bs.checkForFailure(); });
+      for (uint32_t i = 0; i < c->shmWorld->nlocal; ++i)
+        if (i != c->shmWorld->localIndex)
+          c->conns[static_cast<size_t>(local[i])] = std::make_unique<shm::Connection>(*c->shmWorld, i);
     }
-    stage = "TCP connections to every peer";
-    c->conns = ep.connectAll(addrs, w, bs.fd(), [&] { bs.checkForFailure(); });
+    sep.reset();
+    std::vector<tcp::PeerAddress> remote;
+    for (const PeerInfo& p : c->peers)
+      if (p.rank != rank && !c->conns[static_cast<size_t>(p.rank)]) {
+        if (!tcpOn)
+          hora::fail(Errc::InvalidUsage, "%s is not reachable with HORA_TRANSPORTS=%s (it is on another host, or "
+                     "does not allow shared memory)", p.name().c_str(), "shm");
+        remote.push_back(tcp::PeerAddress{p.rank, p.tcpAddr, p.name()});
+      }
+    stage = "TCP connections to every other host's ranks";
+    std::vector<std::unique_ptr<transport::Connection>> tcpConns = ep.connectAll(remote, w, bs.fd(), [&] { bs.checkForFailure(); });
+    for (const tcp::PeerAddress& p : remote) c->conns[static_cast<size_t>(p.rank)] = std::move(tcpConns[static_cast<size_t>(p.rank)]);
     c->conns[static_cast<size_t>(rank)] =
         std::make_unique<loopback::Connection>(c->peers[static_cast<size_t>(rank)].name());
     for (auto& p : c->conns) c->connPtrs.push_back(p.get());
@@ -128,9 +178,10 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
     bs.abandon(format("%s: %s", stage.c_str(), e.what()));
     throw;
   }
-  HORA_INFO(log::kInit, "communicator %016llx%s%s: rank %d of %d ready, TCP to %d peers with %d socket(s) each",
-            static_cast<unsigned long long>(id.commId()), opts.name.empty() ? "" : " ", opts.name.c_str(),
-            rank, nranks, nranks - 1, cfg.nsocksPerPeer);
+  const int viaShm = c->shmWorld ? static_cast<int>(c->shmWorld->nlocal) - 1 : 0;
+  HORA_INFO(log::kInit, "communicator %016llx%s%s: rank %d of %d ready: %d peer(s) over shared memory, %d over TCP",
+            static_cast<unsigned long long>(id.commId()), opts.name.empty() ? "" : " ", opts.name.c_str(), rank, nranks,
+            viaShm, nranks - 1 - viaShm);
   return c;
 }
 

@@ -20,6 +20,7 @@
 #include "coll/tuner.h"
 #include "comm/bootstrap.h"
 #include "core/program.h"
+#include "transports/shm/world.h"
 #include "transports/transport.h"
 
 struct horaComm;
@@ -31,8 +32,13 @@ struct PeerInfo {
   int pid = 0;
   std::string host;
   SockAddr tcpAddr;
+  std::string hostId;     // equal for ranks that can share memory
+  std::string shmSocket;  // empty: shared memory not allowed
   std::string name() const;  // "rank 3 (host, pid 123)"
 };
+
+// Bytes of each shared-memory ring (one per direction of each pair on a host).
+inline constexpr uint64_t kShmRingBytes = 1 << 20;
 
 struct CommOptions {
   milliseconds timeout{600000};
@@ -85,6 +91,7 @@ struct horaComm {
   hora::CommOptions opts;
   hora::coll::TunerSettings tuner;
   std::vector<hora::PeerInfo> peers;
+  std::shared_ptr<hora::shm::World> shmWorld;  // this host's ranks (before conns: outlives them)
   std::vector<std::unique_ptr<hora::transport::Connection>> conns;  // by rank; self: loopback
   std::vector<hora::transport::Connection*> connPtrs;
   std::atomic<bool> aborting{false};

@@ -27,7 +27,7 @@ const Variable kVariables[] = {
     {"HORA_DEBUG_SUBSYS", "ALL", "comma list of INIT, BOOTSTRAP, NET, COLL, ENV, ALL; ^X excludes X"},
     {"HORA_TIMEOUT_MS", "600000", "ms without progress before a wait fails with horaTimeout"},
     {"HORA_SOCKET_IFNAME", "(the route to the rendezvous)", "interfaces for TCP: prefixes, =exact, ^excluded"},
-    {"HORA_TRANSPORTS", "tcp", "comma list of transports to use; ^X excludes X"},
+    {"HORA_TRANSPORTS", "shm,tcp", "transports to use: shm (ranks of one host), tcp; ^X excludes X"},
     {"HORA_ALGO", "auto", "AllReduce algorithm: auto, ring, rd (recursive doubling) or direct (up to 16 ranks)"},
     {"HORA_NSOCKS_PERPEER", "1", "TCP sockets per peer, 1..16"},
     {"HORA_CHUNK_BYTES", "524288", "pipeline chunk in bytes, 4096..64M (K, M suffixes)"},
@@ -158,15 +158,15 @@ Config parseConfig(const EnvLookup& env) {
     c.socketIfname = trim(*v);
   }
   if (auto v = env("HORA_TRANSPORTS")) {
-    static const char* known[] = {"tcp"};
+    static const char* known[] = {"shm", "tcp"};
     std::vector<std::string> include, exclude;
-    if (splitList(*v).empty()) bad("HORA_TRANSPORTS", *v, "a comma list of transports built in: tcp (^X excludes X)");
+    if (splitList(*v).empty()) bad("HORA_TRANSPORTS", *v, "a comma list of transports built in: shm, tcp (^X excludes X)");
     for (const std::string& it : splitList(*v)) {
       bool neg = it[0] == '^';
       std::string n = neg ? it.substr(1) : it;
       if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return n == k; }) ==
           std::end(known))
-        bad("HORA_TRANSPORTS", *v, "a comma list of transports built in: tcp (^X excludes X)");
+        bad("HORA_TRANSPORTS", *v, "a comma list of transports built in: shm, tcp (^X excludes X)");
       (neg ? exclude : include).push_back(n);
     }
     std::vector<std::string> result;
@@ -175,7 +175,7 @@ Config parseConfig(const EnvLookup& env) {
       bool out = std::find(exclude.begin(), exclude.end(), k) != exclude.end();
       if (in && !out) result.push_back(k);
     }
-    if (result.empty()) bad("HORA_TRANSPORTS", *v, "a list that leaves at least one transport (tcp)");
+    if (result.empty()) bad("HORA_TRANSPORTS", *v, "a list that leaves at least one transport (shm, tcp)");
     c.transports = result;
   }
   if (auto v = env("HORA_ALGO")) {

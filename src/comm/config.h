@@ -19,7 +19,7 @@ struct Config {
   uint32_t debugSubsys = log::kAll;
   std::chrono::milliseconds timeout{600000};
   std::string socketIfname;  // empty: the address that reaches the rendezvous
-  std::vector<std::string> transports{"tcp"};
+  std::vector<std::string> transports{"shm", "tcp"};
   std::string algo = "auto";
   int nsocksPerPeer = 1;
   size_t chunkBytes = 512 * 1024;

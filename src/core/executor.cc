@@ -74,11 +74,17 @@ std::string Executor::describeWait() const {
 
 void Executor::block(milliseconds most) {
   fds_.clear();
+  bool sleep = true;
   for (const Queue& q : queues_)
-    if (q.conn->busy()) q.conn->addPollFds(fds_);
+    if (q.conn->busy()) {
+      sleep &= q.conn->armWakeup();  // may throw: a peer is gone
+      q.conn->addPollFds(fds_);
+    }
   for (const Job& j : *jobs_)
     if (j.wakeFd >= 0) fds_.push_back(pollfd{j.wakeFd, POLLIN, 0});
-  pollFor(fds_.data(), fds_.size(), static_cast<int>(most.count()));
+  if (sleep) pollFor(fds_.data(), fds_.size(), static_cast<int>(most.count()));
+  for (const Queue& q : queues_)
+    if (q.conn->busy()) q.conn->disarmWakeup();
 }
 
 void Executor::run(const std::vector<Job>& jobs, milliseconds timeout) {

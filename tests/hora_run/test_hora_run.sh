@@ -340,6 +340,8 @@ true
 -n 2 --timeout
 -n 2 --bogus true
 -x -n 2 true
+-n 2 --bind socket true
+-n 2 --bind
 EOF
   hr -n 1024 --help
   expect_rc 0
@@ -361,8 +363,29 @@ case_fds() {
   return 0
 }
 
+case_bind() {
+  # --bind core: every rank on one CPU of hora-run's, rank r on the r-th (wrapping around);
+  # --bind none: the ranks keep hora-run's whole set.
+  local mine n a b
+  mine=$(grep '^Cpus_allowed_list' /proc/self/status | awk '{print $2}')
+  n=3
+  hr -n $n --bind core "${GUARD[@]}" sh -c 'grep ^Cpus_allowed_list /proc/self/status'
+  expect_rc 0
+  [ "$(grep -c 'Cpus_allowed_list:[[:space:]]*[0-9][0-9]*$' "$WORK/out")" -eq $n ] ||
+    fail "--bind core left a rank on more than one CPU"
+  if [ "$(nproc)" -ge 2 ]; then
+    a=$(grep '^\[0\]' "$WORK/out" | awk '{print $NF}')
+    b=$(grep '^\[1\]' "$WORK/out" | awk '{print $NF}')
+    [ "$a" != "$b" ] || fail "ranks 0 and 1 share CPU $a"
+  fi
+  hr -n $n --bind none "${GUARD[@]}" sh -c 'grep ^Cpus_allowed_list /proc/self/status'
+  expect_rc 0
+  [ "$(grep -c "Cpus_allowed_list:[[:space:]]*$mine\$" "$WORK/out")" -eq $n ] ||
+    fail "--bind none changed the ranks' CPUs (hora-run has $mine)"
+}
+
 ALL_CASES=(env width args lines partial noprefix exitstatus killed sigterm sigint escalate grace
-  timeout noexec usage fds)
+  timeout noexec usage fds bind)
 
 [ $# -gt 0 ] || set -- "${ALL_CASES[@]}"
 for CASE in "$@"; do

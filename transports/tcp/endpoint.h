@@ -11,6 +11,7 @@
 
 #include "base/acceptor.h"
 #include "base/handshake.h"
+#include "base/mesh.h"
 #include "base/socket.h"
 #include "base/wait.h"
 #include "transports/transport.h"

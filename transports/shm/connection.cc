@@ -1,0 +1,199 @@
+#include "transports/shm/connection.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/error.h"
+
+namespace hora::shm {
+
+using namespace frame;
+
+namespace {
+std::string printable(const uint8_t* p, size_t n) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += (p[i] >= 0x20 && p[i] < 0x7f) ? static_cast<char>(p[i]) : '?';
+  return s;
+}
+}  // namespace
+
+Connection::Connection(const World& world, uint32_t peerLocal)
+    : world_(world), peer_(peerLocal) {
+  const Segment& mine = world.own;
+  const Segment& theirs = world.peers[peerLocal].segment;
+  out_ = mine.ctl(peerLocal);
+  outRing_ = mine.ring(peerLocal);
+  in_ = theirs.ctl(world.localIndex);
+  inRing_ = theirs.ring(world.localIndex);
+  ringBytes_ = mine.ringBytes();
+}
+
+const std::string& Connection::peerName() const { return world_.peers[peer_].name; }
+
+void Connection::postSend(const void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) {
+  SendOp op{static_cast<const uint8_t*>(data), bytes, 0, cookie, {}};
+  FrameHeader h;
+  h.type = FrameType::Data;
+  h.seq = sendSeq_++;
+  h.length = bytes;
+  h.tag = tag;
+  encodeFrameHeader(h, op.header);
+  sends_.push(op);
+}
+
+void Connection::postRecv(void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) {
+  recvs_.push(RecvOp{static_cast<uint8_t*>(data), bytes, 0, recvSeq_++, tag, cookie});
+}
+
+void Connection::peerGone() const {
+  fail(Errc::Remote, "%s exited or crashed (its process is gone)", peerName().c_str());
+}
+
+void Connection::copyOut(uint8_t* dst, uint64_t from, size_t n) const {
+  size_t pos = static_cast<size_t>(from % ringBytes_);
+  size_t first = std::min<size_t>(n, ringBytes_ - pos);
+  memcpy(dst, inRing_ + pos, first);
+  if (n > first) memcpy(dst + first, inRing_, n - first);
+}
+
+bool Connection::progressSends(std::vector<transport::Cookie>& completed) {
+  if (out_->receiverClosed.load(std::memory_order_acquire))
+    fail(Errc::Remote, "%s closed its communicator while this rank was sending to it", peerName().c_str());
+  uint64_t head = out_->head.load(std::memory_order_relaxed);
+  const uint64_t start = head;
+  uint64_t space = ringBytes_ - (head - out_->tail.load(std::memory_order_acquire));
+  while (!sends_.empty() && space > 0) {
+    SendOp& op = sends_.front();
+    // Header, then payload, as far as the ring has room.
+    while (space > 0 && op.sent < kFrameHeaderBytes + op.bytes) {
+      const uint8_t* src = op.sent < kFrameHeaderBytes ? op.header + op.sent : op.data + (op.sent - kFrameHeaderBytes);
+      size_t left = op.sent < kFrameHeaderBytes ? kFrameHeaderBytes - op.sent : kFrameHeaderBytes + op.bytes - op.sent;
+      size_t pos = static_cast<size_t>(head % ringBytes_);
+      size_t n = std::min<size_t>({left, static_cast<size_t>(space), ringBytes_ - pos});
+      memcpy(outRing_ + pos, src, n);
+      op.sent += n;
+      head += n;
+      space -= n;
+    }
+    if (op.sent < kFrameHeaderBytes + op.bytes) break;
+    completed.push_back(op.cookie);
+    sends_.pop();
+  }
+  if (head == start) return false;
+  out_->head.store(head, std::memory_order_release);
+  world_.wake(peer_);
+  return true;
+}
+
+bool Connection::progressRecvs(std::vector<transport::Cookie>& completed) {
+  uint64_t tail = in_->tail.load(std::memory_order_relaxed);
+  const uint64_t start = tail;
+  uint64_t avail = in_->head.load(std::memory_order_acquire) - tail;
+  if (avail > ringBytes_) fail(Errc::Remote, "%s corrupted its ring (%llu bytes pending)", peerName().c_str(),
+                               static_cast<unsigned long long>(avail));
+  while (!recvs_.empty()) {
+    RecvOp& r = recvs_.front();
+    if (!headerOk_) {
+      if (avail < kFrameHeaderBytes) break;
+      uint8_t hdr[kFrameHeaderBytes];
+      copyOut(hdr, tail, kFrameHeaderBytes);
+      FrameHeader h;
+      std::string why;
+      switch (decodeFrameHeader(hdr, Expectation{r.seq, r.bytes, r.tag}, &h, &why)) {
+        case FrameCheck::Bad: fail(Errc::Remote, "%s: %s", peerName().c_str(), why.c_str());
+        case FrameCheck::Abort: {
+          if (avail < kFrameHeaderBytes + h.length) return false;  // the reason is on its way
+          uint8_t text[kMaxAbortText];
+          copyOut(text, tail + kFrameHeaderBytes, static_cast<size_t>(h.length));
+          throw PeerFailure(printable(text, static_cast<size_t>(h.length)));
+        }
+        case FrameCheck::Ok: break;
+      }
+      tail += kFrameHeaderBytes;
+      avail -= kFrameHeaderBytes;
+      headerOk_ = true;
+    }
+    size_t n = static_cast<size_t>(std::min<uint64_t>(avail, r.bytes - r.got));
+    if (n) {
+      copyOut(r.data + r.got, tail, n);
+      r.got += n;
+      tail += n;
+      avail -= n;
+    }
+    if (r.got < r.bytes) break;
+    completed.push_back(r.cookie);
+    recvs_.pop();
+    headerOk_ = false;
+  }
+  if (tail != start) {
+    in_->tail.store(tail, std::memory_order_release);
+    world_.wake(peer_);
+  }
+  if (!recvs_.empty() && avail == 0 && in_->senderClosed.load(std::memory_order_acquire) &&
+      in_->head.load(std::memory_order_acquire) == tail)
+    fail(Errc::Remote, "connection closed by %s (it exited, crashed or closed its communicator)", peerName().c_str());
+  return tail != start;
+}
+
+bool Connection::progress(std::vector<transport::Cookie>& completed) {
+  if (closed_) fail(Errc::Remote, "the shared-memory connection to %s is closed", peerName().c_str());
+  bool moved = false;
+  if (!sends_.empty()) moved |= progressSends(completed);
+  if (!recvs_.empty()) moved |= progressRecvs(completed);
+  return moved;
+}
+
+bool Connection::canSend() const {
+  if (sends_.empty()) return false;
+  return out_->head.load(std::memory_order_relaxed) - out_->tail.load(std::memory_order_acquire) < ringBytes_ ||
+         out_->receiverClosed.load(std::memory_order_acquire);
+}
+
+bool Connection::canRecv() const {
+  if (recvs_.empty()) return false;
+  return in_->head.load(std::memory_order_acquire) != in_->tail.load(std::memory_order_relaxed) ||
+         in_->senderClosed.load(std::memory_order_acquire);
+}
+
+bool Connection::armWakeup() {
+  world_.arm();
+  if (canSend() || canRecv()) return false;
+  const Peer& p = world_.peers[peer_];
+  if (!processAlive(p.pid, p.pidfd.get())) peerGone();
+  return true;
+}
+
+void Connection::disarmWakeup() { world_.disarm(); }
+
+void Connection::addPollFds(std::vector<pollfd>& fds) const {
+  fds.push_back(pollfd{world_.doorbell.get(), POLLIN, 0});
+  const Peer& p = world_.peers[peer_];
+  if (p.pidfd.valid()) fds.push_back(pollfd{p.pidfd.get(), POLLIN, 0});
+}
+
+void Connection::shutdown(const std::string& reason) noexcept {
+  if (closed_) return;
+  closed_ = true;
+  // An abort frame goes out only at a frame boundary and if the ring has room for it.
+  std::string text = reason.substr(0, kMaxAbortText);
+  uint64_t head = out_->head.load(std::memory_order_relaxed);
+  uint64_t space = ringBytes_ - (head - out_->tail.load(std::memory_order_acquire));
+  bool atBoundary = sends_.empty() || sends_.front().sent == 0;
+  if (!reason.empty() && atBoundary && space >= kFrameHeaderBytes + text.size()) {
+    uint8_t buf[kFrameHeaderBytes + kMaxAbortText];
+    FrameHeader h;
+    h.type = FrameType::Abort;
+    h.length = text.size();
+    encodeFrameHeader(h, buf);
+    memcpy(buf + kFrameHeaderBytes, text.data(), text.size());
+    for (size_t i = 0; i < kFrameHeaderBytes + text.size(); ++i) outRing_[(head + i) % ringBytes_] = buf[i];
+    out_->head.store(head + kFrameHeaderBytes + text.size(), std::memory_order_release);
+  }
+  out_->senderClosed.store(1, std::memory_order_release);
+  in_->receiverClosed.store(1, std::memory_order_release);
+  world_.wake(peer_);
+  sends_.clear();
+  recvs_.clear();
+}
+
+}  // namespace hora::shm

@@ -1,0 +1,90 @@
+// Shared-memory segments: each rank owns one, made with memfd_create (so it never has a name
+// in /dev/shm and vanishes with the last process that maps it, kill -9 included), sealed
+// against shrinking and growing (so a peer can never make us fault on a truncated mapping),
+// and handed to the other ranks of the host over a Unix socket (SCM_RIGHTS).
+//
+// Layout of rank r's segment (L = ranks on this host, r's local index i):
+//
+//   Header       magic, version, L, i, sizes; the owner's `sleeping` flag (it is blocked in
+//                poll and wants its doorbell rung); counters for the direct algorithms
+//   RingCtl[L]   for each local receiver j: head (bytes r has published to j), tail (bytes j
+//                has consumed; written by j), closed flags of both ends
+//   ring[L]      ringBytes of frame data from r to j (transports/frame.h frames)
+//   stage        stageBytes for the direct algorithms (coll/shm_*.cc)
+//
+// The sender of a ring owns it; its receiver writes only `tail` and `receiverClosed`.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "base/socket.h"
+
+namespace hora::shm {
+
+inline constexpr uint64_t kSegmentMagic = 0x474553414d524f48ull;  // "HORAMSEG"
+inline constexpr uint32_t kSegmentVersion = 1;
+inline constexpr int kCounters = 8;
+
+struct alignas(64) Header {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t nlocal;
+  uint32_t localIndex;
+  uint32_t pad;
+  uint64_t ringBytes;
+  uint64_t stageBytes;
+  alignas(64) std::atomic<uint32_t> sleeping;  // the owner is (about to be) blocked in poll
+  alignas(64) std::atomic<uint64_t> counters[kCounters];  // written by the owner only
+};
+
+struct alignas(64) RingCtl {
+  std::atomic<uint64_t> head;  // bytes published by the sender
+  alignas(64) std::atomic<uint64_t> tail;  // bytes consumed by the receiver
+  alignas(64) std::atomic<uint32_t> senderClosed;
+  std::atomic<uint32_t> receiverClosed;
+};
+
+// A mapping of one rank's segment.
+class Segment {
+ public:
+  Segment() = default;
+  ~Segment();
+  Segment(Segment&& o) noexcept;
+  Segment& operator=(Segment&& o) noexcept;
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  static size_t sizeFor(uint32_t nlocal, uint64_t ringBytes, uint64_t stageBytes);
+  // Creates, sizes, seals and maps this rank's segment.
+  static Segment create(uint32_t nlocal, uint32_t localIndex, uint64_t ringBytes, uint64_t stageBytes);
+  // Maps a peer's segment from its descriptor; checks the seals, the size and the header
+  // against what this rank expects (Errc::Remote naming `who` if anything is off).
+  static Segment attach(Fd fd, uint32_t nlocal, uint32_t localIndex, uint64_t ringBytes, uint64_t stageBytes,
+                        const std::string& who);
+
+  int fd() const { return fd_.get(); }
+  Header* header() const { return reinterpret_cast<Header*>(base_); }
+  RingCtl* ctl(uint32_t receiver) const;
+  uint8_t* ring(uint32_t receiver) const;
+  uint8_t* stage() const;
+  uint64_t ringBytes() const { return header()->ringBytes; }
+
+ private:
+  Fd fd_;
+  uint8_t* base_ = nullptr;
+  size_t size_ = 0;
+};
+
+// What identifies "the same host" for shared memory: the kernel's boot id, the host name,
+// /dev/shm's device, and the pid and network namespaces (pidfds and abstract Unix sockets
+// work only within them). 32 hex digits.
+std::string hostIdentity();
+
+// A pollable descriptor that becomes readable when process `pid` exits (pidfd_open), or an
+// invalid Fd where the kernel has none (then liveness is checked with kill(pid, 0)).
+Fd openPidFd(int pid);
+bool processAlive(int pid, int pidfd);
+
+}  // namespace hora::shm

@@ -1,0 +1,44 @@
+// Everything a rank shares with the other ranks of its host: its own segment and doorbell, and
+// each local peer's mapped segment, doorbell and liveness descriptor. Made by shm::Endpoint;
+// the communicator owns it, and the shared-memory connections and direct algorithms use it.
+//
+// Doorbells. A rank that has nothing to do blocks in poll() on its own doorbell (an eventfd).
+// Before it does, it sets `sleeping` in its segment and looks once more for work; a rank that
+// publishes something then rings the doorbell of a peer it sees sleeping. Both sides order their
+// store before their load with a full fence, so a wake-up is never lost and a busy rank never
+// pays for a syscall.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/socket.h"
+#include "transports/shm/segment.h"
+
+namespace hora::shm {
+
+struct Peer {
+  int rank = -1;
+  int pid = 0;
+  std::string name;  // "rank 3 (host, pid 123)"
+  Segment segment;
+  Fd doorbell;
+  Fd pidfd;
+};
+
+struct World {
+  uint32_t nlocal = 1;
+  uint32_t localIndex = 0;
+  std::vector<int> localRanks;  // comm ranks by local index
+  Segment own;
+  Fd doorbell;
+  std::vector<Peer> peers;  // by local index; peers[localIndex] is unused
+
+  // Rings `peer`'s doorbell if it is sleeping; call after publishing something it may wait for.
+  void wake(uint32_t peer) const;
+  // Marks this rank as about to sleep / awake again (drains the doorbell).
+  void arm() const;
+  void disarm() const;
+};
+
+}  // namespace hora::shm
