@@ -4,21 +4,12 @@
 
 namespace {
 
+// Every rank sends and receives `count` elements (the default counts); in place is the
+// same buffer.
 class AllReduce : public hperf::Collective {
  public:
   const char* name() const override { return "allreduce"; }
   bool hasOp() const override { return true; }
-  bool hasRoot() const override { return false; }
-
-  // Every rank sends and receives `count` elements; in place is the same buffer.
-  hperf::Counts counts(size_t count, int /*nranks*/) const override {
-    hperf::Counts c;
-    c.send = c.recv = c.param = count;
-    return c;
-  }
-  double algBytes(const hperf::Counts& c, size_t typeSize, int /*nranks*/) const override {
-    return static_cast<double>(c.param) * static_cast<double>(typeSize);
-  }
   // Each rank sends and receives 2(n-1)/n of the data (ring reduce-scatter + all-gather).
   double busBwFactor(int nranks) const override {
     return nranks > 0 ? 2.0 * (nranks - 1) / nranks : 0.0;

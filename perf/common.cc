@@ -56,10 +56,10 @@ void usage(FILE* out) {
       "  -o, --op <sum/prod/max/min/avg/all>          reduction op (default sum)\n"
       "  -d, --datatype <int8/uint8/int32/uint32/int64/uint64/half/float/double/bfloat16/all>\n"
       "                              data type (default float)\n"
-      "  -r, --root <rank>           root of rooted collectives (default 0)\n"
+      "  -r, --root <rank>           root of rooted collectives, -1 for each in turn (default 0)\n"
       "  -z, --blocking <0/1>        accepted for compatibility; no effect\n"
       "  -a, --average <0/1/2/3>     time reported: rank 0's, average, min or max over ranks (default 1)\n"
-      "  -J, --output_file <file>    also write the results as JSON\n"
+      "  -J, --output_file <file>    also write the results as JSON (schema hora-perf/1: perf/common.h)\n"
       "  -N, --nranks <n>            run n ranks as threads of this process (horaCommInitAll);\n"
       "                              without it, ranks come from hora-run (HORA_SIZE), else 1 rank\n"
       "  -g, --ngpus 1, -t, --nthreads 1    accepted for compatibility (only 1)\n"
@@ -147,7 +147,7 @@ Options parseOptions(int argc, char** argv) {
       case 'c': o.check = intOption(optarg, 0, 1, "-c"); break;
       case 'z': o.blocking = intOption(optarg, 0, 1, "-z"); break;
       case 'a': o.average = intOption(optarg, 0, 3, "-a"); break;
-      case 'r': o.root = intOption(optarg, 0, 1 << 20, "-r"); break;
+      case 'r': o.root = intOption(optarg, -1, 1 << 20, "-r"); break;
       case 'N': o.threads = intOption(optarg, 1, 1024, "-N"); break;
       case 'g': intOption(optarg, 1, 1, "-g"); break;
       case 't': intOption(optarg, 1, 1, "-t"); break;
@@ -241,8 +241,12 @@ struct Rank {
     for (horaDataType_t t : opt.types) {
       const size_t ts = typeSize(t);
       Counts c = coll.counts(opt.maxBytes / ts, nranks);
+      // In place, both buffers of the call lie in recvBuf at the rank's offsets (the whole
+      // send buffer of a reduce-scatter), as nccl-tests.
+      const size_t last = static_cast<size_t>(nranks - 1);
+      const size_t inPlaceEnd = std::max(c.sendInplaceOffset * last + c.send, c.recvInplaceOffset * last + c.recv);
       sendMax = std::max(sendMax, c.send * ts);
-      recvMax = std::max(recvMax, c.recv * ts);
+      recvMax = std::max(recvMax, std::max(c.recv, inPlaceEnd) * ts);
     }
     for (auto [buf, bytes] : {std::pair<char**, size_t>{&sendBuf, sendMax}, {&recvBuf, recvMax}}) {
       void* p = nullptr;
@@ -367,39 +371,50 @@ struct Rank {
       std::printf("  %7s  %6.2f  %6.2f  %5s", t, r.algBw, r.busBw, "N/A");
   }
 
+  // One line of the table: the sizes of tc's call, then out of place and in place.
+  void runRow(TestCase& tc, size_t size) {
+    const size_t ts = typeSize(tc.type);
+    tc.counts = coll.counts(size / ts, nranks);
+    Row row;
+    row.size = std::max(tc.counts.send, tc.counts.recv) * ts;
+    row.count = tc.counts.param;
+    row.type = tc.type;
+    row.op = coll.hasOp() ? opName(tc.op) : "none";
+    row.root = coll.hasRoot() ? tc.root : -1;
+    if (printer()) {
+      std::printf("%12zu  %12zu  %8s  %6s  %6d", row.size, row.count, typeName(tc.type), row.op, row.root);
+      std::fflush(stdout);
+    }
+    for (int inPlace = 0; inPlace < 2; ++inPlace) {
+      row.res[inPlace] = bench(tc, inPlace != 0);
+      if (printer()) {
+        printResult(row.res[inPlace]);
+        std::fflush(stdout);
+      }
+    }
+    if (printer()) {
+      std::printf("\n");
+      std::fflush(stdout);
+      rows.push_back(row);
+    }
+  }
+
+  // As nccl-tests: types, then ops, then roots (-r -1: each in turn), then sizes.
   void runAll() {
+    const bool allRoots = coll.hasRoot() && opt.root < 0;
+    const int rootBegin = allRoots ? 0 : coll.hasRoot() ? opt.root : 0;
+    const int rootEnd = allRoots ? nranks - 1 : rootBegin;
     for (horaDataType_t type : opt.types) {
-      const size_t ts = typeSize(type);
       for (size_t o = 0; o < (coll.hasOp() ? opt.ops.size() : 1); ++o) {
-        for (size_t size : opt.sizes) {
-          TestCase tc;
-          tc.type = type;
-          tc.op = coll.hasOp() ? opt.ops[o] : horaSum;
-          tc.root = coll.hasRoot() ? opt.root : 0;
-          tc.rank = rank;
-          tc.nranks = nranks;
-          tc.counts = coll.counts(size / ts, nranks);
-          Row row;
-          row.size = std::max(tc.counts.send, tc.counts.recv) * ts;
-          row.count = tc.counts.param;
-          row.type = type;
-          row.op = coll.hasOp() ? opName(tc.op) : "none";
-          row.root = coll.hasRoot() ? tc.root : -1;
-          if (printer()) {
-            std::printf("%12zu  %12zu  %8s  %6s  %6d", row.size, row.count, typeName(type), row.op, row.root);
-            std::fflush(stdout);
-          }
-          for (int inPlace = 0; inPlace < 2; ++inPlace) {
-            row.res[inPlace] = bench(tc, inPlace != 0);
-            if (printer()) {
-              printResult(row.res[inPlace]);
-              std::fflush(stdout);
-            }
-          }
-          if (printer()) {
-            std::printf("\n");
-            std::fflush(stdout);
-            rows.push_back(row);
+        for (int root = rootBegin; root <= rootEnd; ++root) {
+          for (size_t size : opt.sizes) {
+            TestCase tc;
+            tc.type = type;
+            tc.op = coll.hasOp() ? opt.ops[o] : horaSum;
+            tc.root = root;
+            tc.rank = rank;
+            tc.nranks = nranks;
+            runRow(tc, size);
           }
         }
       }
@@ -418,56 +433,61 @@ struct Rank {
   int main(FILE* json);
 };
 
-void jsonNumber(FILE* f, const char* name, double v, const char* after = ", ") {
+// JSON (the schema is in common.h). Written by hand: the harness links nothing but hora.
+void jsonNumber(FILE* f, const char* name, double v, const char* before = ", ") {
   if (std::isfinite(v))
-    std::fprintf(f, "\"%s\": %.10g%s", name, v, after);
+    std::fprintf(f, "%s\"%s\": %.10g", before, name, v);
   else
-    std::fprintf(f, "\"%s\": null%s", name, after);
+    std::fprintf(f, "%s\"%s\": null", before, name);
+}
+
+// The names of a list (types or ops) joined by ",", as the top-level "dtype" and "op".
+template <class T, class Name>
+std::string joinNames(const std::vector<T>& items, Name name) {
+  std::string out;
+  for (const T& item : items) out += (out.empty() ? "" : ",") + std::string(name(item));
+  return out;
 }
 
 void Rank::writeJson(FILE* f) const {
   int version = 0;
   horaGetVersion(&version);
-  std::fprintf(f, "{\n  \"program\": \"%s\", \"collective\": \"%s\", \"hora_version\": %d,\n", gProgram, coll.name(), version);
-  std::fprintf(f, "  \"nranks\": %d, \"ranks_as\": \"%s\", ", nranks, threads ? "threads" : "processes");
-  std::fprintf(f, "\"minbytes\": %zu, \"maxbytes\": %zu, ", opt.minBytes, opt.maxBytes);
-  if (opt.increment)
-    std::fprintf(f, "\"stepbytes\": %zu, ", opt.stepBytes);
-  else
-    std::fprintf(f, "\"stepfactor\": %zu, ", opt.stepFactor);
-  std::fprintf(f, "\"iters\": %d, \"warmup_iters\": %d, \"agg_iters\": %d,\n", opt.iters, opt.warmup, opt.aggIters);
-  std::fprintf(f, "  \"check\": %d, \"average\": %d, \"blocking\": %d, \"root\": %d,\n  \"datatypes\": [", opt.check,
-               opt.average, opt.blocking, coll.hasRoot() ? opt.root : -1);
-  for (size_t i = 0; i < opt.types.size(); ++i) std::fprintf(f, "%s\"%s\"", i ? ", " : "", typeName(opt.types[i]));
-  std::fprintf(f, "], \"ops\": [");
-  if (coll.hasOp())
-    for (size_t i = 0; i < opt.ops.size(); ++i) std::fprintf(f, "%s\"%s\"", i ? ", " : "", opName(opt.ops[i]));
-  std::fprintf(f, "],\n  \"rows\": [");
+  const std::string ops = coll.hasOp() ? joinNames(opt.ops, opName) : "none";
+  std::fprintf(f, "{\n  \"schema\": \"hora-perf/1\", \"tool\": \"%s\", \"collective\": \"%s\", \"library\": \"hora\",\n",
+               gProgram, coll.name());
+  std::fprintf(f, "  \"version\": \"%d.%d.%d\", \"nranks\": %d, \"mode\": \"%s\",\n", version / 10000,
+               version / 100 % 100, version % 100, nranks, threads ? "threads" : "processes");
+  std::fprintf(f, "  \"dtype\": \"%s\", \"op\": \"%s\", \"root\": %d,\n", joinNames(opt.types, typeName).c_str(),
+               ops.c_str(), coll.hasRoot() ? opt.root : -1);
+  std::fprintf(f, "  \"params\": {\"minbytes\": %zu, \"maxbytes\": %zu, \"%s\": %zu, ", opt.minBytes, opt.maxBytes,
+               opt.increment ? "stepbytes" : "stepfactor", opt.increment ? opt.stepBytes : opt.stepFactor);
+  std::fprintf(f, "\"iters\": %d, \"warmup_iters\": %d, \"agg_iters\": %d, \"check\": %d, \"average\": %d},\n",
+               opt.iters, opt.warmup, opt.aggIters, opt.check, opt.average);
+  std::fprintf(f, "  \"rows\": [");
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    std::fprintf(f, "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", \"root\": %d", i ? "," : "",
-                 r.size, r.count, typeName(r.type), r.op, r.root);
+    std::fprintf(f, "%s\n    {\"size\": %zu, \"count\": %zu, \"dtype\": \"%s\", \"op\": \"%s\", \"root\": %d,\n     ",
+                 i ? "," : "", r.size, r.count, typeName(r.type), r.op, r.root);
     for (int p = 0; p < 2; ++p) {
-      std::fprintf(f, ",\n     \"%s\": {", p ? "in_place" : "out_of_place");
-      jsonNumber(f, "time_us", r.res[p].timeUs);
-      jsonNumber(f, "algbw_gbs", r.res[p].algBw);
-      jsonNumber(f, "busbw_gbs", r.res[p].busBw);
-      if (r.res[p].wrong >= 0)
-        jsonNumber(f, "wrong", r.res[p].wrong, "}");
-      else
-        std::fprintf(f, "\"wrong\": null}");
+      const std::string pre = p ? "inplace_" : "";
+      const Result& res = r.res[p];
+      jsonNumber(f, (pre + "time_us").c_str(), res.timeUs, p ? ",\n     " : "");
+      jsonNumber(f, (pre + "algbw").c_str(), res.algBw);
+      jsonNumber(f, (pre + "busbw").c_str(), res.busBw);
+      jsonNumber(f, (pre + "wrong").c_str(), res.wrong >= 0 ? res.wrong : std::nan(""));  // null: unchecked
     }
     std::fprintf(f, "}");
   }
   std::fprintf(f, "\n  ],\n  ");
-  jsonNumber(f, "out_of_bounds", wrongTotal);
-  jsonNumber(f, "avg_busbw_gbs", avgBusBw(), "\n}\n");
+  jsonNumber(f, "wrong_total", opt.check ? wrongTotal : std::nan(""), "");  // null: unchecked
+  jsonNumber(f, "avg_busbw", avgBusBw());
+  std::fprintf(f, "\n}\n");
 }
 
 int Rank::main(FILE* json) {
   check(horaCommUserRank(comm, &rank), "horaCommUserRank");
   check(horaCommCount(comm, &nranks), "horaCommCount");
-  if (coll.hasRoot() && opt.root >= nranks) {
+  if (coll.hasRoot() && opt.root >= nranks) {  // -1 (every root) is always in range
     if (printer()) std::fprintf(stderr, "%s: root %d is out of range for %d ranks\n", gProgram, opt.root, nranks);
     return 2;
   }

@@ -2,7 +2,8 @@
 // NVIDIA's nccl-tests in flags and output. A tool describes its collective by deriving
 // from hperf::Collective and calls hperf::perfMain(); everything else (options, buffers,
 // data, timing, checking, printing, JSON) lives in common.cc. Only the public hora.h is
-// used, so a tool is what any user of the library could write.
+// used, so a tool is what any user of the library could write. The JSON it writes with -J
+// is described at the end of this file.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -98,16 +99,25 @@ struct TestCase {
   const Pattern* pattern = nullptr;
 };
 
+// A collective as a tool sees it. The defaults describe the simplest shape (every rank
+// sends and receives `count` elements, algbw counts them once, busbw = algbw, no op, no
+// root), so that a tool overrides only what differs.
 class Collective {
  public:
   virtual ~Collective() = default;
   virtual const char* name() const = 0;  // "allreduce": titles and JSON
-  virtual bool hasOp() const = 0;        // loops over -o; prints the op, else "none"
-  virtual bool hasRoot() const = 0;      // uses -r; prints the root, else -1
-  virtual Counts counts(size_t count, int nranks) const = 0;
+  virtual bool hasOp() const { return false; }    // loops over -o; prints the op, else "none"
+  virtual bool hasRoot() const { return false; }  // uses -r; prints the root, else -1
+  virtual Counts counts(size_t count, int /*nranks*/) const {
+    Counts c;
+    c.send = c.recv = c.param = count;
+    return c;
+  }
   // algbw = algBytes / time; busbw = algbw * busBwFactor.
-  virtual double algBytes(const Counts& c, size_t typeSize, int nranks) const = 0;
-  virtual double busBwFactor(int nranks) const = 0;
+  virtual double algBytes(const Counts& c, size_t typeSize, int /*nranks*/) const {
+    return static_cast<double>(c.param) * static_cast<double>(typeSize);
+  }
+  virtual double busBwFactor(int /*nranks*/) const { return 1.0; }
   // One call. send and recv are this rank's buffers (in place: the offset pointers).
   virtual horaResult_t run(const TestCase& tc, const void* send, void* recv, horaComm_t comm) const = 0;
   // Writes this rank's input (tc.counts.send elements) for the check.
@@ -116,8 +126,79 @@ class Collective {
   virtual size_t checkOutput(const TestCase& tc, const void* recv) const = 0;
 };
 
+// The shape of allgather and reducescatter: a test of `count` elements is the whole
+// (gathered or scattered) vector, n blocks of count / n elements (nccl-tests rounds down).
+// One buffer is the whole vector, the other one block, the count passed; in place the
+// block sits at rank * block in the vector. algbw counts the whole vector, and busbw =
+// algbw x (n-1)/n: each rank moves the n - 1 blocks that are not its own.
+class BlockCollective : public Collective {
+ public:
+  explicit BlockCollective(bool sendIsBlock) : sendIsBlock_(sendIsBlock) {}
+  Counts counts(size_t count, int nranks) const override {
+    const size_t block = count / static_cast<size_t>(nranks);
+    Counts c;
+    c.param = block;
+    (sendIsBlock_ ? c.sendInplaceOffset : c.recvInplaceOffset) = block;
+    c.send = sendIsBlock_ ? block : block * static_cast<size_t>(nranks);
+    c.recv = sendIsBlock_ ? block * static_cast<size_t>(nranks) : block;
+    return c;
+  }
+  double algBytes(const Counts& c, size_t typeSize, int nranks) const override {
+    return static_cast<double>(c.param) * static_cast<double>(typeSize) * nranks;
+  }
+  double busBwFactor(int nranks) const override {
+    return nranks > 0 ? static_cast<double>(nranks - 1) / nranks : 0.0;
+  }
+
+ private:
+  bool sendIsBlock_;  // allgather; reducescatter's block is the received one
+};
+
 // Parses the command line, creates the communicator(s), runs the benchmark and returns
 // the process exit status: 0, 1 if a check failed or an error occurred, 2 on bad usage.
 int perfMain(int argc, char** argv, const Collective& coll);
+
+// ---- JSON (-J FILE) ----------------------------------------------------------------
+//
+// The tools, perf/anchors2json (the peers of ../shared/bench/anchors.sh) and perf/compare
+// (medians over rounds) all write one schema, which perf/plot and perf/compare read.
+// It is stable: fields are only ever added, never renamed or given another meaning; a
+// reader ignores fields it does not know. Numbers that are not finite are null.
+//
+// {
+//   "schema": "hora-perf/1",
+//   "tool": "allreduce_perf",      the program ("mpi_bench", "gloo_bench" for the peers)
+//   "collective": "allreduce",     allreduce broadcast reduce allgather reducescatter sendrecv
+//   "library": "hora",             or the peer: "ompi-vader", "ompi-tcp", "gloo-ring", ...
+//   "version": "0.1.0",            the library's version, null where unknown
+//   "nranks": 4,
+//   "mode": "threads",             "threads" (-N) or "processes" (hora-run, mpirun, ...)
+//   "dtype": "float",              the type of the rows; several (-d all): names joined by ","
+//   "op": "sum",                   likewise for -o; "none" for a collective without an op
+//   "root": 0,                     -r; -1 for every root in turn, and without a root
+//   "params": {"minbytes": 8, "maxbytes": 1048576, "stepfactor": 2 (or "stepbytes"),
+//              "iters": 20, "warmup_iters": 5, "agg_iters": 1, "check": 1, "average": 1},
+//                                  what is known of the run's options ({} for the peers)
+//   "rows": [{
+//     "size": 4096,                bytes, as nccl-tests prints it: the larger of one rank's
+//                                  send and receive buffers (allgather: the received total,
+//                                  reducescatter: the sent total)
+//     "count": 1024,               the count passed to the call
+//     "dtype": "float", "op": "sum", "root": -1,          this row's
+//     "time_us": 12.5,             out of place: microseconds per call (see -a)
+//     "algbw": 0.33, "busbw": 0.49,     GB/s (1e9 bytes/s); busbw = algbw x the bus factor
+//     "wrong": 0,                  elements that differ from the expected result over all
+//                                  ranks; null when not checked (-c 0)
+//     "inplace_time_us", "inplace_algbw", "inplace_busbw", "inplace_wrong":  the same, in
+//                                  place; absent where the tool measures one way only (peers)
+//   }, ...],
+//   "wrong_total": 0,              the sum of every "wrong" and "inplace_wrong" (null: none
+//                                  was checked)
+//   "avg_busbw": 0.41              the mean busbw over all measurements, as the text summary
+// }
+//
+// Optional fields that files made by other programs may carry: "label" (perf/plot's legend
+// instead of "library, N ranks"), "rounds" (perf/compare: each number is a median over that
+// many runs), "transports" (the HORA_TRANSPORTS of the run), "source" (the files merged).
 
 }  // namespace hperf

@@ -83,6 +83,14 @@ TEST_CASE("send/recv: rings, pairs and self inside groups", "[threads][p2p]") {
           if (in[i] != static_cast<int32_t>(prev * 1000003 + i)) return "ring: wrong data from rank " + std::to_string(prev);
           if (self[i] != out[i]) return "self: wrong data";
         }
+        // In place: one buffer sent to next and received from prev in the same group.
+        std::vector<int32_t> same(out);
+        horaGroupStart();
+        horaSend(same.data(), count, horaInt32, next, comm, nullptr);
+        horaRecv(same.data(), count, horaInt32, prev, comm, nullptr);
+        if (horaGroupEnd() != horaSuccess) return std::string("in-place ring: ") + horaGetLastError(comm);
+        for (size_t i = 0; i < count; ++i)
+          if (same[i] != static_cast<int32_t>(prev * 1000003 + i)) return "in-place ring: wrong data at " + std::to_string(i);
       }
       // Pairs exchange with blocking calls outside a group: the lower rank sends first.
       if (nranks >= 2) {

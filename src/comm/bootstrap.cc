@@ -3,7 +3,10 @@
 #include <pthread.h>
 #include <sodium.h>
 
+#include <sys/socket.h>
+
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -147,6 +150,63 @@ class Root {
       failAll(e.what());
     }
     HORA_INFO(log::kBootstrap, "rendezvous at %s done", address().str().c_str());
+  }
+
+  // After a failure: every rank, joined or still to come, is told why, and its link is closed
+  // only once it has read that (its end closes first), so that no reset can overtake the news.
+  // Ends when every rank of the job has been told, or after the timeout without progress.
+  void drainFailed(const std::string& why) {
+    static const std::atomic<bool> never{false};
+    const std::string f = frame(FrameType::Error, why);
+    std::vector<Fd> told;      // the error written, write side shut, waiting for the rank's close
+    std::vector<Fd> telling;   // accepted or joined, the error not yet written
+    size_t done = 0;  // ranks that have left: told, or gone before the failure
+    for (Member& m : members_) {
+      if (m.gone) ++done;
+      else telling.push_back(std::move(m.fd));
+    }
+    members_.clear();
+    Waiter w(std::min(timeout_, milliseconds(60000)), &never, [] { return std::string("ranks to hear of the failure"); });
+    try {
+      while (nranks_ < 0 || static_cast<int>(done) < nranks_) {
+        bool moved = false;
+        fresh_.clear();
+        moved |= acceptor_.advance(fresh_);
+        for (Acceptor::Accepted& a : fresh_) telling.push_back(std::move(a.fd));
+        for (size_t i = 0; i < telling.size();) {
+          // Small, so one nonblocking send suffices; a rank that cannot take it is dropped.
+          (void)::send(telling[i].get(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+          ::shutdown(telling[i].get(), SHUT_WR);
+          told.push_back(std::move(telling[i]));
+          telling.erase(telling.begin() + static_cast<long>(i));
+          moved = true;
+        }
+        for (size_t i = 0; i < told.size();) {
+          char sink[256];
+          ssize_t n = ::recv(told[i].get(), sink, sizeof sink, MSG_DONTWAIT);
+          if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            told.erase(told.begin() + static_cast<long>(i));
+            ++done;
+            moved = true;
+            continue;
+          }
+          moved |= n > 0;
+          ++i;
+        }
+        if (moved) {
+          w.progressed();
+          continue;
+        }
+        w.idle([&](milliseconds most) {
+          std::vector<pollfd> fds;
+          acceptor_.addPollFds(fds);
+          for (const Fd& t : told) fds.push_back(pollfd{t.get(), POLLIN, 0});
+          pollFor(fds.data(), fds.size(), static_cast<int>(most.count()));
+        });
+      }
+    } catch (const Error&) {
+      // Out of time: whoever has not heard by now gets a closed connection.
+    }
   }
 
  private:
@@ -297,13 +357,7 @@ class Root {
 
   void failAll(const std::string& why) {
     HORA_WARN(log::kBootstrap, "rendezvous at %s failed: %s", address().str().c_str(), why.c_str());
-    std::string f = frame(FrameType::Error, why);
-    for (Member& m : members_) {
-      if (m.gone) continue;
-      // Best effort: these links are ending anyway.
-      (void)::send(m.fd.get(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-      m.fd.reset();
-    }
+    drainFailed(why);
   }
 
   Acceptor acceptor_;

@@ -15,6 +15,15 @@
 
 namespace hora {
 
+std::vector<int> sharedMemoryGroup(const std::vector<PeerInfo>& peers, int rank) {
+  std::vector<int> group;
+  const PeerInfo& me = peers[static_cast<size_t>(rank)];
+  if (me.shmSocket.empty()) return group;
+  for (const PeerInfo& p : peers)
+    if (!p.shmSocket.empty() && p.hostId == me.hostId) group.push_back(p.rank);
+  return group;
+}
+
 std::string PeerInfo::name() const { return format("rank %d (%s, pid %d)", rank, host.c_str(), pid); }
 
 namespace {
@@ -125,13 +134,10 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
     std::vector<std::string> blobs =
         bs.allgather(encodeInfo(rank, cfg, ep.address(), hostId, sep ? sep->socketName() : std::string()), w);
     for (int r = 0; r < nranks; ++r) c->peers.push_back(decodeInfo(blobs[static_cast<size_t>(r)], r, cfg));
-    const PeerInfo& me = c->peers[static_cast<size_t>(rank)];
 
     // The transport of each pair, decided alike on both sides: shared memory between ranks of
     // one host that both allow it, TCP otherwise.
-    std::vector<int> local;
-    for (const PeerInfo& p : c->peers)
-      if (!me.shmSocket.empty() && !p.shmSocket.empty() && p.hostId == me.hostId) local.push_back(p.rank);
+    std::vector<int> local = sharedMemoryGroup(c->peers, rank);
     c->conns.resize(static_cast<size_t>(nranks));
     if (local.size() > 1) {
       stage = "shared memory with this host's ranks";

@@ -37,6 +37,11 @@ struct PeerInfo {
   std::string name() const;  // "rank 3 (host, pid 123)"
 };
 
+// The ranks (ascending) that `rank` reaches through shared memory, itself included: those of
+// its host (same hostId) that allow shared memory, if it does; empty if it does not. Every rank
+// of the group computes the same group, so both ends of a pair agree on their transport.
+std::vector<int> sharedMemoryGroup(const std::vector<PeerInfo>& peers, int rank);
+
 // Bytes of each shared-memory ring (one per direction of each pair on a host).
 inline constexpr uint64_t kShmRingBytes = 1 << 20;
 

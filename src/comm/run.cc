@@ -1,5 +1,7 @@
 // Running calls: plan and build each call's program, then run them all at once on this thread.
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 
 #include "base/log.h"
 #include "comm/comm.h"
@@ -35,10 +37,37 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
   }
   if (programs.size() < calls.size()) programs.resize(calls.size());
   jobs.clear();
+  // A receive into memory that a send of the same group reads (in-place send/recv) lands in
+  // scratch and is copied to its place once every send has completed.
+  struct Deferred {
+    void* to;
+    const void* from;
+    size_t bytes;
+  };
+  thread_local std::vector<Deferred> deferred;
+  thread_local std::vector<coll::Args> adjusted;
+  deferred.clear();
+  adjusted.clear();
+  for (const auto& [c, a] : calls) {
+    adjusted.push_back(a);
+    if (a.kind != coll::Kind::Recv || a.count == 0) continue;
+    const size_t bytes = a.count * dataTypeSize(a.dtype);
+    const auto lo = reinterpret_cast<uintptr_t>(a.recvbuf);
+    bool overlaps = false;
+    for (const auto& [c2, s] : calls) {
+      if (s.kind != coll::Kind::Send || s.count == 0) continue;
+      const auto slo = reinterpret_cast<uintptr_t>(s.sendbuf);
+      overlaps |= slo < lo + bytes && lo < slo + s.count * dataTypeSize(s.dtype);
+    }
+    if (!overlaps) continue;
+    void* stage = c->scratch.get(bytes);
+    deferred.push_back(Deferred{a.recvbuf, stage, bytes});
+    adjusted.back().recvbuf = stage;
+  }
   milliseconds timeout = milliseconds::max();
   for (size_t i = 0; i < calls.size(); ++i) {
     horaComm* c = calls[i].first;
-    const coll::Args& a = calls[i].second;
+    const coll::Args& a = adjusted[i];
     coll::Topo topo{c->rank, c->nranks};
     programs[i].clear();
     coll::build(a, topo, coll::plan(a, topo, c->tuner), c->scratch, programs[i]);
@@ -58,6 +87,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
   }
   try {
     executor.run(jobs, timeout);
+    for (const Deferred& d : deferred) memcpy(d.to, d.from, d.bytes);
   } catch (const Error& e) {
     // Every communicator of the group may have half-done work: all of them stop.
     for (horaComm* c : guard.comms)
