@@ -1,6 +1,7 @@
 // The collective sweep with ranks as separate processes (fork), each with its own
 // communicator made from one unique id, as an application written against hora.h would.
 #include <catch2/catch.hpp>
+#include <sched.h>
 
 #include "collective_check.h"
 #include "harness.h"
@@ -37,6 +38,25 @@ TEST_CASE("p2p between processes: every pair exchanges in one group", "[processe
     for (int p = 0; p < nranks; ++p)
       for (size_t i = 0; i < count; ++i)
         if (in[static_cast<size_t>(p)][i] != static_cast<uint16_t>(p * 7 + i)) return "wrong data from rank " + std::to_string(p);
+    return "";
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+TEST_CASE("more ranks than cores: 8 ranks pinned to one core finish every collective", "[processes][oversubscribed]") {
+  // Every rank on the CPU this test started on: a wait that spun instead of backing off would
+  // hold the core its peers need, and the sweep would crawl or time out.
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
+  auto results = runProcesses(8, [&one](horaComm_t comm, int rank, int nranks) -> std::string {
+    if (sched_setaffinity(0, sizeof one, &one) != 0) return "sched_setaffinity failed";
+    for (size_t count : {size_t(3), size_t(5000), size_t(300001)})  // flat, slice and many chunks
+      for (Coll c : {Coll::AllReduce, Coll::AllGather, Coll::ReduceScatter, Coll::Broadcast, Coll::Reduce}) {
+        std::string e = runCase(comm, rank, nranks, Case{c, horaFloat, horaSum, count, false, 3});
+        if (!e.empty()) return e;
+      }
     return "";
   });
   INFO(describe(results));

@@ -8,7 +8,8 @@ void build(const Args& a, const Topo& t, const Plan& plan, core::Scratch& scratc
   core::ProgramBuilder b(out);
   switch (a.kind) {
     case Kind::AllReduce:
-      if (plan.algo == Algo::Direct) directAllReduce(a, t, plan, scratch, b);
+      if (plan.algo == Algo::ShmFlat || plan.algo == Algo::ShmSlice) shmAllReduce(a, t, plan, scratch, b);
+      else if (plan.algo == Algo::Direct) directAllReduce(a, t, plan, scratch, b);
       else if (plan.algo == Algo::RecursiveDoubling) rdAllReduce(a, t, plan, scratch, b);
       else ringAllReduce(a, t, plan, scratch, b);
       break;

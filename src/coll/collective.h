@@ -8,6 +8,7 @@
 #include "base/types.h"
 #include "core/program.h"
 #include "kernels/cpu/reduce.h"
+#include "transports/shm/world.h"
 
 namespace hora::coll {
 
@@ -34,7 +35,7 @@ struct Args {
   int peer = -1;                // Send, Recv
 };
 
-enum class Algo : uint8_t { Ring, Direct, RecursiveDoubling };
+enum class Algo : uint8_t { Ring, Direct, RecursiveDoubling, ShmFlat, ShmSlice };
 
 // How to run it: chosen by the planner (tuner.h).
 struct Plan {
@@ -46,6 +47,9 @@ struct Plan {
 struct Topo {
   int rank = 0;
   int nranks = 1;
+  // Every rank on this host, sharing memory (the Shm* algorithms); null otherwise.
+  const shm::World* world = nullptr;
+  uint64_t* shmSeq = nullptr;  // the host's chunk sequence: the Shm* algorithms advance it
 };
 
 // Appends this rank's ops for `a` to `out` and sets its tag.
@@ -53,6 +57,9 @@ void build(const Args& a, const Topo& t, const Plan& plan, core::Scratch& scratc
 
 // The tag every message of the call carries, and its description.
 uint64_t makeTag(const Args& a);
+// One tag for the collectives a rank runs on one communicator in one group, in order.
+inline constexpr uint64_t kGroupKind = 0xfe;
+uint64_t groupTag(const std::vector<uint64_t>& tags);
 std::string describeTag(uint64_t tag);
 std::string describe(const Args& a);
 

@@ -67,6 +67,8 @@ struct Reducer {
 };
 
 // Per-algorithm builders (ring.cc, chain.cc, p2p.cc).
+void shmAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+size_t shmSlotBytes(const shm::World& w);
 void rdAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void directAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void ringAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);

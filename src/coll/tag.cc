@@ -34,7 +34,18 @@ uint64_t makeTag(const Args& a) {
          (op & 0xf) << 48 | root << 32 | (a.count & 0xffffffffu);
 }
 
+uint64_t groupTag(const std::vector<uint64_t>& tags) {
+  if (tags.size() == 1) return tags[0];
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the tags, in call order
+  for (uint64_t t : tags)
+    for (int i = 0; i < 8; ++i) h = (h ^ ((t >> (8 * i)) & 0xff)) * 1099511628211ull;
+  return kGroupKind << 56 | tags.size() << 32 | (h & 0xffffffffu);
+}
+
 std::string describeTag(uint64_t tag) {
+  if (tag >> 56 == kGroupKind)
+    return format("a group of %u collectives (signature %08x)", static_cast<unsigned>((tag >> 32) & 0xffffff),
+                  static_cast<unsigned>(tag & 0xffffffffu));
   auto k = static_cast<Kind>(tag >> 56);
   auto dt = static_cast<DataType>((tag >> 52) & 0xf);
   unsigned op = (tag >> 48) & 0xf;

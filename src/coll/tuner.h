@@ -10,12 +10,14 @@ namespace hora::coll {
 
 struct TunerSettings {
   size_t chunkBytes = 512 * 1024;  // HORA_CHUNK_BYTES
-  enum class Force { Auto, Ring, Direct, RecursiveDoubling } force = Force::Auto;  // HORA_ALGO
+  enum class Force { Auto, Ring, Direct, RecursiveDoubling, ShmFlat, ShmSlice } force = Force::Auto;  // HORA_ALGO
 };
 
 // The largest AllReduce (bytes per rank) that goes by recursive doubling, by rank count;
 // measured with perf/allreduce_perf over TCP on loopback.
 size_t smallLimit(int nranks);
+// The largest AllReduce that goes flat through shared memory (every rank reduces everything).
+size_t shmFlatLimit(int nranks);
 
 Plan plan(const Args& a, const Topo& t, const TunerSettings& s);
 

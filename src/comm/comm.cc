@@ -102,6 +102,8 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
   c->tuner.force = cfg.algo == "ring"     ? coll::TunerSettings::Force::Ring
                    : cfg.algo == "direct" ? coll::TunerSettings::Force::Direct
                    : cfg.algo == "rd"     ? coll::TunerSettings::Force::RecursiveDoubling
+                   : cfg.algo == "shmflat" ? coll::TunerSettings::Force::ShmFlat
+                   : cfg.algo == "shmslice" ? coll::TunerSettings::Force::ShmSlice
                                           : coll::TunerSettings::Force::Auto;
   log::RankScope scope(rank);
   c->wakeFd = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));

@@ -28,7 +28,7 @@ const Variable kVariables[] = {
     {"HORA_TIMEOUT_MS", "600000", "ms without progress before a wait fails with horaTimeout"},
     {"HORA_SOCKET_IFNAME", "(the route to the rendezvous)", "interfaces for TCP: prefixes, =exact, ^excluded"},
     {"HORA_TRANSPORTS", "shm,tcp", "transports to use: shm (ranks of one host), tcp; ^X excludes X"},
-    {"HORA_ALGO", "auto", "AllReduce algorithm: auto, ring, rd (recursive doubling) or direct (up to 16 ranks)"},
+    {"HORA_ALGO", "auto", "AllReduce algorithm: auto, ring, rd, direct, shmflat or shmslice"},
     {"HORA_NSOCKS_PERPEER", "1", "TCP sockets per peer, 1..16"},
     {"HORA_CHUNK_BYTES", "524288", "pipeline chunk in bytes, 4096..64M (K, M suffixes)"},
     {"HORA_KERNEL_ISA", "auto", "reduction kernels: auto, scalar, avx2 or avx512"},
@@ -181,7 +181,8 @@ Config parseConfig(const EnvLookup& env) {
   if (auto v = env("HORA_ALGO")) {
     std::string a = trim(*v);
     for (char& ch : a) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
-    if (a != "auto" && a != "ring" && a != "direct" && a != "rd") bad("HORA_ALGO", *v, "auto, ring, direct or rd");
+    if (a != "auto" && a != "ring" && a != "direct" && a != "rd" && a != "shmflat" && a != "shmslice")
+      bad("HORA_ALGO", *v, "auto, ring, rd, direct, shmflat or shmslice");
     c.algo = a;
   }
   if (auto v = env("HORA_NSOCKS_PERPEER"))

@@ -69,6 +69,10 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     horaComm* c = calls[i].first;
     const coll::Args& a = adjusted[i];
     coll::Topo topo{c->rank, c->nranks};
+    if (c->shmWorld && static_cast<int>(c->shmWorld->nlocal) == c->nranks) {
+      topo.world = c->shmWorld.get();
+      topo.shmSeq = &c->shmSeq;
+    }
     programs[i].clear();
     coll::build(a, topo, coll::plan(a, topo, c->tuner), c->scratch, programs[i]);
     ++c->calls;
@@ -82,8 +86,26 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     j.wakeFd = c->wakeFd.get();
     j.describe = describeComm;
     j.describeCtx = c;
+    j.world = c->shmWorld.get();
     jobs.push_back(j);
     timeout = std::min(timeout, c->opts.timeout);
+  }
+  // Announce each communicator's collectives on its host, for a cheap mismatch check.
+  thread_local std::vector<uint64_t> tags;
+  for (horaComm* c : guard.comms) {
+    if (!c->shmWorld) continue;
+    tags.clear();
+    core::Job* first = nullptr;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (calls[i].first != c || calls[i].second.kind == coll::Kind::Send || calls[i].second.kind == coll::Kind::Recv)
+        continue;
+      tags.push_back(programs[i].tag);
+      if (!first) first = &jobs[i];
+    }
+    if (!first) continue;
+    first->callNo = ++c->collectives;
+    first->callTag = coll::groupTag(tags);
+    c->shmWorld->announce(first->callNo, first->callTag);
   }
   try {
     executor.run(jobs, timeout);

@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "base/socket.h"
+#include "transports/shm/segment.h"
 
 namespace hora::core {
 
@@ -72,9 +73,83 @@ std::string Executor::describeWait() const {
   return s;
 }
 
+// Every rank of the host, this one included: a rank's own post comes after its own use of
+// the slots, so waiting for it too orders a slot's reuse after this rank's last read of it.
+bool Executor::waitSatisfied(uint32_t g) const {
+  const Op& o = op(g);
+  const shm::World& w = *jobs_->at(refs_[g].job).world;
+  for (uint32_t p = 0; p < w.nlocal; ++p) {
+    const shm::Segment& seg = p == w.localIndex ? w.own : w.peers[p].segment;
+    if (seg.header()->counters[o.peer].load(std::memory_order_acquire) < o.bytes) return false;
+  }
+  return true;
+}
+
+void Executor::post(uint32_t g) {
+  const Op& o = op(g);
+  const shm::World& w = *jobs_->at(refs_[g].job).world;
+  w.own.header()->counters[o.peer].store(o.bytes, std::memory_order_release);
+  for (uint32_t p = 0; p < w.nlocal; ++p)
+    if (p != w.localIndex) w.wake(p);
+}
+
+void Executor::checkCall(const Job& j) {
+  if (!j.world || !j.callTag) return;
+  uint64_t theirs = 0;
+  int p = j.world->mismatch(j.callNo, j.callTag, &theirs);
+  if (p >= 0)
+    fail(Errc::InvalidUsage, "mismatched calls: %s is in %s, this rank in %s", j.world->peers[p].name.c_str(),
+         transport::describeTag(theirs).c_str(), transport::describeTag(j.callTag).c_str());
+}
+
+void Executor::enqueue(std::vector<CounterQueue>& qs, size_t& n, const shm::World* w, int counter, uint32_t g) {
+  size_t qi = 0;
+  while (qi < n && !(qs[qi].world == w && qs[qi].counter == counter)) ++qi;
+  if (qi == n) {
+    if (qs.size() <= n) qs.emplace_back();
+    CounterQueue& q = qs[n++];
+    q.world = w;
+    q.counter = counter;
+    q.ops.clear();
+    q.next = 0;
+  }
+  qs[qi].ops.push_back(g);
+}
+
+bool Executor::armWaits() {
+  bool sleep = true;
+  for (const Job& j : *jobs_) checkCall(j);
+  for (size_t qi = 0; qi < nwaits_; ++qi) {
+    const CounterQueue& wq = waits_[qi];
+    if (wq.atEnd()) continue;
+    // Once per host: ask for the doorbell, and watch the peers' processes.
+    bool first = true;
+    for (size_t k = 0; k < qi; ++k) first &= waits_[k].atEnd() || waits_[k].world != wq.world;
+    const shm::World& w = *wq.world;
+    if (first) {
+      w.arm();
+      for (uint32_t p = 0; p < w.nlocal; ++p)
+        if (p != w.localIndex && !shm::processAlive(w.peers[p].pid, w.peers[p].pidfd.get()))
+          fail(Errc::Remote, "%s exited or crashed (its process is gone); while waiting for it in shared memory",
+               w.peers[p].name.c_str());
+      fds_.push_back(pollfd{w.doorbell.get(), POLLIN, 0});
+      for (uint32_t p = 0; p < w.nlocal; ++p)
+        if (p != w.localIndex && w.peers[p].pidfd.valid()) fds_.push_back(pollfd{w.peers[p].pidfd.get(), POLLIN, 0});
+    }
+    // After arming: a post that came just before is seen here, one that comes after rings.
+    if (ready(wq.head()) && waitSatisfied(wq.head())) sleep = false;
+  }
+  return sleep;
+}
+
+void Executor::disarmWaits() {
+  for (size_t qi = 0; qi < nwaits_; ++qi)
+    if (!waits_[qi].atEnd()) waits_[qi].world->disarm();
+}
+
 void Executor::block(milliseconds most) {
   fds_.clear();
-  bool sleep = true;
+  bool sleep = armWaits();
   for (const Queue& q : queues_)
     if (q.conn->busy()) {
       sleep &= q.conn->armWakeup();  // may throw: a peer is gone
@@ -85,6 +160,7 @@ void Executor::block(milliseconds most) {
   if (sleep) pollFor(fds_.data(), fds_.size(), static_cast<int>(most.count()));
   for (const Queue& q : queues_)
     if (q.conn->busy()) q.conn->disarmWakeup();
+  disarmWaits();
 }
 
 void Executor::run(const std::vector<Job>& jobs, milliseconds timeout) {
@@ -92,6 +168,8 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout) {
   base_.clear();
   refs_.clear();
   locals_.clear();
+  checked_.assign(jobs.size(), 0);
+  nposts_ = nwaits_ = 0;
   ndone_ = 0;
   size_t nq = 0;
   for (uint32_t j = 0; j < jobs.size(); ++j) {
@@ -103,6 +181,13 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout) {
       uint32_t g = static_cast<uint32_t>(refs_.size() - 1);
       if (o.kind == OpKind::Local) {
         locals_.push_back(g);
+        continue;
+      }
+      if (o.kind == OpKind::Post || o.kind == OpKind::Wait) {
+        if (!jobs[j].world || o.peer < 0 || o.peer >= shm::kCounters)
+          fail(Errc::Internal, "a program uses shared-memory counters it does not have");
+        if (o.kind == OpKind::Post) enqueue(posts_, nposts_, jobs[j].world, o.peer, g);
+        else enqueue(waits_, nwaits_, jobs[j].world, o.peer, g);
         continue;
       }
       if (o.peer < 0 || o.peer >= jobs[j].nranks || !jobs[j].conns[o.peer])
@@ -159,6 +244,25 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout) {
       locals_.pop_back();
       moved = true;
     }
+    for (size_t qi = 0; qi < nposts_; ++qi)
+      for (CounterQueue& pq = posts_[qi]; !pq.atEnd() && ready(pq.head()); ++pq.next) {
+        post(pq.head());
+        done_[pq.head()] = 1;
+        ++ndone_;
+        moved = true;
+      }
+    for (size_t qi = 0; qi < nwaits_; ++qi)
+      for (CounterQueue& wq = waits_[qi]; !wq.atEnd() && ready(wq.head()) && waitSatisfied(wq.head()); ++wq.next) {
+        const uint32_t g = wq.head();
+        // Every rank has posted, so every rank has announced its call: compare, once a job.
+        if (!checked_[refs_[g].job]) {
+          checked_[refs_[g].job] = 1;
+          checkCall(jobs_->at(refs_[g].job));
+        }
+        done_[g] = 1;
+        ++ndone_;
+        moved = true;
+      }
     for (Queue& q : queues_) {
       if (!q.conn->busy()) continue;
       completed_.clear();

@@ -12,6 +12,7 @@
 
 #include "base/wait.h"
 #include "core/program.h"
+#include "transports/shm/world.h"
 #include "transports/transport.h"
 
 namespace hora::core {
@@ -24,6 +25,10 @@ struct Job {
   int wakeFd = -1;
   std::string (*describe)(const void* ctx) = nullptr;  // "AllReduce #3 on rank 1", for errors
   const void* describeCtx = nullptr;
+  const shm::World* world = nullptr;  // for Post and Wait ops: this host's ranks
+  // With a world: the collective call announced there (World::announce), checked against the
+  // peers' when this job waits; tag 0 for none.
+  uint64_t callNo = 0, callTag = 0;
 };
 
 class Executor {
@@ -55,6 +60,27 @@ class Executor {
   size_t ndone_ = 0;
   std::vector<Queue> queues_;
   std::vector<uint32_t> locals_;
+  // Post and Wait ops by host and counter, in program order. A counter only grows, so its
+  // posts happen in order even when a later chunk is ready first, and its waits are satisfied
+  // in order; and an op depends only on earlier ones, so looking at the head of each queue is
+  // enough (and keeps a long pipeline's waits from being rescanned on every pass).
+  struct CounterQueue {
+    const shm::World* world = nullptr;
+    int counter = 0;
+    std::vector<uint32_t> ops;
+    size_t next = 0;
+    bool atEnd() const { return next == ops.size(); }
+    uint32_t head() const { return ops[next]; }
+  };
+  std::vector<CounterQueue> posts_, waits_;
+  size_t nposts_ = 0, nwaits_ = 0;
+  static void enqueue(std::vector<CounterQueue>& qs, size_t& n, const shm::World* w, int counter, uint32_t g);
+  std::vector<uint8_t> checked_;  // by job: its call has been compared with the peers'
+  void checkCall(const Job& j);
+  bool waitSatisfied(uint32_t g) const;
+  void post(uint32_t g);
+  bool armWaits();       // before blocking: false if a wait is satisfied after all
+  void disarmWaits();
   std::vector<transport::Cookie> completed_;
   std::vector<pollfd> fds_;
 };

@@ -44,6 +44,14 @@ int32_t ProgramBuilder::recv(int peer, void* buf, size_t bytes, Deps d, const Ac
   return add(Op{OpKind::Recv, peer, buf, bytes, {d.a, d.b}, 0, 0, then});
 }
 
+int32_t ProgramBuilder::post(int counter, uint64_t value, Deps d) {
+  return add(Op{OpKind::Post, counter, nullptr, value, {d.a, d.b}, 0, 0, Action{}});
+}
+
+int32_t ProgramBuilder::wait(int counter, uint64_t value, Deps d) {
+  return add(Op{OpKind::Wait, counter, nullptr, value, {d.a, d.b}, 0, 0, Action{}});
+}
+
 int32_t ProgramBuilder::local(const Action& a, Deps d) {
   return add(Op{OpKind::Local, -1, nullptr, 0, {d.a, d.b}, 0, 0, a});
 }

@@ -5,6 +5,9 @@
 //   Send  peer, buffer, bytes            the next message to `peer`
 //   Recv  peer, buffer, bytes, action    the next message from `peer`; then `action`
 //   Local action                          a reduction or copy on this rank
+//   Post  counter, value                  (shared memory) sets one of this rank's counters
+//   Wait  counter, value                  (shared memory) until every rank of the host, this
+//                                         one included, has set that counter to at least value
 //
 // An op starts when its (up to two) dependencies have completed; messages to one peer start in
 // the order they were added, and so do messages from one peer, which is how the k-th send of one
@@ -20,7 +23,7 @@
 
 namespace hora::core {
 
-enum class OpKind : uint8_t { Send, Recv, Local };
+enum class OpKind : uint8_t { Send, Recv, Local, Post, Wait };
 
 // dst = src0 (+) src1 (or a copy / scaling of src0 when src1 is null), per kernels::reduce;
 // with nsrcList > 0 the sources are instead Program::srcLists[srcList .. srcList+nsrcList).
@@ -36,9 +39,9 @@ struct Action {
 
 struct Op {
   OpKind kind;
-  int32_t peer;  // rank; -1 for Local
+  int32_t peer;  // rank (Send, Recv); the counter (Post, Wait); -1 for Local
   void* buf;
-  size_t bytes;
+  size_t bytes;  // the message's (Send, Recv); the counter's value (Post, Wait)
   int32_t dep[2];
   uint32_t depList = 0, ndepList = 0;  // more dependencies: Program::depLists[depList ..]
   Action action;
@@ -81,6 +84,8 @@ class ProgramBuilder {
   int32_t send(int peer, const void* buf, size_t bytes, Deps d = {});
   int32_t recv(int peer, void* buf, size_t bytes, Deps d = {}, const Action& then = {});
   int32_t local(const Action& a, Deps d = {});
+  int32_t post(int counter, uint64_t value, Deps d = {});
+  int32_t wait(int counter, uint64_t value, Deps d = {});
   // A local op that depends on every op in deps and reduces every buffer in srcs.
   int32_t localAll(Action a, const std::vector<int32_t>& deps, const std::vector<const void*>& srcs);
   size_t size() const { return p_.ops.size(); }

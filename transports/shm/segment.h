@@ -24,8 +24,8 @@
 namespace hora::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x474553414d524f48ull;  // "HORAMSEG"
-inline constexpr uint32_t kSegmentVersion = 1;
-inline constexpr int kCounters = 8;
+inline constexpr uint32_t kSegmentVersion = 2;
+inline constexpr int kCounters = 4;
 
 struct alignas(64) Header {
   uint64_t magic;
@@ -36,8 +36,17 @@ struct alignas(64) Header {
   uint64_t ringBytes;
   uint64_t stageBytes;
   alignas(64) std::atomic<uint32_t> sleeping;  // the owner is (about to be) blocked in poll
-  alignas(64) std::atomic<uint64_t> counters[kCounters];  // written by the owner only
+  // Written by the owner only, and on one cache line: a rank that has just read a peer's
+  // counter reads its announcement for free.
+  alignas(64) std::atomic<uint64_t> counters[kCounters];
+  // The collective the owner is in, and its previous one (World::announce): a seqlock, odd
+  // while being written.
+  std::atomic<uint64_t> callLock;
+  std::atomic<uint64_t> callNo;
+  std::atomic<uint64_t> callTag;
+  std::atomic<uint64_t> prevTag;
 };
+static_assert(sizeof(Header) == 192, "counters and announcement share one cache line");
 
 struct alignas(64) RingCtl {
   std::atomic<uint64_t> head;  // bytes published by the sender

@@ -26,4 +26,36 @@ void World::disarm() const {
   (void)!::read(doorbell.get(), &v, sizeof v);  // nonblocking: clears a ring, if any
 }
 
+void World::announce(uint64_t no, uint64_t tag) const {
+  Header* h = own.header();
+  uint64_t lock = h->callLock.load(std::memory_order_relaxed);
+  h->callLock.store(lock + 1, std::memory_order_relaxed);  // odd: being written
+  std::atomic_thread_fence(std::memory_order_release);
+  h->prevTag.store(h->callTag.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  h->callNo.store(no, std::memory_order_relaxed);
+  h->callTag.store(tag, std::memory_order_relaxed);
+  h->callLock.store(lock + 2, std::memory_order_release);
+}
+
+int World::mismatch(uint64_t no, uint64_t tag, uint64_t* theirs) const {
+  for (uint32_t p = 0; p < nlocal; ++p) {
+    if (p == localIndex) continue;
+    const Header* h = peers[p].segment.header();
+    uint64_t before = h->callLock.load(std::memory_order_acquire);
+    if (before & 1) continue;
+    uint64_t n = h->callNo.load(std::memory_order_relaxed);
+    uint64_t t = h->callTag.load(std::memory_order_relaxed);
+    uint64_t prev = h->prevTag.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (h->callLock.load(std::memory_order_relaxed) != before) continue;  // changed meanwhile
+    if (n == no + 1) t = prev;
+    else if (n != no) continue;
+    if (t != tag) {
+      *theirs = t;
+      return static_cast<int>(p);
+    }
+  }
+  return -1;
+}
+
 }  // namespace hora::shm

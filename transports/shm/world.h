@@ -39,6 +39,14 @@ struct World {
   // Marks this rank as about to sleep / awake again (drains the doorbell).
   void arm() const;
   void disarm() const;
+
+  // Collectives on one host check that every rank is in the same call without a message: each
+  // rank announces (call number, tag) as it starts a collective, and compares with the peers'
+  // once it has seen them all post (they announced before) or has waited a while. A peer may
+  // already be one call further, so the previous call's tag is kept too. Returns the local
+  // index of a peer whose call `no` has another tag (its tag in *theirs), or -1.
+  void announce(uint64_t no, uint64_t tag) const;
+  int mismatch(uint64_t no, uint64_t tag, uint64_t* theirs) const;
 };
 
 }  // namespace hora::shm
