@@ -24,24 +24,40 @@ milliseconds Waiter::remaining(Clock::time_point now) const {
 void Waiter::check() {
   if (abort_ && abort_->load(std::memory_order_relaxed))
     fail(Errc::InvalidUsage, "communicator aborted while waiting for %s", what_().c_str());
-  if (Clock::now() - last_ >= timeout_)
+  const Clock::time_point now = Clock::now();
+  if (progressed_) {
+    progressed_ = false;
+    last_ = now;
+  }
+  if (now - last_ >= timeout_)
     fail(Errc::Timeout, "timed out after %lld ms without progress waiting for %s",
          static_cast<long long>(timeout_.count()), what_().c_str());
 }
 
 void Waiter::idle(const Block& block) {
+  // Spinning: one pause per round (a pause is up to ~60 cycles on recent x86; more per round
+  // would delay noticing the peer), and the clock read once every 64 rounds.
+  if (idle_ && spinFor_.count() > 0 && (++spins_ & 63) != 0) {
+    cpuRelax();
+    return;
+  }
   const Clock::time_point now = Clock::now();
+  if (progressed_) {
+    progressed_ = false;
+    last_ = now;  // progress came after the previous reading, so no later than now
+  }
   if (!idle_) {
     idle_ = true;
     idleSince_ = now;
+    spins_ = 0;
   }
   const auto idleFor = now - idleSince_;
-  if (idleFor < kSpinFor) {
-    for (int i = 0; i < 16; ++i) cpuRelax();
+  if (idleFor < spinFor_) {
+    cpuRelax();
     return;
   }
   check();
-  if (idleFor < kSpinFor + kYieldFor) {
+  if (idleFor < spinFor_ + kYieldFor) {
     sched_yield();
     return;
   }

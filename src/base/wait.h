@@ -29,23 +29,25 @@ class Waiter {
   using Describe = std::function<std::string()>;
   using Block = std::function<void(milliseconds most)>;
 
-  // Idle this long spinning, then this long yielding the CPU, before blocking. Yielding costs
-  // a spin's latency when every rank has a core (nothing else is runnable: sched_yield returns
-  // at once) and hands the core to a peer when ranks outnumber cores; measured with
-  // allreduce_perf (8 bytes, 2/4/8 ranks on 2 cores), yielding alone for 100 us beat spinning
-  // first (8 us) by 25-30% at 4 and 8 ranks and matched it at 2.
-  static constexpr std::chrono::microseconds kSpinFor{0};
+  // Idle `spinFor` spinning (the constructor's argument), then kYieldFor yielding the CPU,
+  // before blocking. When ranks outnumber cores, a spin holds the core a peer needs: measured
+  // with allreduce_perf (8 bytes, 4 and 8 ranks on 2 cores), yielding at once beat spinning
+  // first by 25-30%. When every rank has a core, the yield is a syscall on the latency path
+  // (a third of an 8-byte allreduce at 2 ranks): the communicator then asks for kSpinWhenAlone.
+  static constexpr std::chrono::microseconds kSpinWhenAlone{20};
   static constexpr std::chrono::microseconds kYieldFor{100};
   // A block never lasts longer than this, so the abort flag is seen promptly even when
   // nothing wakes the blocker.
   static constexpr milliseconds kMaxBlock{50};
 
-  Waiter(milliseconds timeout, const std::atomic<bool>* abortFlag, Describe what)
-      : timeout_(timeout), abort_(abortFlag), what_(std::move(what)), last_(Clock::now()) {}
+  Waiter(milliseconds timeout, const std::atomic<bool>* abortFlag, Describe what,
+         std::chrono::microseconds spinFor = std::chrono::microseconds(0))
+      : timeout_(timeout), abort_(abortFlag), what_(std::move(what)), spinFor_(spinFor) {}
 
+  // Reads the clock only when idle: a spinning loop that progresses often stays cheap.
   void progressed() {
     idle_ = false;
-    last_ = Clock::now();
+    progressed_ = true;
   }
 
   // Nothing advanced: back off once, then check the abort flag and the deadline.
@@ -64,7 +66,10 @@ class Waiter {
   milliseconds timeout_;
   const std::atomic<bool>* abort_;
   Describe what_;
-  Clock::time_point last_;       // the last progress
+  std::chrono::microseconds spinFor_;
+  bool progressed_ = true;       // since last_ was read (the start counts: the clock is read lazily)
+  unsigned spins_ = 0;           // idle() calls since the clock was last read
+  Clock::time_point last_;       // the last progress (or a time after it, when progressed_)
   Clock::time_point idleSince_;  // the start of this idle stretch
   bool idle_ = false;
 };

@@ -28,11 +28,12 @@ bool shmStage(const Topo& t) { return t.world && t.nranks <= kernels::kMaxSource
 
 Algo shmAlgo(size_t bytes, int nranks) {
   if (nranks == 2) {
-    // Past the flat limit, 2 ranks do better with the ring over shared-memory rings than with
-    // the slice algorithm: the ring moves N per rank, the slice copies N in and out as well
-    // (17 ms against 27 ms at 128 MiB).
-    if (bytes <= 64) return Algo::RecursiveDoubling;
-    return bytes <= shmFlatLimit(nranks) ? Algo::ShmFlat : Algo::Ring;
+    // Recursive doubling is one message each way, and with waits that spin (every rank has a
+    // CPU) it beats the flat algorithm up to 32 KiB (0.63 against 0.82 us at 8 bytes, 2.6
+    // against 3.6 us at 32 KiB) and the ring up to 64 KiB. Past that the ring over
+    // shared-memory rings beats the slice algorithm: the ring moves N per rank, the slice
+    // copies N in and out as well (17 ms against 27 ms at 128 MiB).
+    return bytes <= (size_t(64) << 10) ? Algo::RecursiveDoubling : Algo::Ring;
   }
   // From 3 ranks the slice algorithm's 2 waits per chunk beat the ring's 2(n-1) steps at every
   // size (at 8 ranks: 0.76 against 1.44 ms at 2 MiB, 73 against 101 ms at 128 MiB).

@@ -186,6 +186,13 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
     bs.abandon(format("%s: %s", stage.c_str(), e.what()));
     throw;
   }
+  {
+    // Ranks of this host (whether or not they share memory) against its CPUs: with one CPU
+    // each, a wait's spin costs no peer its core, and a yield would be a syscall per wait.
+    long sameHost = 0;
+    for (const PeerInfo& p : c->peers) sameHost += p.hostId == c->peers[static_cast<size_t>(rank)].hostId;
+    if (sameHost <= sysconf(_SC_NPROCESSORS_ONLN)) c->spinFor = Waiter::kSpinWhenAlone;
+  }
   const int viaShm = c->shmWorld ? static_cast<int>(c->shmWorld->nlocal) - 1 : 0;
   HORA_INFO(log::kInit, "communicator %016llx%s%s: rank %d of %d ready: %d peer(s) over shared memory, %d over TCP",
             static_cast<unsigned long long>(id.commId()), opts.name.empty() ? "" : " ", opts.name.c_str(), rank, nranks,

@@ -105,6 +105,8 @@ struct horaComm {
   hora::Fd wakeFd;                // eventfd, polled by waits, written by abort
   hora::core::Scratch scratch;
   std::atomic<uint64_t> calls{0};
+  // Waits spin a little before yielding when this host has a CPU for each of its ranks.
+  std::chrono::microseconds spinFor{0};
   uint64_t collectives = 0;  // groups with a collective run so far: the call number announced on the host
   uint64_t shmSeq = 0;  // chunks through the shared stage so far (coll/shm.cc)
 

@@ -13,9 +13,10 @@ namespace {
 std::string describeComm(const void* ctx) { return static_cast<const horaComm*>(ctx)->describeCall(); }
 
 struct BusyGuard {
-  std::vector<horaComm*> comms;
+  std::vector<horaComm*>& comms;  // thread_local storage: no allocation per call
   ~BusyGuard() {
     for (horaComm* c : comms) c->busy.store(false);
+    comms.clear();
   }
 };
 }  // namespace
@@ -25,7 +26,9 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
   thread_local std::vector<core::Program> programs;
   thread_local std::vector<core::Job> jobs;
 
-  BusyGuard guard;
+  thread_local std::vector<horaComm*> busyComms;
+  busyComms.clear();
+  BusyGuard guard{busyComms};
   for (const auto& [c, a] : calls) {
     if (std::find(guard.comms.begin(), guard.comms.end(), c) != guard.comms.end()) continue;
     c->check();
@@ -65,6 +68,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     adjusted.back().recvbuf = stage;
   }
   milliseconds timeout = milliseconds::max();
+  std::chrono::microseconds spinFor = std::chrono::microseconds::max();
   for (size_t i = 0; i < calls.size(); ++i) {
     horaComm* c = calls[i].first;
     const coll::Args& a = adjusted[i];
@@ -89,6 +93,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     j.world = c->shmWorld.get();
     jobs.push_back(j);
     timeout = std::min(timeout, c->opts.timeout);
+    spinFor = std::min(spinFor, c->spinFor);
   }
   // Announce each communicator's collectives on its host, for a cheap mismatch check.
   thread_local std::vector<uint64_t> tags;
@@ -108,7 +113,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     c->shmWorld->announce(first->callNo, first->callTag);
   }
   try {
-    executor.run(jobs, timeout);
+    executor.run(jobs, timeout, spinFor);
     for (const Deferred& d : deferred) memcpy(d.to, d.from, d.bytes);
   } catch (const Error& e) {
     // Every communicator of the group may have half-done work: all of them stop.

@@ -87,10 +87,7 @@ bool Executor::waitSatisfied(uint32_t g) const {
 
 void Executor::post(uint32_t g) {
   const Op& o = op(g);
-  const shm::World& w = *jobs_->at(refs_[g].job).world;
-  w.own.header()->counters[o.peer].store(o.bytes, std::memory_order_release);
-  for (uint32_t p = 0; p < w.nlocal; ++p)
-    if (p != w.localIndex) w.wake(p);
+  jobs_->at(refs_[g].job).world->own.header()->counters[o.peer].store(o.bytes, std::memory_order_release);
 }
 
 void Executor::checkCall(const Job& j) {
@@ -163,7 +160,7 @@ void Executor::block(milliseconds most) {
   disarmWaits();
 }
 
-void Executor::run(const std::vector<Job>& jobs, milliseconds timeout) {
+void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chrono::microseconds spinFor) {
   jobs_ = &jobs;
   base_.clear();
   refs_.clear();
@@ -211,7 +208,7 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout) {
   done_.assign(total, 0);
   if (total == 0) return;
 
-  Waiter w(timeout, nullptr, [this] { return describeWait(); });
+  Waiter w(timeout, nullptr, [this] { return describeWait(); }, spinFor);
   size_t doneAtScan = SIZE_MAX;  // local ops become ready only when something completes
   for (;;) {
     bool moved = false;
@@ -244,13 +241,22 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout) {
       locals_.pop_back();
       moved = true;
     }
-    for (size_t qi = 0; qi < nposts_; ++qi)
-      for (CounterQueue& pq = posts_[qi]; !pq.atEnd() && ready(pq.head()); ++pq.next) {
+    for (size_t qi = 0; qi < nposts_; ++qi) {
+      CounterQueue& pq = posts_[qi];
+      const size_t first = pq.next;
+      for (; !pq.atEnd() && ready(pq.head()); ++pq.next) {
         post(pq.head());
         done_[pq.head()] = 1;
         ++ndone_;
         moved = true;
       }
+      // One wake-up for the posts of this pass (on their host), after the last of them.
+      if (pq.next != first) {
+        bool later = false;
+        for (size_t k = qi + 1; k < nposts_; ++k) later |= posts_[k].world == pq.world && !posts_[k].atEnd() && ready(posts_[k].head());
+        if (!later) pq.world->wakeAll();
+      }
+    }
     for (size_t qi = 0; qi < nwaits_; ++qi)
       for (CounterQueue& wq = waits_[qi]; !wq.atEnd() && ready(wq.head()) && waitSatisfied(wq.head()); ++wq.next) {
         const uint32_t g = wq.head();

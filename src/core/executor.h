@@ -34,7 +34,8 @@ struct Job {
 class Executor {
  public:
   // Runs all jobs at once until every op of every job has completed.
-  void run(const std::vector<Job>& jobs, milliseconds timeout);
+  void run(const std::vector<Job>& jobs, milliseconds timeout,
+           std::chrono::microseconds spinFor = std::chrono::microseconds(0));
 
  private:
   struct Queue {

@@ -15,6 +15,15 @@ void World::wake(uint32_t peer) const {
   }
 }
 
+void World::wakeAll() const {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (uint32_t p = 0; p < nlocal; ++p)
+    if (p != localIndex && peers[p].segment.header()->sleeping.load(std::memory_order_relaxed)) {
+      uint64_t one = 1;
+      (void)!::write(peers[p].doorbell.get(), &one, sizeof one);
+    }
+}
+
 void World::arm() const {
   own.header()->sleeping.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);

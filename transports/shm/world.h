@@ -36,6 +36,8 @@ struct World {
 
   // Rings `peer`'s doorbell if it is sleeping; call after publishing something it may wait for.
   void wake(uint32_t peer) const;
+  // The same for every peer, with one fence.
+  void wakeAll() const;
   // Marks this rank as about to sleep / awake again (drains the doorbell).
   void arm() const;
   void disarm() const;
