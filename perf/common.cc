@@ -29,6 +29,7 @@ struct Options {
   size_t stepBytes = size_t{1} << 20;
   bool increment = false;  // step by stepBytes instead of stepFactor
   int iters = 20;
+  int scaleIters = 0;  // -S 1: more iterations for small sizes, fewer for huge ones
   int warmup = 5;
   int aggIters = 1;
   int check = 1;
@@ -50,6 +51,8 @@ void usage(FILE* out) {
       "  -f, --stepfactor <n>        multiply the size by n between tests (default 2)\n"
       "  -i, --stepbytes <size>      add this many bytes instead (default 1M when used)\n"
       "  -n, --iters <n>             timed iterations per test (default 20)\n"
+      "  -S, --scale_iters <0/1>     1: -n x 50 below 64 KiB, / 4 from 16 MiB, / 8 from 128 MiB\n"
+      "                              (as ../shared/bench's Open MPI and Gloo harnesses do; default 0)\n"
       "  -w, --warmup_iters <n>      untimed iterations before each test (default 5)\n"
       "  -m, --agg_iters <n>         calls per iteration, in one group (default 1)\n"
       "  -c, --check <0/1>           check the results (default 1)\n"
@@ -125,7 +128,8 @@ Options parseOptions(int argc, char** argv) {
   static const option longOpts[] = {
       {"minbytes", required_argument, nullptr, 'b'}, {"maxbytes", required_argument, nullptr, 'e'},
       {"stepfactor", required_argument, nullptr, 'f'}, {"stepbytes", required_argument, nullptr, 'i'},
-      {"iters", required_argument, nullptr, 'n'}, {"warmup_iters", required_argument, nullptr, 'w'},
+      {"iters", required_argument, nullptr, 'n'}, {"scale_iters", required_argument, nullptr, 'S'},
+      {"warmup_iters", required_argument, nullptr, 'w'},
       {"agg_iters", required_argument, nullptr, 'm'}, {"check", required_argument, nullptr, 'c'},
       {"op", required_argument, nullptr, 'o'}, {"datatype", required_argument, nullptr, 'd'},
       {"root", required_argument, nullptr, 'r'}, {"blocking", required_argument, nullptr, 'z'},
@@ -135,13 +139,14 @@ Options parseOptions(int argc, char** argv) {
       {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
-  while ((c = getopt_long(argc, argv, ":b:e:f:i:n:w:m:c:o:d:r:z:a:J:N:g:t:h", longOpts, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, ":b:e:f:i:n:S:w:m:c:o:d:r:z:a:J:N:g:t:h", longOpts, nullptr)) != -1) {
     switch (c) {
       case 'b': o.minBytes = sizeOption(optarg, "-b"); break;
       case 'e': o.maxBytes = sizeOption(optarg, "-e"); break;
       case 'f': o.stepFactor = static_cast<size_t>(intOption(optarg, 1, 1 << 20, "-f")); factorGiven = true; break;
       case 'i': o.stepBytes = sizeOption(optarg, "-i"); bytesGiven = true; break;
       case 'n': o.iters = intOption(optarg, 1, 1 << 30, "-n"); break;
+      case 'S': o.scaleIters = intOption(optarg, 0, 1, "-S"); break;
       case 'w': o.warmup = intOption(optarg, 0, 1 << 30, "-w"); break;
       case 'm': o.aggIters = intOption(optarg, 1, 1 << 20, "-m"); break;
       case 'c': o.check = intOption(optarg, 0, 1, "-c"); break;
@@ -323,6 +328,16 @@ struct Rank {
     if (aggIters > 1) check(horaGroupEnd(), "horaGroupEnd");
   }
 
+  // By the bytes each rank sends, as the peers' harnesses count them.
+  int itersFor(size_t bytes) const {
+    int it = opt.iters;
+    if (!opt.scaleIters) return it;
+    if (bytes < (size_t{64} << 10)) it *= 50;
+    if (bytes >= (size_t{16} << 20)) it = std::max(5, it / 4);
+    if (bytes >= (size_t{128} << 20)) it = std::max(3, it / 8);
+    return it;
+  }
+
   Result bench(TestCase& tc, bool inPlace) {
     const size_t ts = typeSize(tc.type);
     const Counts& c = tc.counts;
@@ -330,10 +345,11 @@ struct Rank {
     char* send = inPlace ? recvBuf + c.sendInplaceOffset * r * ts : sendBuf;
     char* recv = inPlace ? recvBuf + c.recvInplaceOffset * r * ts : recvBuf;
     for (int i = 0; i < opt.warmup; ++i) call(tc, send, recv, opt.aggIters);
+    const int iters = itersFor(c.send * ts);
     auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < opt.iters; ++i) call(tc, send, recv, opt.aggIters);
+    for (int i = 0; i < iters; ++i) call(tc, send, recv, opt.aggIters);
     auto t1 = std::chrono::steady_clock::now();
-    double sec = std::chrono::duration<double>(t1 - t0).count() / (static_cast<double>(opt.iters) * opt.aggIters);
+    double sec = std::chrono::duration<double>(t1 - t0).count() / (static_cast<double>(iters) * opt.aggIters);
     if (opt.average != 0) {
       const horaRedOp_t op = opt.average == 2 ? horaMin : opt.average == 3 ? horaMax : horaSum;
       check(horaAllReduce(&sec, &sec, 1, horaFloat64, op, comm, nullptr), "horaAllReduce (time)");
@@ -461,8 +477,8 @@ void Rank::writeJson(FILE* f) const {
                ops.c_str(), coll.hasRoot() ? opt.root : -1);
   std::fprintf(f, "  \"params\": {\"minbytes\": %zu, \"maxbytes\": %zu, \"%s\": %zu, ", opt.minBytes, opt.maxBytes,
                opt.increment ? "stepbytes" : "stepfactor", opt.increment ? opt.stepBytes : opt.stepFactor);
-  std::fprintf(f, "\"iters\": %d, \"warmup_iters\": %d, \"agg_iters\": %d, \"check\": %d, \"average\": %d},\n",
-               opt.iters, opt.warmup, opt.aggIters, opt.check, opt.average);
+  std::fprintf(f, "\"iters\": %d, \"scale_iters\": %d, \"warmup_iters\": %d, \"agg_iters\": %d, \"check\": %d, \"average\": %d},\n",
+               opt.iters, opt.scaleIters, opt.warmup, opt.aggIters, opt.check, opt.average);
   std::fprintf(f, "  \"rows\": [");
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];

@@ -177,7 +177,7 @@ int perfMain(int argc, char** argv, const Collective& coll);
 //   "op": "sum",                   likewise for -o; "none" for a collective without an op
 //   "root": 0,                     -r; -1 for every root in turn, and without a root
 //   "params": {"minbytes": 8, "maxbytes": 1048576, "stepfactor": 2 (or "stepbytes"),
-//              "iters": 20, "warmup_iters": 5, "agg_iters": 1, "check": 1, "average": 1},
+//              "iters": 20, "scale_iters": 0, "warmup_iters": 5, "agg_iters": 1, "check": 1, "average": 1},
 //                                  what is known of the run's options ({} for the peers)
 //   "rows": [{
 //     "size": 4096,                bytes, as nccl-tests prints it: the larger of one rank's

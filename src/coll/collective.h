@@ -1,6 +1,7 @@
 // What one collective call asks for, after the C ABI has checked it, and the entry point that
 // turns it into this rank's program.
 #pragma once
+#include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -51,6 +52,14 @@ struct Topo {
   const shm::World* world = nullptr;
   uint64_t* shmSeq = nullptr;  // the host's chunk sequence: the Shm* algorithms advance it
 };
+
+// The shared-stage flat AllReduce of one small call, run at once rather than built into a
+// program (its latency is a few hundred instructions less). await(counter, value, check)
+// waits until every rank of the host has set the counter to at least value, and then (with
+// check) compares the call with theirs.
+using AwaitFn = std::function<void(int counter, uint64_t value, bool check)>;
+bool shmFlatNowApplies(const Args& a, const Topo& t, const Plan& p);
+void shmFlatNow(const Args& a, const Topo& t, const AwaitFn& await);
 
 // Appends this rank's ops for `a` to `out` and sets its tag.
 void build(const Args& a, const Topo& t, const Plan& plan, core::Scratch& scratch, core::Program& out);

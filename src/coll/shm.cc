@@ -20,7 +20,10 @@
 // 9(n-1)/n N*E through transport rings, and 2 waits per chunk instead of 2(n-1) steps.
 //
 // Every element is reduced once, by one rank, in rank order: all ranks get the same bits.
+#include <cstring>
+
 #include "coll/common.h"
+#include "kernels/cpu/reduce.h"
 
 namespace hora::coll {
 
@@ -92,6 +95,40 @@ void shmAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch&, c
     }
     b.post(kOutFree, s, core::Deps{gathered});
   }
+}
+
+bool shmFlatNowApplies(const Args& a, const Topo& t, const Plan& p) {
+  return a.kind == Kind::AllReduce && p.algo == Algo::ShmFlat && t.world && t.nranks > 1 &&
+         t.nranks <= kernels::kMaxSources && a.count > 0 &&
+         a.count * dataTypeSize(a.dtype) <= shmSlotBytes(*t.world);
+}
+
+void shmFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
+  const int n = t.nranks, r = t.rank;
+  const Reducer red{a, n};
+  const Slots slots{*t.world, shmSlotBytes(*t.world)};
+  std::atomic<uint64_t>* mine = t.world->own.header()->counters;
+  const uint64_t s = ++*t.shmSeq;
+  if (s >= 3) await(kInFree, s - 2, false);
+  const kernels::ReduceSpec in = red.spec(true, false);
+  if (in.premulFirst) {
+    void* dst[1] = {slots.in(r, s)};
+    const void* src[1] = {a.sendbuf};
+    kernels::reduce(dst, 1, src, 1, a.count, in);
+  } else {
+    memcpy(slots.in(r, s), a.sendbuf, a.count * dataTypeSize(a.dtype));
+  }
+  mine[kInReady].store(s, std::memory_order_release);
+  t.world->wakeAll();
+  await(kInReady, s, true);
+  const void* srcs[kernels::kMaxSources];
+  for (int j = 0; j < n; ++j) srcs[j] = slots.in(j, s);
+  void* dst[1] = {a.recvbuf};
+  kernels::reduce(dst, 1, srcs, n, a.count, red.spec(false, true));
+  // As the program does: the other counters follow, so that later chunks of either algorithm
+  // find them in step.
+  for (Counter c : {kInFree, kOutReady, kOutFree}) mine[c].store(s, std::memory_order_release);
+  t.world->wakeAll();
 }
 
 }  // namespace hora::coll

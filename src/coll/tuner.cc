@@ -15,29 +15,28 @@ size_t smallLimit(int nranks) {
 }
 
 size_t shmFlatLimit(int nranks) {
-  // perf/allreduce_perf with HORA_ALGO=ring, rd, shmflat and shmslice, medians of 3 rounds on
-  // 2 cores (so 4 and 8 ranks are oversubscribed): the flat algorithm wins up to 32 KiB at every
-  // rank count, except that at 2 ranks recursive doubling (one message each way) is faster for
-  // a few bytes.
-  (void)nranks;
-  return size_t(32) << 10;
+  // perf/allreduce_perf -S 1 -a 3 with HORA_ALGO=rd, shmflat and shmslice on 2 cores (so 4 and
+  // 8 ranks are oversubscribed): the flat algorithm (run at once, without a program) wins up to
+  // 4 KiB at 2 ranks (0.26 against 0.43 us at 8 bytes; 0.73 against 0.84 at 4 KiB), up to
+  // 32 KiB at 4 (9.5 against 10.4 us for the slice) and up to 16 KiB at 8.
+  if (nranks == 2) return size_t(4) << 10;
+  return nranks >= 8 ? size_t(16) << 10 : size_t(32) << 10;
 }
 
 namespace {
 bool shmStage(const Topo& t) { return t.world && t.nranks <= kernels::kMaxSources; }
 
 Algo shmAlgo(size_t bytes, int nranks) {
+  if (bytes <= shmFlatLimit(nranks)) return Algo::ShmFlat;
   if (nranks == 2) {
-    // Recursive doubling is one message each way, and with waits that spin (every rank has a
-    // CPU) it beats the flat algorithm up to 32 KiB (0.63 against 0.82 us at 8 bytes, 2.6
-    // against 3.6 us at 32 KiB) and the ring up to 64 KiB. Past that the ring over
-    // shared-memory rings beats the slice algorithm: the ring moves N per rank, the slice
-    // copies N in and out as well (17 ms against 27 ms at 128 MiB).
+    // Recursive doubling is one message each way: it beats the ring up to 64 KiB. Past that
+    // the ring over shared-memory rings beats the slice algorithm: the ring moves N per rank,
+    // the slice copies N in and out as well (17 ms against 27 ms at 128 MiB).
     return bytes <= (size_t(64) << 10) ? Algo::RecursiveDoubling : Algo::Ring;
   }
   // From 3 ranks the slice algorithm's 2 waits per chunk beat the ring's 2(n-1) steps at every
-  // size (at 8 ranks: 0.76 against 1.44 ms at 2 MiB, 73 against 101 ms at 128 MiB).
-  return bytes <= shmFlatLimit(nranks) ? Algo::ShmFlat : Algo::ShmSlice;
+  // larger size (at 8 ranks: 0.76 against 1.44 ms at 2 MiB, 73 against 101 ms at 128 MiB).
+  return Algo::ShmSlice;
 }
 }  // namespace
 

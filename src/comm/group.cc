@@ -6,6 +6,7 @@ namespace {
 struct State {
   int depth = 0;
   std::vector<std::pair<horaComm*, coll::Args>> calls;
+  std::vector<std::pair<horaComm*, coll::Args>> one = std::vector<std::pair<horaComm*, coll::Args>>(1);
 };
 thread_local State tState;
 }  // namespace
@@ -23,14 +24,14 @@ void end() {
 }
 
 void submit(horaComm* comm, const coll::Args& a) {
-  if (tState.depth > 0) {
+  State& t = tState;  // one lookup of the thread's state (a call in a shared library)
+  if (t.depth > 0) {
     comm->check();
-    tState.calls.emplace_back(comm, a);
+    t.calls.emplace_back(comm, a);
     return;
   }
-  thread_local std::vector<std::pair<horaComm*, coll::Args>> one(1);
-  one[0] = {comm, a};
-  runCalls(one);
+  t.one[0] = {comm, a};
+  runCalls(t.one);
 }
 
 }  // namespace hora::group

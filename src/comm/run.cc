@@ -19,16 +19,83 @@ struct BusyGuard {
     comms.clear();
   }
 };
+
+// A receive into memory that a send of the same group reads (in-place send/recv) lands in
+// scratch and is copied to its place once every send has completed.
+struct Deferred {
+  void* to;
+  const void* from;
+  size_t bytes;
+};
+
+// Everything runCalls keeps between calls on a thread, so that a call allocates nothing; one
+// thread_local (each costs a lookup per call in a shared library).
+struct ThreadState {
+  core::Executor executor;
+  std::vector<core::Program> programs;
+  std::vector<core::Job> jobs;
+  std::vector<horaComm*> busyComms;
+  std::vector<Deferred> deferred;
+  std::vector<coll::Args> adjusted;
+  std::vector<uint64_t> tags;
+};
+thread_local ThreadState tState;
+}  // namespace
+
+namespace {
+coll::Topo topoOf(horaComm* c) {
+  coll::Topo topo{c->rank, c->nranks};
+  if (c->shmWorld && static_cast<int>(c->shmWorld->nlocal) == c->nranks) {
+    topo.world = c->shmWorld.get();
+    topo.shmSeq = &c->shmSeq;
+  }
+  return topo;
+}
+
+core::Job jobOf(horaComm* c, const core::Program* program) {
+  core::Job j;
+  j.program = program;
+  j.conns = c->connPtrs.data();
+  j.nranks = c->nranks;
+  j.abortFlag = &c->aborting;
+  j.wakeFd = c->wakeFd.get();
+  j.describe = describeComm;
+  j.describeCtx = c;
+  j.world = c->shmWorld.get();
+  return j;
+}
+
+// A lone small AllReduce among ranks that share memory runs without a program. Returns false
+// if the call is not one.
+bool runAtOnce(horaComm* c, const coll::Args& a, core::Executor& executor) {
+  const coll::Topo topo = topoOf(c);
+  if (!topo.world || a.kind != coll::Kind::AllReduce) return false;
+  const coll::Plan plan = coll::plan(a, topo, c->tuner);
+  if (!coll::shmFlatNowApplies(a, topo, plan)) return false;
+  ++c->calls;
+  core::Job j = jobOf(c, nullptr);
+  j.callNo = ++c->collectives;
+  j.callTag = coll::makeTag(a);
+  c->shmWorld->announce(j.callNo, j.callTag);
+  try {
+    coll::shmFlatNow(a, topo, [&](int counter, uint64_t value, bool check) {
+      executor.awaitCounter(j, counter, value, check, c->opts.timeout, c->spinFor);
+    });
+  } catch (const Error& e) {
+    if (!c->aborting.load()) c->fail(e);
+    throw;
+  }
+  return true;
+}
 }  // namespace
 
 void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
-  thread_local core::Executor executor;
-  thread_local std::vector<core::Program> programs;
-  thread_local std::vector<core::Job> jobs;
-
-  thread_local std::vector<horaComm*> busyComms;
-  busyComms.clear();
-  BusyGuard guard{busyComms};
+  ThreadState& ts = tState;
+  core::Executor& executor = ts.executor;
+  std::vector<core::Program>& programs = ts.programs;
+  std::vector<core::Job>& jobs = ts.jobs;
+  ts.busyComms.clear();
+  BusyGuard guard{ts.busyComms};
   for (const auto& [c, a] : calls) {
     if (std::find(guard.comms.begin(), guard.comms.end(), c) != guard.comms.end()) continue;
     c->check();
@@ -40,15 +107,8 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
   }
   if (programs.size() < calls.size()) programs.resize(calls.size());
   jobs.clear();
-  // A receive into memory that a send of the same group reads (in-place send/recv) lands in
-  // scratch and is copied to its place once every send has completed.
-  struct Deferred {
-    void* to;
-    const void* from;
-    size_t bytes;
-  };
-  thread_local std::vector<Deferred> deferred;
-  thread_local std::vector<coll::Args> adjusted;
+  std::vector<Deferred>& deferred = ts.deferred;
+  std::vector<coll::Args>& adjusted = ts.adjusted;
   deferred.clear();
   adjusted.clear();
   for (const auto& [c, a] : calls) {
@@ -67,36 +127,24 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     deferred.push_back(Deferred{a.recvbuf, stage, bytes});
     adjusted.back().recvbuf = stage;
   }
+  if (calls.size() == 1 && runAtOnce(calls[0].first, adjusted[0], ts.executor)) return;
   milliseconds timeout = milliseconds::max();
   std::chrono::microseconds spinFor = std::chrono::microseconds::max();
   for (size_t i = 0; i < calls.size(); ++i) {
     horaComm* c = calls[i].first;
     const coll::Args& a = adjusted[i];
-    coll::Topo topo{c->rank, c->nranks};
-    if (c->shmWorld && static_cast<int>(c->shmWorld->nlocal) == c->nranks) {
-      topo.world = c->shmWorld.get();
-      topo.shmSeq = &c->shmSeq;
-    }
+    const coll::Topo topo = topoOf(c);
     programs[i].clear();
     coll::build(a, topo, coll::plan(a, topo, c->tuner), c->scratch, programs[i]);
     ++c->calls;
     HORA_TRACE(log::kColl, "%s: %s, %zu ops", c->describeCall().c_str(), coll::describe(a).c_str(),
                programs[i].ops.size());
-    core::Job j;
-    j.program = &programs[i];
-    j.conns = c->connPtrs.data();
-    j.nranks = c->nranks;
-    j.abortFlag = &c->aborting;
-    j.wakeFd = c->wakeFd.get();
-    j.describe = describeComm;
-    j.describeCtx = c;
-    j.world = c->shmWorld.get();
-    jobs.push_back(j);
+    jobs.push_back(jobOf(c, &programs[i]));
     timeout = std::min(timeout, c->opts.timeout);
     spinFor = std::min(spinFor, c->spinFor);
   }
   // Announce each communicator's collectives on its host, for a cheap mismatch check.
-  thread_local std::vector<uint64_t> tags;
+  std::vector<uint64_t>& tags = ts.tags;
   for (horaComm* c : guard.comms) {
     if (!c->shmWorld) continue;
     tags.clear();

@@ -75,14 +75,49 @@ std::string Executor::describeWait() const {
 
 // Every rank of the host, this one included: a rank's own post comes after its own use of
 // the slots, so waiting for it too orders a slot's reuse after this rank's last read of it.
-bool Executor::waitSatisfied(uint32_t g) const {
-  const Op& o = op(g);
-  const shm::World& w = *jobs_->at(refs_[g].job).world;
+bool Executor::counterReached(const shm::World& w, int counter, uint64_t value) {
   for (uint32_t p = 0; p < w.nlocal; ++p) {
     const shm::Segment& seg = p == w.localIndex ? w.own : w.peers[p].segment;
-    if (seg.header()->counters[o.peer].load(std::memory_order_acquire) < o.bytes) return false;
+    if (seg.header()->counters[counter].load(std::memory_order_acquire) < value) return false;
   }
   return true;
+}
+
+bool Executor::waitSatisfied(uint32_t g) const {
+  const Op& o = op(g);
+  return counterReached(*jobs_->at(refs_[g].job).world, o.peer, o.bytes);
+}
+
+void Executor::armWorld(const shm::World& w) {
+  w.arm();
+  for (uint32_t p = 0; p < w.nlocal; ++p)
+    if (p != w.localIndex && !shm::processAlive(w.peers[p].pid, w.peers[p].pidfd.get()))
+      fail(Errc::Remote, "%s exited or crashed (its process is gone); while waiting for it in shared memory",
+           w.peers[p].name.c_str());
+  fds_.push_back(pollfd{w.doorbell.get(), POLLIN, 0});
+  for (uint32_t p = 0; p < w.nlocal; ++p)
+    if (p != w.localIndex && w.peers[p].pidfd.valid()) fds_.push_back(pollfd{w.peers[p].pidfd.get(), POLLIN, 0});
+}
+
+void Executor::awaitCounter(const Job& job, int counter, uint64_t value, bool check, milliseconds timeout,
+                            std::chrono::microseconds spinFor) {
+  const shm::World& w = *job.world;
+  if (!counterReached(w, counter, value)) {
+    Waiter wt(timeout, job.abortFlag, [&] {
+      return format("every rank of this host to reach chunk %llu of counter %d%s%s", static_cast<unsigned long long>(value),
+                    counter, job.describe ? " in " : "", job.describe ? job.describe(job.describeCtx).c_str() : "");
+    }, spinFor);
+    while (!counterReached(w, counter, value))
+      wt.idle([&](milliseconds most) {
+        checkCall(job);
+        fds_.clear();
+        armWorld(w);
+        if (job.wakeFd >= 0) fds_.push_back(pollfd{job.wakeFd, POLLIN, 0});
+        if (!counterReached(w, counter, value)) pollFor(fds_.data(), fds_.size(), static_cast<int>(most.count()));
+        w.disarm();
+      });
+  }
+  if (check) checkCall(job);
 }
 
 void Executor::post(uint32_t g) {
@@ -122,17 +157,7 @@ bool Executor::armWaits() {
     // Once per host: ask for the doorbell, and watch the peers' processes.
     bool first = true;
     for (size_t k = 0; k < qi; ++k) first &= waits_[k].atEnd() || waits_[k].world != wq.world;
-    const shm::World& w = *wq.world;
-    if (first) {
-      w.arm();
-      for (uint32_t p = 0; p < w.nlocal; ++p)
-        if (p != w.localIndex && !shm::processAlive(w.peers[p].pid, w.peers[p].pidfd.get()))
-          fail(Errc::Remote, "%s exited or crashed (its process is gone); while waiting for it in shared memory",
-               w.peers[p].name.c_str());
-      fds_.push_back(pollfd{w.doorbell.get(), POLLIN, 0});
-      for (uint32_t p = 0; p < w.nlocal; ++p)
-        if (p != w.localIndex && w.peers[p].pidfd.valid()) fds_.push_back(pollfd{w.peers[p].pidfd.get(), POLLIN, 0});
-    }
+    if (first) armWorld(*wq.world);
     // After arming: a post that came just before is seen here, one that comes after rings.
     if (ready(wq.head()) && waitSatisfied(wq.head())) sleep = false;
   }

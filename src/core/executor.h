@@ -36,6 +36,12 @@ class Executor {
   // Runs all jobs at once until every op of every job has completed.
   void run(const std::vector<Job>& jobs, milliseconds timeout,
            std::chrono::microseconds spinFor = std::chrono::microseconds(0));
+  // Without a program: waits as run() would (spinning, yielding, then asleep on the host's
+  // doorbell) until every rank of job.world, this one included, has set `counter` to at least
+  // `value`. A dead peer, the abort flag or the timeout throw. With `check`, the job's call is
+  // then checked against the peers' (as run() checks it after its first wait).
+  void awaitCounter(const Job& job, int counter, uint64_t value, bool check, milliseconds timeout,
+                    std::chrono::microseconds spinFor);
 
  private:
   struct Queue {
@@ -81,6 +87,8 @@ class Executor {
   bool waitSatisfied(uint32_t g) const;
   void post(uint32_t g);
   bool armWaits();       // before blocking: false if a wait is satisfied after all
+  void armWorld(const shm::World& w);  // asks for the doorbell; checks and watches the peers
+  static bool counterReached(const shm::World& w, int counter, uint64_t value);
   void disarmWaits();
   std::vector<transport::Cookie> completed_;
   std::vector<pollfd> fds_;
