@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -98,6 +99,41 @@ TEST_CASE("a peer that exits without destroying its communicator", "[faults]") {
     if (rank == 0) _exit(0);
     return expectFailure(comm, {horaRemoteError});
   }, opts);
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+TEST_CASE("a peer that destroys its communicator and stays alive: the others fail at once", "[faults]") {
+  // Rank 1 closes its communicator and lives on until every other rank has exited, so neither
+  // a closed socket nor a dead process can explain a pass, only the closed shared-memory
+  // rings (or, over TCP, the closed sockets). Small buffers take the flat shared-stage path,
+  // large ones at 3 ranks the sliced one.
+  const size_t count = GENERATE(size_t(16), size_t(1) << 17);
+  INFO("count " << count);
+  auto* pids = static_cast<std::atomic<int>*>(
+      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(pids != MAP_FAILED);
+  ProcessOptions opts;
+  opts.timeoutMs = 600000;
+  auto results = runProcesses(3, [pids, count](horaComm_t comm, int rank, int nranks) -> std::string {
+    pids[rank].store(getpid());
+    if (rank == 1) {
+      if (horaCommDestroy(comm) != horaSuccess) return "destroy failed";
+      for (int r = 0; r < nranks; ++r) {
+        if (r == rank) continue;
+        while (pids[r].load() == 0 || kill(pids[r].load(), 0) == 0) usleep(1000);
+      }
+      return "";
+    }
+    std::vector<float> buf(count, 1.0f);
+    horaResult_t r = horaAllReduce(buf.data(), buf.data(), count, horaFloat, horaSum, comm, nullptr);
+    if (r != horaRemoteError)
+      return std::string("got ") + horaGetErrorString(r) + ": " + horaGetLastError(comm);
+    if (std::string(horaGetLastError(comm)).find("rank 1") == std::string::npos)
+      return std::string("the error does not name rank 1: ") + horaGetLastError(comm);
+    return "";
+  }, opts);
+  munmap(pids, 4096);
   INFO(describe(results));
   for (const auto& r : results) CHECK(r.ok());
 }

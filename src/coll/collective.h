@@ -53,11 +53,12 @@ struct Topo {
   uint64_t* shmSeq = nullptr;  // the host's chunk sequence: the Shm* algorithms advance it
 };
 
-// The shared-stage flat AllReduce of one small call, run at once rather than built into a
-// program (its latency is a few hundred instructions less). await(counter, value, check)
-// waits until every rank of the host has set the counter to at least value, and then (with
-// check) compares the call with theirs.
-using AwaitFn = std::function<void(int counter, uint64_t value, bool check)>;
+// One small collective (not send/recv) among ranks that share memory, run at once through the
+// shared stage rather than built into a program (its latency is a few hundred instructions
+// less, and it takes one step where the ring takes n-1). await(counter, value, only, check)
+// waits until every rank of the host (or only rank `only`, if not -1) has set the counter to at
+// least value, and then (with check) compares the call with theirs.
+using AwaitFn = std::function<void(int counter, uint64_t value, int only, bool check)>;
 bool shmFlatNowApplies(const Args& a, const Topo& t, const Plan& p);
 void shmFlatNow(const Args& a, const Topo& t, const AwaitFn& await);
 

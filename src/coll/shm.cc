@@ -22,7 +22,9 @@
 // Every element is reduced once, by one rank, in rank order: all ranks get the same bits.
 #include <cstring>
 
+#include "base/error.h"
 #include "coll/common.h"
+#include "coll/tuner.h"
 #include "kernels/cpu/reduce.h"
 
 namespace hora::coll {
@@ -98,34 +100,91 @@ void shmAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch&, c
 }
 
 bool shmFlatNowApplies(const Args& a, const Topo& t, const Plan& p) {
-  return a.kind == Kind::AllReduce && p.algo == Algo::ShmFlat && t.world && t.nranks > 1 &&
-         t.nranks <= kernels::kMaxSources && a.count > 0 &&
-         a.count * dataTypeSize(a.dtype) <= shmSlotBytes(*t.world);
+  if (!t.world || t.nranks < 2 || t.nranks > kernels::kMaxSources || a.count == 0) return false;
+  // What each rank puts in its slot: its input (all n blocks of it for ReduceScatter).
+  const size_t in = a.count * dataTypeSize(a.dtype) * (a.kind == Kind::ReduceScatter ? static_cast<size_t>(t.nranks) : 1);
+  if (in > shmSlotBytes(*t.world)) return false;
+  switch (a.kind) {
+    case Kind::AllReduce: return p.algo == Algo::ShmFlat;
+    case Kind::Send:
+    case Kind::Recv: return false;
+    default: return in <= shmFlatLimit(t.nranks);
+  }
 }
 
+namespace {
+// dst = src, scaled first where the call's op says so (PreMulSum).
+void copyIn(void* dst, const void* src, size_t count, const kernels::ReduceSpec& spec, size_t esz) {
+  if (spec.premulFirst) {
+    void* d[1] = {dst};
+    const void* s[1] = {src};
+    kernels::reduce(d, 1, s, 1, count, spec);
+  } else {
+    memcpy(dst, src, count * esz);
+  }
+}
+
+void reduceSlots(void* dst, const Slots& slots, int n, uint64_t s, size_t offset, size_t count,
+                 const kernels::ReduceSpec& spec) {
+  const void* srcs[kernels::kMaxSources];
+  for (int j = 0; j < n; ++j) srcs[j] = slots.in(j, s) + offset;
+  void* d[1] = {dst};
+  kernels::reduce(d, 1, srcs, n, count, spec);
+}
+}  // namespace
+
+// Every collective but send/recv, in one step: each rank puts what it shares in its slot and
+// posts; once every rank has posted, each takes what it needs straight out of the slots.
 void shmFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
   const int n = t.nranks, r = t.rank;
+  const size_t E = dataTypeSize(a.dtype), N = a.count, bytes = N * E;
   const Reducer red{a, n};
   const Slots slots{*t.world, shmSlotBytes(*t.world)};
   std::atomic<uint64_t>* mine = t.world->own.header()->counters;
   const uint64_t s = ++*t.shmSeq;
-  if (s >= 3) await(kInFree, s - 2, false);
-  const kernels::ReduceSpec in = red.spec(true, false);
-  if (in.premulFirst) {
-    void* dst[1] = {slots.in(r, s)};
-    const void* src[1] = {a.sendbuf};
-    kernels::reduce(dst, 1, src, 1, a.count, in);
-  } else {
-    memcpy(slots.in(r, s), a.sendbuf, a.count * dataTypeSize(a.dtype));
+  if (s >= 3) await(kInFree, s - 2, -1, false);
+  uint8_t* slot = slots.in(r, s);
+  switch (a.kind) {
+    case Kind::AllReduce:
+    case Kind::Reduce: copyIn(slot, a.sendbuf, N, red.spec(true, false), E); break;
+    case Kind::ReduceScatter: copyIn(slot, a.sendbuf, N * static_cast<size_t>(n), red.spec(true, false), E); break;
+    case Kind::AllGather: memcpy(slot, a.sendbuf, bytes); break;
+    case Kind::Broadcast:
+      if (r == a.root) memcpy(slot, a.sendbuf, bytes);
+      break;
+    default: fail(Errc::Internal, "shmFlatNow: %s", kindName(a.kind));
   }
   mine[kInReady].store(s, std::memory_order_release);
   t.world->wakeAll();
-  await(kInReady, s, true);
-  const void* srcs[kernels::kMaxSources];
-  for (int j = 0; j < n; ++j) srcs[j] = slots.in(j, s);
-  void* dst[1] = {a.recvbuf};
-  kernels::reduce(dst, 1, srcs, n, a.count, red.spec(false, true));
-  // As the program does: the other counters follow, so that later chunks of either algorithm
+  // Whom this rank waits for: everyone, the root only (Broadcast), or no one (Reduce on a rank
+  // that is not the root, Broadcast on the root). A rank that waits for no one leaves the
+  // check of the call to those that do; every rank still waits for every other's InFree
+  // before it reuses the slot.
+  const bool rooted = a.kind == Kind::Broadcast || a.kind == Kind::Reduce;
+  const bool waits = !rooted || (a.kind == Kind::Broadcast) != (r == a.root);
+  if (waits) await(kInReady, s, a.kind == Kind::Broadcast ? a.root : -1, true);
+  switch (a.kind) {
+    case Kind::AllReduce: reduceSlots(a.recvbuf, slots, n, s, 0, N, red.spec(false, true)); break;
+    case Kind::Reduce:
+      if (r == a.root) reduceSlots(a.recvbuf, slots, n, s, 0, N, red.spec(false, true));
+      break;
+    case Kind::ReduceScatter:
+      reduceSlots(a.recvbuf, slots, n, s, static_cast<size_t>(r) * bytes, N, red.spec(false, true));
+      break;
+    case Kind::AllGather:
+      for (int j = 0; j < n; ++j) {
+        uint8_t* to = at(a.recvbuf, static_cast<size_t>(j) * N, E);
+        if (j != r) memcpy(to, slots.in(j, s), bytes);
+        else if (to != a.sendbuf) memcpy(to, a.sendbuf, bytes);
+      }
+      break;
+    case Kind::Broadcast:
+      if (r != a.root) memcpy(a.recvbuf, slots.in(a.root, s), bytes);
+      else if (a.recvbuf != a.sendbuf) memcpy(a.recvbuf, a.sendbuf, bytes);
+      break;
+    default: break;
+  }
+  // As the programs do: the other counters follow, so that later chunks of either algorithm
   // find them in step.
   for (Counter c : {kInFree, kOutReady, kOutFree}) mine[c].store(s, std::memory_order_release);
   t.world->wakeAll();

@@ -223,6 +223,7 @@ void horaComm::fail(const Error& e) noexcept {
                           errorText_.c_str());
   }
   HORA_WARN(log::kColl, "%s", reason.c_str());
+  if (shmWorld) shmWorld->markFailed(reason);  // before the rings close: peers look here then
   for (auto& c : conns)
     if (c) c->shutdown(reason);
 }

@@ -65,11 +65,11 @@ core::Job jobOf(horaComm* c, const core::Program* program) {
   return j;
 }
 
-// A lone small AllReduce among ranks that share memory runs without a program. Returns false
+// A lone small collective among ranks that share memory runs without a program. Returns false
 // if the call is not one.
 bool runAtOnce(horaComm* c, const coll::Args& a, core::Executor& executor) {
   const coll::Topo topo = topoOf(c);
-  if (!topo.world || a.kind != coll::Kind::AllReduce) return false;
+  if (!topo.world || a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv) return false;
   const coll::Plan plan = coll::plan(a, topo, c->tuner);
   if (!coll::shmFlatNowApplies(a, topo, plan)) return false;
   ++c->calls;
@@ -78,8 +78,8 @@ bool runAtOnce(horaComm* c, const coll::Args& a, core::Executor& executor) {
   j.callTag = coll::makeTag(a);
   c->shmWorld->announce(j.callNo, j.callTag);
   try {
-    coll::shmFlatNow(a, topo, [&](int counter, uint64_t value, bool check) {
-      executor.awaitCounter(j, counter, value, check, c->opts.timeout, c->spinFor);
+    coll::shmFlatNow(a, topo, [&](int counter, uint64_t value, int only, bool check) {
+      executor.awaitCounter(j, counter, value, only, check, c->opts.timeout, c->spinFor);
     });
   } catch (const Error& e) {
     if (!c->aborting.load()) c->fail(e);

@@ -75,7 +75,12 @@ std::string Executor::describeWait() const {
 
 // Every rank of the host, this one included: a rank's own post comes after its own use of
 // the slots, so waiting for it too orders a slot's reuse after this rank's last read of it.
-bool Executor::counterReached(const shm::World& w, int counter, uint64_t value) {
+bool Executor::counterReached(const shm::World& w, int counter, uint64_t value, int only) {
+  if (only >= 0) {
+    const auto p = static_cast<uint32_t>(only);
+    const shm::Segment& seg = p == w.localIndex ? w.own : w.peers[p].segment;
+    return seg.header()->counters[counter].load(std::memory_order_acquire) >= value;
+  }
   for (uint32_t p = 0; p < w.nlocal; ++p) {
     const shm::Segment& seg = p == w.localIndex ? w.own : w.peers[p].segment;
     if (seg.header()->counters[counter].load(std::memory_order_acquire) < value) return false;
@@ -88,32 +93,58 @@ bool Executor::waitSatisfied(uint32_t g) const {
   return counterReached(*jobs_->at(refs_[g].job).world, o.peer, o.bytes);
 }
 
-void Executor::armWorld(const shm::World& w) {
+std::string Executor::armWorld(const shm::World& w, int only, bool& relayed) {
   w.arm();
-  for (uint32_t p = 0; p < w.nlocal; ++p)
-    if (p != w.localIndex && !shm::processAlive(w.peers[p].pid, w.peers[p].pidfd.get()))
-      fail(Errc::Remote, "%s exited or crashed (its process is gone); while waiting for it in shared memory",
-           w.peers[p].name.c_str());
+  std::string gone;
+  relayed = false;
+  for (uint32_t p = 0; p < w.nlocal && !relayed; ++p) {
+    if (p == w.localIndex || (only >= 0 && p != static_cast<uint32_t>(only))) continue;
+    // A rank that failed says why before it closes its rings or exits: that text names where
+    // the failure began, and wins over any symptom (relayed unchanged, as abort frames are).
+    std::string why = w.failureOf(p);
+    if (!why.empty()) {
+      gone = why;
+      relayed = true;
+    } else if (!gone.empty()) {
+      continue;
+    } else if (!shm::processAlive(w.peers[p].pid, w.peers[p].pidfd.get())) {
+      gone = format("%s exited or crashed (its process is gone); while waiting for it in shared memory",
+                    w.peers[p].name.c_str());
+    } else if (w.peers[p].segment.ctl(w.localIndex)->senderClosed.load(std::memory_order_acquire)) {
+      // A rank that left closes its rings: it will not post again.
+      gone = format("%s closed its communicator; while waiting for it in shared memory", w.peers[p].name.c_str());
+    }
+  }
   fds_.push_back(pollfd{w.doorbell.get(), POLLIN, 0});
   for (uint32_t p = 0; p < w.nlocal; ++p)
     if (p != w.localIndex && w.peers[p].pidfd.valid()) fds_.push_back(pollfd{w.peers[p].pidfd.get(), POLLIN, 0});
+  return gone;
 }
 
-void Executor::awaitCounter(const Job& job, int counter, uint64_t value, bool check, milliseconds timeout,
+void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int only, bool check, milliseconds timeout,
                             std::chrono::microseconds spinFor) {
   const shm::World& w = *job.world;
-  if (!counterReached(w, counter, value)) {
+  if (!counterReached(w, counter, value, only)) {
     Waiter wt(timeout, job.abortFlag, [&] {
       return format("every rank of this host to reach chunk %llu of counter %d%s%s", static_cast<unsigned long long>(value),
                     counter, job.describe ? " in " : "", job.describe ? job.describe(job.describeCtx).c_str() : "");
     }, spinFor);
-    while (!counterReached(w, counter, value))
+    while (!counterReached(w, counter, value, only))
       wt.idle([&](milliseconds most) {
         checkCall(job);
         fds_.clear();
-        armWorld(w);
+        bool relayed = false;
+        const std::string gone = armWorld(w, only, relayed);
         if (job.wakeFd >= 0) fds_.push_back(pollfd{job.wakeFd, POLLIN, 0});
-        if (!counterReached(w, counter, value)) pollFor(fds_.data(), fds_.size(), static_cast<int>(most.count()));
+        // A peer posts before it leaves: look again before taking its leaving for an error.
+        if (!counterReached(w, counter, value, only)) {
+          if (!gone.empty()) {
+            w.disarm();
+            if (relayed) throw PeerFailure(gone);
+            fail(Errc::Remote, "%s", gone.c_str());
+          }
+          pollFor(fds_.data(), fds_.size(), static_cast<int>(most.count()));
+        }
         w.disarm();
       });
   }
@@ -149,7 +180,8 @@ void Executor::enqueue(std::vector<CounterQueue>& qs, size_t& n, const shm::Worl
 }
 
 bool Executor::armWaits() {
-  bool sleep = true;
+  bool sleep = true, blocked = false, relayed = false;
+  std::string gone;
   for (const Job& j : *jobs_) checkCall(j);
   for (size_t qi = 0; qi < nwaits_; ++qi) {
     const CounterQueue& wq = waits_[qi];
@@ -157,9 +189,26 @@ bool Executor::armWaits() {
     // Once per host: ask for the doorbell, and watch the peers' processes.
     bool first = true;
     for (size_t k = 0; k < qi; ++k) first &= waits_[k].atEnd() || waits_[k].world != wq.world;
-    if (first) armWorld(*wq.world);
+    if (first) {
+      bool r = false;
+      std::string why = armWorld(*wq.world, -1, r);
+      if (gone.empty()) {
+        gone = why;
+        relayed = r;
+      }
+    }
     // After arming: a post that came just before is seen here, one that comes after rings.
-    if (ready(wq.head()) && waitSatisfied(wq.head())) sleep = false;
+    if (ready(wq.head())) {
+      if (waitSatisfied(wq.head())) sleep = false;
+      else blocked = true;
+    }
+  }
+  // A peer posts before it leaves: only when this rank waits for a post that has not come is
+  // a peer's leaving an error.
+  if (sleep && blocked && !gone.empty()) {
+    disarmWaits();
+    if (relayed) throw PeerFailure(gone);
+    fail(Errc::Remote, "%s", gone.c_str());
   }
   return sleep;
 }

@@ -37,10 +37,11 @@ class Executor {
   void run(const std::vector<Job>& jobs, milliseconds timeout,
            std::chrono::microseconds spinFor = std::chrono::microseconds(0));
   // Without a program: waits as run() would (spinning, yielding, then asleep on the host's
-  // doorbell) until every rank of job.world, this one included, has set `counter` to at least
-  // `value`. A dead peer, the abort flag or the timeout throw. With `check`, the job's call is
-  // then checked against the peers' (as run() checks it after its first wait).
-  void awaitCounter(const Job& job, int counter, uint64_t value, bool check, milliseconds timeout,
+  // doorbell) until every rank of job.world, this one included (or only local rank `only`, if
+  // not -1), has set `counter` to at least `value`. A dead or stopped peer, the abort flag or
+  // the timeout throw. With `check`, the job's call is then checked against the peers' (as
+  // run() checks it after its first wait).
+  void awaitCounter(const Job& job, int counter, uint64_t value, int only, bool check, milliseconds timeout,
                     std::chrono::microseconds spinFor);
 
  private:
@@ -87,8 +88,11 @@ class Executor {
   bool waitSatisfied(uint32_t g) const;
   void post(uint32_t g);
   bool armWaits();       // before blocking: false if a wait is satisfied after all
-  void armWorld(const shm::World& w);  // asks for the doorbell; checks and watches the peers
-  static bool counterReached(const shm::World& w, int counter, uint64_t value);
+  // Asks for the doorbell and watches the peers' processes; returns why a peer will never post
+  // again (its process is gone, or it closed its rings), or "": of every peer, or only of
+  // local rank `only` if not -1. `relayed`: the text is a failed peer's own (pass it on as is).
+  std::string armWorld(const shm::World& w, int only, bool& relayed);
+  static bool counterReached(const shm::World& w, int counter, uint64_t value, int only = -1);
   void disarmWaits();
   std::vector<transport::Cookie> completed_;
   std::vector<pollfd> fds_;

@@ -16,6 +16,7 @@
 #pragma once
 #include <atomic>
 #include <cstddef>
+#include <cstdio>
 #include <cstdint>
 #include <string>
 
@@ -24,8 +25,16 @@
 namespace hora::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x474553414d524f48ull;  // "HORAMSEG"
-inline constexpr uint32_t kSegmentVersion = 2;
+inline constexpr uint32_t kSegmentVersion = 3;
 inline constexpr int kCounters = 4;
+
+// Why the owner failed (World::markFailed), for ranks that wait on its counters rather than
+// read its rings; `failed` is set once the text is complete.
+inline constexpr size_t kFailureText = 448;
+struct alignas(64) Failure {
+  std::atomic<uint32_t> failed;
+  char text[kFailureText];
+};
 
 struct alignas(64) Header {
   uint64_t magic;
@@ -45,8 +54,9 @@ struct alignas(64) Header {
   std::atomic<uint64_t> callNo;
   std::atomic<uint64_t> callTag;
   std::atomic<uint64_t> prevTag;
+  Failure failure;
 };
-static_assert(sizeof(Header) == 192, "counters and announcement share one cache line");
+static_assert(offsetof(Header, callLock) == 128 + kCounters * 8, "counters and announcement share one cache line");
 
 struct alignas(64) RingCtl {
   std::atomic<uint64_t> head;  // bytes published by the sender

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 
 namespace hora::shm {
 
@@ -33,6 +35,25 @@ void World::disarm() const {
   own.header()->sleeping.store(0, std::memory_order_relaxed);
   uint64_t v;
   (void)!::read(doorbell.get(), &v, sizeof v);  // nonblocking: clears a ring, if any
+}
+
+void World::markFailed(const std::string& why) const {
+  Failure& f = own.header()->failure;
+  if (f.failed.load(std::memory_order_relaxed)) return;
+  const size_t n = std::min(why.size(), kFailureText - 1);
+  memcpy(f.text, why.data(), n);
+  f.text[n] = '\0';
+  f.failed.store(1, std::memory_order_release);
+}
+
+std::string World::failureOf(uint32_t peer) const {
+  const Failure& f = peers[peer].segment.header()->failure;
+  if (!f.failed.load(std::memory_order_acquire)) return std::string();
+  // The peer's memory: take at most the field, and only printable characters.
+  std::string s;
+  for (size_t i = 0; i < kFailureText && f.text[i]; ++i)
+    s += (f.text[i] >= 0x20 && f.text[i] < 0x7f) ? f.text[i] : '?';
+  return s.empty() ? peers[peer].name + " failed" : s;
 }
 
 void World::announce(uint64_t no, uint64_t tag) const {

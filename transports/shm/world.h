@@ -48,6 +48,11 @@ struct World {
   // already be one call further, so the previous call's tag is kept too. Returns the local
   // index of a peer whose call `no` has another tag (its tag in *theirs), or -1.
   void announce(uint64_t no, uint64_t tag) const;
+
+  // Publishes why this rank failed, for peers waiting on its counters (once; the first wins).
+  void markFailed(const std::string& why) const;
+  // The text a peer published, printable and bounded, or "" if it has not failed.
+  std::string failureOf(uint32_t peer) const;
   int mismatch(uint64_t no, uint64_t tag, uint64_t* theirs) const;
 };
 
