@@ -1,11 +1,12 @@
 """The meson test of perf's scripts: a tool's -J file, anchors2json's files and compare's
-medians all pass the schema (hperf.validate), and plot draws them.
+medians all pass the schema (hperf.validate), table lines them up, and plot draws them.
 
   /usr/bin/python3 perf/test_scripts.py BUILD/perf/allgather_perf
 
 plot is skipped (and said so) where matplotlib is missing; anything else failing fails.
 """
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -63,6 +64,19 @@ def main():
         check(med["rounds"] == 3 and [r["time_us"] for r in med["rows"]] == [r["time_us"] for r in hora["rows"]],
               "median of rounds")
         check(med["wrong_total"] == len(hora["rows"]), "the worst #wrong of the rounds")
+
+        # table: Hora's row at 504 bytes beside both peers, x = their time over Hora's.
+        shutil.copy(js, os.path.join(tmp, "allgather-n3-hora.json"))
+        lines = subprocess.run([os.path.join(HERE, "table"), "-c", "allgather", "-s", "504 4092",
+                                "-p", "ompi-vader gloo", tmp], check=True, text=True,
+                               stdout=subprocess.PIPE).stdout.splitlines()
+        mine = next(r for r in hora["rows"] if r["size"] == 504)
+        cells = [c.strip() for c in lines[2].split("|")[1:-1]]
+        check(len(lines) == 4 and cells[:2] == ["3", "504 B"], "table's rows")
+        check(abs(float(cells[5]) - 2.00 / mine["time_us"]) < 0.01 * 2.00 / mine["time_us"] + 0.01 and
+              abs(float(cells[7]) - 41.83 / mine["time_us"]) < 0.01 * 41.83 / mine["time_us"] + 0.01,
+              "table's ratios")
+        check(lines[3].split("|")[5].strip() == "-", "table: a size a peer lacks")
 
         try:
             import matplotlib  # noqa: F401
