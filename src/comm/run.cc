@@ -78,8 +78,14 @@ bool runAtOnce(horaComm* c, const coll::Args& a, core::Executor& executor) {
   j.callTag = coll::makeTag(a);
   c->shmWorld->announce(j.callNo, j.callTag);
   try {
-    coll::shmFlatNow(a, topo, [&](int counter, uint64_t value, int only, bool check) {
-      executor.awaitCounter(j, counter, value, only, check, c->opts.timeout, c->spinFor);
+    // One pointer captured: std::function keeps it without allocating.
+    struct Ctx {
+      core::Executor& executor;
+      const core::Job& job;
+      horaComm* c;
+    } ctx{executor, j, c};
+    coll::shmFlatNow(a, topo, [x = &ctx](int counter, uint64_t value, int only, bool check) {
+      x->executor.awaitCounter(x->job, counter, value, only, check, x->c->opts.timeout, x->c->spinFor);
     });
   } catch (const Error& e) {
     if (!c->aborting.load()) c->fail(e);

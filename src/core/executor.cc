@@ -125,9 +125,16 @@ void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int onl
                             std::chrono::microseconds spinFor) {
   const shm::World& w = *job.world;
   if (!counterReached(w, counter, value, only)) {
-    Waiter wt(timeout, job.abortFlag, [&] {
-      return format("every rank of this host to reach chunk %llu of counter %d%s%s", static_cast<unsigned long long>(value),
-                    counter, job.describe ? " in " : "", job.describe ? job.describe(job.describeCtx).c_str() : "");
+    // The description captures one pointer, so that std::function keeps it without allocating.
+    struct What {
+      const Job& job;
+      int counter;
+      uint64_t value;
+    } what{job, counter, value};
+    Waiter wt(timeout, job.abortFlag, [w = &what] {
+      return format("every rank of this host to reach chunk %llu of counter %d%s%s",
+                    static_cast<unsigned long long>(w->value), w->counter, w->job.describe ? " in " : "",
+                    w->job.describe ? w->job.describe(w->job.describeCtx).c_str() : "");
     }, spinFor);
     while (!counterReached(w, counter, value, only))
       wt.idle([&](milliseconds most) {
