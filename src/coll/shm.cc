@@ -185,9 +185,12 @@ void shmFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
     default: break;
   }
   // As the programs do: the other counters follow, so that later chunks of either algorithm
-  // find them in step.
+  // find them in step. Nobody can be asleep waiting for them after a symmetric collective: a
+  // rank that waits for these values (at slot reuse, two calls on) has seen every rank post
+  // InReady of the call between, which each did after these stores. After a rooted one a rank
+  // may be ahead (a Broadcast's root) and asleep: wake it (a fence, so only then).
   for (Counter c : {kInFree, kOutReady, kOutFree}) mine[c].store(s, std::memory_order_release);
-  t.world->wakeAll();
+  if (rooted) t.world->wakeAll();
 }
 
 }  // namespace hora::coll
