@@ -123,7 +123,7 @@ TEST_CASE("a peer that destroys its communicator and stays alive: the others fai
         if (r == rank) continue;
         while (pids[r].load() == 0 || kill(pids[r].load(), 0) == 0) usleep(1000);
       }
-      return "";
+      _exit(0);  // the harness must not destroy the communicator a second time
     }
     std::vector<float> buf(count, 1.0f);
     horaResult_t r = horaAllReduce(buf.data(), buf.data(), count, horaFloat, horaSum, comm, nullptr);

@@ -12,7 +12,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 
 #include "base/error.h"
 
@@ -27,10 +26,16 @@ size_t ctlOffset() { return roundUp(sizeof(Header)); }
 size_t ringOffset(uint32_t nlocal) { return roundUp(ctlOffset() + nlocal * sizeof(RingCtl)); }
 
 std::string readLine(const char* path) {
-  std::ifstream f(path);
-  std::string s;
-  std::getline(f, s);
-  return s;
+  // open/read rather than an ifstream: this runs in forked children and under sanitizers,
+  // and needs nothing of iostreams.
+  char buf[256];
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::string();
+  ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  std::string s(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  size_t nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
 }
 
 std::string readLink(const char* path) {
