@@ -40,9 +40,7 @@ struct ThreadState {
   std::vector<uint64_t> tags;
 };
 thread_local ThreadState tState;
-}  // namespace
 
-namespace {
 coll::Topo topoOf(horaComm* c) {
   coll::Topo topo{c->rank, c->nranks};
   if (c->shmWorld && static_cast<int>(c->shmWorld->nlocal) == c->nranks) {

@@ -93,6 +93,11 @@ bool Executor::waitSatisfied(uint32_t g) const {
   return counterReached(*jobs_->at(refs_[g].job).world, o.peer, o.bytes);
 }
 
+void Executor::peerStopped(const std::string& why, bool relayed) {
+  if (relayed) throw PeerFailure(why);  // a failed peer's own text: passed on unchanged
+  fail(Errc::Remote, "%s", why.c_str());
+}
+
 std::string Executor::armWorld(const shm::World& w, int only, bool& relayed) {
   w.arm();
   std::string gone;
@@ -147,8 +152,7 @@ void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int onl
         if (!counterReached(w, counter, value, only)) {
           if (!gone.empty()) {
             w.disarm();
-            if (relayed) throw PeerFailure(gone);
-            fail(Errc::Remote, "%s", gone.c_str());
+            peerStopped(gone, relayed);
           }
           pollFor(fds_.data(), fds_.size(), static_cast<int>(most.count()));
         }
@@ -214,8 +218,7 @@ bool Executor::armWaits() {
   // a peer's leaving an error.
   if (sleep && blocked && !gone.empty()) {
     disarmWaits();
-    if (relayed) throw PeerFailure(gone);
-    fail(Errc::Remote, "%s", gone.c_str());
+    peerStopped(gone, relayed);
   }
   return sleep;
 }

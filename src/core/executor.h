@@ -92,6 +92,8 @@ class Executor {
   // again (its process is gone, or it closed its rings), or "": of every peer, or only of
   // local rank `only` if not -1. `relayed`: the text is a failed peer's own (pass it on as is).
   std::string armWorld(const shm::World& w, int only, bool& relayed);
+  // Throws armWorld's finding: as the peer's own failure (relayed) or as Errc::Remote.
+  [[noreturn]] static void peerStopped(const std::string& why, bool relayed);
   static bool counterReached(const shm::World& w, int counter, uint64_t value, int only = -1);
   void disarmWaits();
   std::vector<transport::Cookie> completed_;

@@ -16,7 +16,6 @@
 #pragma once
 #include <atomic>
 #include <cstddef>
-#include <cstdio>
 #include <cstdint>
 #include <string>
 

@@ -8,22 +8,25 @@
 
 namespace hora::shm {
 
-void World::wake(uint32_t peer) const {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  const Peer& p = peers[peer];
+namespace {
+// After the caller's fence: rings the doorbell of a peer that said it is going to sleep.
+void ringIfSleeping(const Peer& p) {
   if (p.segment.header()->sleeping.load(std::memory_order_relaxed)) {
     uint64_t one = 1;
     (void)!::write(p.doorbell.get(), &one, sizeof one);
   }
 }
+}  // namespace
+
+void World::wake(uint32_t peer) const {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  ringIfSleeping(peers[peer]);
+}
 
 void World::wakeAll() const {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (uint32_t p = 0; p < nlocal; ++p)
-    if (p != localIndex && peers[p].segment.header()->sleeping.load(std::memory_order_relaxed)) {
-      uint64_t one = 1;
-      (void)!::write(peers[p].doorbell.get(), &one, sizeof one);
-    }
+    if (p != localIndex) ringIfSleeping(peers[p]);
 }
 
 void World::arm() const {
