@@ -12,7 +12,11 @@
  * it is aborted or destroyed.
  *
  * Streams: a NULL stream means "host buffers, synchronous": the call completes before
- * it returns. This version accepts only the NULL stream.
+ * it returns (after any work already enqueued on that communicator through a host stream).
+ * A stream made by horaStreamCreate is a host stream: a call on it checks its arguments,
+ * enqueues the work and returns at once; the work runs in order on the stream's progress
+ * thread. The buffers must stay valid until horaStreamSynchronize (or a horaStreamQuery that
+ * returns horaSuccess) says the work is done. CUDA streams are not supported by this build.
  */
 #ifndef HORA_H_
 #define HORA_H_
@@ -173,7 +177,15 @@ horaResult_t horaCommDestroy(horaComm_t comm);
  * connections and frees it. Never waits for a peer. */
 horaResult_t horaCommAbort(horaComm_t comm);
 
-/* horaSuccess, or the error that put comm in its error state. */
+/* Splits comm: collective over all its ranks. Ranks passing the same color form a new
+ * communicator, ranked by (key, rank in comm); a rank passing HORA_SPLIT_NOCOLOR gets
+ * *newcomm = NULL. config (may be NULL) configures the new communicator; fields it leaves
+ * undefined are inherited from comm. */
+horaResult_t horaCommSplit(horaComm_t comm, int color, int key, horaComm_t* newcomm,
+                           horaConfig_t* config);
+
+/* horaSuccess, or the error that put comm in its error state (including a failure of work
+ * that ran on a host stream). */
 horaResult_t horaCommGetAsyncError(horaComm_t comm, horaResult_t* asyncError);
 
 horaResult_t horaCommCount(const horaComm_t comm, int* count);
@@ -211,6 +223,14 @@ horaResult_t horaReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                horaDataType_t datatype, horaRedOp_t op, horaComm_t comm,
                                horaStream_t stream);
 
+/* sendbuff and recvbuff hold nranks * count elements: block j of sendbuff goes to rank j,
+ * and block i of recvbuff comes from rank i. In place (sendbuff == recvbuff) is allowed. */
+horaResult_t horaAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                          horaDataType_t datatype, horaComm_t comm, horaStream_t stream);
+
+/* Returns (or, on a host stream, completes) once every rank of comm has called it. */
+horaResult_t horaBarrier(horaComm_t comm, horaStream_t stream);
+
 /* Point to point. Outside a group a send returns when its data has left the caller's
  * buffer, which may need the matching receive to be posted. */
 horaResult_t horaSend(const void* sendbuff, size_t count, horaDataType_t datatype, int peer,
@@ -223,6 +243,26 @@ horaResult_t horaRecv(void* recvbuff, size_t count, horaDataType_t datatype, int
  * the outermost horaGroupEnd runs them and returns the first error. */
 horaResult_t horaGroupStart(void);
 horaResult_t horaGroupEnd(void);
+
+/* ---- host streams --------------------------------------------------------------- */
+
+/* Creates a host stream: an in-order queue of work with its own progress thread. Work on
+ * one stream runs in the order it was enqueued; work on different streams may overlap
+ * (two streams must not use one communicator at the same time in different orders on
+ * different ranks, as with CUDA streams in NCCL). A group (horaGroupStart/End) whose calls
+ * name a stream is enqueued as one piece of work; all its calls must name the same stream. */
+horaResult_t horaStreamCreate(horaStream_t* stream);
+
+/* Waits until all work enqueued on stream is done. Returns horaSuccess, or the first error
+ * of that work since the last call that reported one (the communicator concerned also
+ * reports it through horaCommGetAsyncError and its later calls). */
+horaResult_t horaStreamSynchronize(horaStream_t stream);
+
+/* Never blocks: horaInProgress while work is pending, else as horaStreamSynchronize. */
+horaResult_t horaStreamQuery(horaStream_t stream);
+
+/* Waits for the stream's work to finish, then frees it. */
+horaResult_t horaStreamDestroy(horaStream_t stream);
 
 #ifdef __cplusplus
 } /* extern "C" */
