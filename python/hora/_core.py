@@ -175,7 +175,7 @@ def unique_id():
     """A new rendezvous id (128 bytes). The calling process hosts the rendezvous."""
     u = _UniqueId()
     _check(lib.horaGetUniqueId(ctypes.byref(u)))
-    return bytes(u.internal)
+    return ctypes.string_at(ctypes.addressof(u), ctypes.sizeof(u))  # .internal stops at a NUL
 
 
 def _config(timeout_ms=None, name=None):
@@ -215,7 +215,7 @@ class Comm:
         u = _UniqueId()
         if len(uid) != 128:
             raise ValueError("a unique id has 128 bytes, not %d" % len(uid))
-        u.internal = uid
+        ctypes.memmove(ctypes.addressof(u), bytes(uid), 128)  # .internal = would stop at a NUL
         h = _p()
         cfg = _config(timeout_ms, name)
         _check(lib.horaCommInitRankConfig(ctypes.byref(h), nranks, u, rank, ctypes.byref(cfg)))
