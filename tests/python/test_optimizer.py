@@ -1,0 +1,238 @@
+"""hora.torch.DistributedOptimizer: data-parallel training over several ranks must keep the
+parameters bit-identical on every rank and match single-process training on the union of the
+ranks' batches.
+
+Run from the repository root: /usr/bin/python3 tests/python/test_optimizer.py (with HORA_RUN,
+PYTHONPATH, HORA_LIBRARY set). Without HORA_RANK in the environment it launches its ranks with
+$HORA_RUN (2 and 3 ranks); each rank runs every case and exits non-zero on a failure.
+"""
+import os
+import subprocess
+import sys
+import warnings
+
+try:
+    import torch
+except ImportError as e:  # pragma: no cover
+    print("SKIP: torch cannot be imported (%s)" % e)
+    sys.exit(77)
+
+
+def launch(counts=(2, 3), timeout=50):
+    runner = os.environ.get("HORA_RUN")
+    if not runner:
+        print("FAIL: HORA_RUN (the path of hora-run) is not set")
+        return 1
+    for n in counts:
+        print("launching %d ranks" % n, flush=True)
+        cmd = [runner, "-n", str(n), "--timeout", str(timeout), sys.executable,
+               os.path.abspath(sys.argv[0])]
+        rc = subprocess.call(cmd)
+        if rc != 0:
+            print("FAIL: %d ranks exited with status %d" % (n, rc))
+            return 1
+    print("PASS")
+    return 0
+
+
+# --- rank side --------------------------------------------------------------------------
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+class Net(torch.nn.Module):
+    def __init__(self, dtype, unused=False):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(6, 8).to(dtype)
+        self.fc2 = torch.nn.Linear(8, 3).to(dtype)
+        if unused:
+            self.extra = torch.nn.Linear(4, 4).to(dtype)   # never used in forward
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def make_model(dtype, unused=False):
+    torch.manual_seed(1234)   # the same initial parameters on every rank
+    return Net(dtype, unused)
+
+
+def make_data(hvd, steps, passes, per_rank, dtype):
+    """x[step][pass] and y[...] of the global batch (size * per_rank rows); every rank builds
+    the same global data and trains on its own rows."""
+    g = torch.Generator().manual_seed(99)
+    n = hvd.size() * per_rank
+    xs = [[torch.randn(n, 6, generator=g, dtype=torch.float64).to(dtype) for _ in range(passes)]
+          for _ in range(steps)]
+    ys = [[torch.randn(n, 3, generator=g, dtype=torch.float64).to(dtype) for _ in range(passes)]
+          for _ in range(steps)]
+    return xs, ys
+
+
+def params_bytes(model):
+    return torch.cat([p.detach().contiguous().view(-1).view(torch.uint8)
+                      for p in model.parameters()])
+
+
+def check_identical(hvd, model, what):
+    mine = params_bytes(model)
+    every = hvd.allgather(mine.view(1, -1), name="identical." + what)
+    for r in range(hvd.size()):
+        check(torch.equal(every[r], every[0]),
+              "%s: parameters of rank %d differ bitwise from rank 0's" % (what, r))
+
+
+def run_case(hvd, what, opt_factory, dtype, steps=4, passes=1, op=None, unused=False,
+             compression=None, rtol=None, atol=None, **kwargs):
+    per_rank = 5
+    rank, size = hvd.rank(), hvd.size()
+    model = make_model(dtype, unused)
+    ref = make_model(dtype, unused)
+    opt = opt_factory(model.parameters())
+    ref_opt = opt_factory(ref.parameters())
+    extra = {}
+    if op is not None:
+        extra["op"] = op
+    if compression is not None:
+        extra["compression"] = compression
+    dopt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                    backward_passes_per_step=passes, **extra, **kwargs)
+    check(isinstance(dopt, type(opt)), "%s: not an instance of %s" % (what, type(opt).__name__))
+    xs, ys = make_data(hvd, steps, passes, per_rank, dtype)
+    mine = slice(rank * per_rank, (rank + 1) * per_rank)
+    mse = torch.nn.functional.mse_loss
+    for s in range(steps):
+        dopt.zero_grad()
+        for k in range(passes):
+            loss = mse(model(xs[s][k][mine]), ys[s][k][mine])
+            loss.backward()
+        dopt.step()
+
+        # The same update in one process: the loss of the global batch as the distributed run
+        # sees it (Average: the mean over ranks of the local means; Sum: their sum).
+        ref_opt.zero_grad()
+        for k in range(passes):
+            local_means = [mse(ref(xs[s][k][r * per_rank:(r + 1) * per_rank]),
+                               ys[s][k][r * per_rank:(r + 1) * per_rank]) for r in range(size)]
+            total = torch.stack(local_means).sum()
+            if op is None or op == hvd.Average:
+                total = total / size
+            total.backward()
+        ref_opt.step()
+
+    check_identical(hvd, model, what)
+    if rtol is None:
+        rtol, atol = (1e-5, 1e-6) if dtype == torch.float32 else (1e-10, 1e-12)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        err = (p.detach() - q.detach()).abs().max().item()
+        check(torch.allclose(p.detach(), q.detach(), rtol=rtol, atol=atol),
+              "%s: %s differs from single-process training by %g" % (what, name, err))
+        if unused and name.startswith("extra"):
+            check(torch.equal(p.detach(), make_model(dtype, True).extra.weight.detach()
+                              if name.endswith("weight") else
+                              make_model(dtype, True).extra.bias.detach()),
+                  "%s: the unused parameter %s moved" % (what, name))
+    if rank == 0:
+        print("ok: %s (%d ranks)" % (what, size), flush=True)
+    return dopt, model
+
+
+def check_misuse(hvd):
+    model = make_model(torch.float32)
+    named = list(model.named_parameters())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dup = [("w", named[0][1]), ("w", named[1][1])] + named[2:]
+    try:
+        hvd.DistributedOptimizer(opt, named_parameters=dup)
+        raise AssertionError("duplicate names were accepted")
+    except ValueError as e:
+        check("unique" in str(e), "unexpected message: %s" % e)
+    try:
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=named[:2])
+        raise AssertionError("parameters without names were accepted")
+    except ValueError as e:
+        check("not named" in str(e), "unexpected message: %s" % e)
+    try:
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=[p for _, p in named])
+        raise AssertionError("named_parameters without names was accepted")
+    except ValueError:
+        pass
+    try:
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Sum,
+                                 gradient_predivide_factor=2.0)
+        raise AssertionError("gradient_predivide_factor with Sum was accepted")
+    except ValueError:
+        pass
+
+    # zero_grad() between backward() and step() is refused; synchronize() then step() inside
+    # skip_synchronize() is the supported way to touch the reduced gradients; step() after a
+    # synchronize() without it warns.
+    dopt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                    named_parameters=model.named_parameters())
+    x = torch.ones(2, 6)
+    model(x).sum().backward()
+    try:
+        dopt.zero_grad()
+        raise AssertionError("zero_grad() with reductions in flight was accepted")
+    except AssertionError as e:
+        check("zero_grad" in str(e), "unexpected message: %s" % e)
+    dopt.synchronize()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with dopt.skip_synchronize():
+            dopt.step()
+    check(not caught, "step() inside skip_synchronize() warned: %s" % [str(w.message) for w in caught])
+    dopt.zero_grad()
+    model(x).sum().backward()
+    dopt.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dopt.step()
+    check(any("skip_synchronize" in str(w.message) for w in caught),
+          "step() after synchronize() did not warn")
+    # More backward passes than backward_passes_per_step before step() is an error.
+    dopt.zero_grad()
+    model(x).sum().backward()
+    try:
+        model(x).sum().backward()
+        raise AssertionError("a second backward pass before step() was accepted")
+    except (AssertionError, RuntimeError) as e:
+        check("backward_passes_per_step" in str(e), "unexpected message: %s" % e)
+    dopt.synchronize()   # completes the reduction of the first pass; the values are moot
+    dopt.zero_grad()
+    if hvd.rank() == 0:
+        print("ok: misuse is refused with Horovod's errors", flush=True)
+
+
+def rank_main():
+    torch.set_num_threads(1)
+    import hora.torch as hvd
+    hvd.init()
+    sgd = lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9)
+    adam = lambda ps: torch.optim.Adam(ps, lr=0.01)
+    dopt, _ = run_case(hvd, "SGD momentum float32", sgd, torch.float32)
+    check(len(dopt.state_dict()["state"]) == 4, "state_dict lacks the momentum buffers")
+    run_case(hvd, "SGD momentum float64", sgd, torch.float64)
+    run_case(hvd, "Adam float32", adam, torch.float32)
+    run_case(hvd, "Adam float64", adam, torch.float64)
+    run_case(hvd, "backward_passes_per_step=2", sgd, torch.float64, passes=2)
+    run_case(hvd, "op=Sum", sgd, torch.float64, op=hvd.Sum)
+    run_case(hvd, "unused parameter", sgd, torch.float64, unused=True)
+    run_case(hvd, "gradient_predivide_factor=2", sgd, torch.float64,
+             gradient_predivide_factor=2.0)
+    run_case(hvd, "groups=2", adam, torch.float64, groups=2)
+    run_case(hvd, "fp16 compression", sgd, torch.float32, compression=hvd.Compression.fp16,
+             rtol=1e-2, atol=1e-3)
+    check_misuse(hvd)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    if os.environ.get("HORA_RANK") is None:
+        sys.exit(launch())
+    rank_main()
