@@ -157,12 +157,6 @@ class _DistributedOptimizerMixin:
 
     def _make_hook(self, p):
         def hook(*unused):
-            if p in self._handles and self._handles[p][0] is not None:
-                if self._allreduce_delay[p] <= 0:
-                    raise AssertionError(
-                        "Gradients were computed more than backward_passes_per_step times "
-                        "before call to step(). Increase backward_passes_per_step to "
-                        "accumulate gradients locally.")
             if self._allreduce_delay[p] <= 0:
                 raise AssertionError(
                     "Gradients were computed more than backward_passes_per_step times before "

@@ -115,8 +115,6 @@ class SyncBatchNorm(_BatchNorm):
     global unbiased variance, so they stay identical on every rank. In eval mode (with running
     statistics) it normalizes with the running statistics, without communication."""
 
-    _instances = 0
-
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
                  track_running_stats=True, device=None, dtype=None,
                  process_set=global_process_set):
@@ -127,10 +125,9 @@ class SyncBatchNorm(_BatchNorm):
             kwargs["dtype"] = dtype
         super().__init__(num_features, eps, momentum, affine, track_running_stats, **kwargs)
         self.process_set = process_set
-        # Modules are built in the same order on every rank, so this index names the same
-        # layer everywhere.
-        self._sync_name = "sync_batch_norm.%d" % SyncBatchNorm._instances
-        SyncBatchNorm._instances += 1
+        # The same name on every rank whatever else each rank built: the allreduces are
+        # synchronous, so layers never have two of them in flight at once.
+        self._sync_name = "sync_batch_norm.%d" % num_features
 
     def _check_input_dim(self, input):
         if input.dim() < 2:
