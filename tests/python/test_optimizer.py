@@ -139,6 +139,51 @@ def run_case(hvd, what, opt_factory, dtype, steps=4, passes=1, op=None, unused=F
     return dopt, model
 
 
+class EmbeddingNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(20, 4, sparse=True).double()
+        self.fc = torch.nn.Linear(4, 1).double()
+
+    def forward(self, idx):
+        return self.fc(self.emb(idx).sum(1))
+
+
+def check_sparse(hvd, sparse_as_dense):
+    """An embedding with sparse gradients: allgathered (or densified) and averaged."""
+    what = "sparse gradients%s" % (", sparse_as_dense" if sparse_as_dense else "")
+    rank, size = hvd.rank(), hvd.size()
+    torch.manual_seed(4321)
+    model = EmbeddingNet()
+    torch.manual_seed(4321)
+    ref = EmbeddingNet()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(),
+                                   sparse_as_dense=sparse_as_dense)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(5)
+    per_rank = 3
+    for _ in range(3):
+        idx = torch.randint(0, 20, (size * per_rank, 5), generator=g)
+        y = torch.randn(size * per_rank, 1, generator=g, dtype=torch.float64)
+        mine = slice(rank * per_rank, (rank + 1) * per_rank)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(idx[mine]), y[mine]).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        torch.stack([torch.nn.functional.mse_loss(ref(idx[r * per_rank:(r + 1) * per_rank]),
+                                                  y[r * per_rank:(r + 1) * per_rank])
+                     for r in range(size)]).mean().backward()
+        ref_opt.step()
+    check_identical(hvd, model, what)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        check(torch.allclose(p.detach(), q.detach(), rtol=1e-10, atol=1e-12),
+              "%s: %s differs from single-process training by %g"
+              % (what, name, (p.detach() - q.detach()).abs().max().item()))
+    if rank == 0:
+        print("ok: %s (%d ranks)" % (what, size), flush=True)
+
+
 def check_misuse(hvd):
     model = make_model(torch.float32)
     named = list(model.named_parameters())
@@ -228,6 +273,8 @@ def rank_main():
     run_case(hvd, "groups=2", adam, torch.float64, groups=2)
     run_case(hvd, "fp16 compression", sgd, torch.float32, compression=hvd.Compression.fp16,
              rtol=1e-2, atol=1e-3)
+    check_sparse(hvd, sparse_as_dense=False)
+    check_sparse(hvd, sparse_as_dense=True)
     check_misuse(hvd)
     hvd.shutdown()
 
