@@ -219,6 +219,15 @@ def role_collectives(tmp):
             raise AssertionError("%s did not raise" % what)
     dist.barrier()
     say("complex64 all_reduce; misuse raises; barrier")
+
+    # the object helpers ride on all_gather/broadcast of byte tensors
+    objs = [None] * size
+    dist.all_gather_object(objs, {"rank": rank, "name": "r%d" % rank})
+    check(objs == [{"rank": r, "name": "r%d" % r} for r in range(size)], "all_gather_object: %r" % objs)
+    lst = [("from", rank), None]
+    dist.broadcast_object_list(lst, src=1)
+    check(lst == [("from", 1), None], "broadcast_object_list: %r" % lst)
+    say("all_gather_object, broadcast_object_list")
     dist.destroy_process_group()
 
 
@@ -307,10 +316,12 @@ def batches(size):
         yield (torch.randn(size * BATCH, 1, 8, 8, generator=g), torch.randint(0, 5, (size * BATCH,), generator=g))
 
 
-def train_ddp(group, rank, size, bucket_mb):
+def train_ddp(group, rank, size, bucket_mb, hook=None):
     torch.manual_seed(7 + rank)  # differing initial weights: DDP must broadcast rank 0's
     model = Net()
     ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group, bucket_cap_mb=bucket_mb)
+    if hook is not None:
+        ddp.register_comm_hook(group, hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
     for x, y in batches(size):
         xs, ys = x[rank * BATCH:(rank + 1) * BATCH], y[rank * BATCH:(rank + 1) * BATCH]
@@ -356,6 +367,11 @@ def role_ddp():
     check(err < 1e-4, "DDP on hora and one process on the union of batches differ by %g" % err)
     check((on_hora - train_ddp_start()).abs().max().item() > 1e-3, "the parameters did not move")
     say("DDP on hora matches one process on the union of the batches (max difference %.2g)" % err)
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    hooked = train_ddp(None, rank, size, bucket_mb=0.002, hook=default_hooks.allreduce_hook)
+    err = (on_hora - hooked).abs().max().item()
+    check(err < 1e-5, "DDP on hora with allreduce_hook differs by %g" % err)
+    say("DDP on hora with the Python comm hook allreduce_hook (max difference %.2g)" % err)
     dist.destroy_process_group()
 
 

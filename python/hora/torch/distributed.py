@@ -27,6 +27,7 @@ two ranks that exchange large messages should use torch.distributed.batch_isend_
 operations run together as one group.
 """
 import atexit
+import ctypes
 import datetime
 import os
 import queue
@@ -41,7 +42,7 @@ from torch.distributed import distributed_c10d as _dc10d
 
 from hora import _core
 
-__all__ = ["ProcessGroupHora", "BACKEND_NAME", "create_process_group"]
+__all__ = ["ProcessGroupHora", "BACKEND_NAME", "GroupFailedError", "create_process_group"]
 
 BACKEND_NAME = "hora"
 _UID_KEY = "hora/unique_id"
@@ -60,8 +61,8 @@ _OPS = {
 }
 
 
-class _Failed(RuntimeError):
-    pass
+class GroupFailedError(RuntimeError):
+    """An operation of a process group that an earlier failure (a dead or silent peer) broke."""
 
 
 def _op_code(reduce_op):
@@ -89,10 +90,6 @@ def _wire(t):
     if t.dtype in _COMPLEX:
         t = torch.view_as_real(t)
     return t.data_ptr(), t.numel(), _DTYPES[t.dtype]
-
-
-def _wire_dtype(dtype):
-    return _DTYPES[_COMPLEX.get(dtype, dtype)]
 
 
 def _elems(t):
@@ -181,18 +178,22 @@ class _Engine:
                     with _core.group():
                         for job in jobs:
                             job.issue(self.comm)
-            except BaseException as e:  # the library, or a bad argument found late
-                self.error = e if isinstance(e, _core.HoraError) and e.remote else None
+            except Exception as e:  # the library, or a bad argument found late
+                if isinstance(e, _core.HoraError) and e.remote:
+                    # the communicator is broken: abort it now, so that the peers fail at once
+                    # too instead of waiting out their timeout on this rank
+                    self.error = e
+                    self._abort()
                 self._fail(jobs, e)
                 return
         if self.error is not None:
-            self._fail(jobs, _Failed("an earlier operation of this hora process group failed: %s"
-                                     % self.error))
+            self._fail(jobs, GroupFailedError("an earlier operation of this hora process group "
+                                              "failed: %s" % self.error))
             return
         for job in jobs:
             try:
                 value = job.finish()
-            except BaseException as e:
+            except Exception as e:
                 job.future.set_exception(e)
             else:
                 job.future.set_result(value)
@@ -202,6 +203,14 @@ class _Engine:
         for job in jobs:
             if not job.future.done():
                 job.future.set_exception(exc)
+
+    def _abort(self):
+        comm, self.comm = self.comm, None
+        if comm is not None:
+            try:
+                comm.abort()
+            except _core.HoraError:
+                pass
 
     def _close(self):
         comm, self.comm = self.comm, None
@@ -351,8 +360,8 @@ class ProcessGroupHora(_c10d.ProcessGroup):
         job = _Job(issue, finish, future, p2p)
         engine = self._engine
         if engine.error is not None:
-            future.set_exception(_Failed("an earlier operation of this hora process group failed: %s"
-                                         % engine.error))
+            future.set_exception(GroupFailedError("an earlier operation of this hora process group "
+                                                  "failed: %s" % engine.error))
         elif self._coalescing is not None:
             self._coalescing.append(job)
         else:
@@ -929,17 +938,12 @@ def _exchange(comm, rank, src, in_splits, dst, out_splits):
                     raise ValueError("alltoall_base: this rank sends itself %d elements but expects %d"
                                      % (sn, dn))
                 if sn:
-                    _c_memmove(d_addr + do * es, s_addr + so * es, sn * es)
+                    ctypes.memmove(d_addr + do * es, s_addr + so * es, sn * es)
                 continue
             if sn:
                 comm.send(s_addr + so * es, sn, dt, peer)
             if dn:
                 comm.recv(d_addr + do * es, dn, dt, peer)
-
-
-def _c_memmove(dst, src, nbytes):
-    import ctypes
-    ctypes.memmove(dst, src, nbytes)
 
 
 def create_process_group(store, rank, size, timeout):
