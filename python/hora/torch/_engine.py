@@ -1,0 +1,920 @@
+"""The background engine of hora.torch.
+
+One thread per process owns every communicator. User calls build a Request and hand it to the
+engine (submit); the thread runs in rounds. Each round, every rank's thread contributes the
+descriptors of the requests it received since the last round to one allgather over the global
+communicator, so after the round every rank holds the same table of who asked for what. A
+request (named per process set) is ready when every member of its process set has announced it;
+the ready requests are checked for agreement (kind, dtype, shape, op, root, scale factors: a
+mismatch fails that request on every rank), planned in table order (compatible allreduces are
+packed into fusion buffers of at most HORA_FUSION_THRESHOLD bytes) and executed. Every rank
+derives the same plan from the same table, so the collectives are issued in the same order
+everywhere and no coordinator is needed.
+
+A round starts HORA_CYCLE_TIME milliseconds (default 1) after the previous one, or at once when
+a request arrives while this rank has nothing in flight, so a lone synchronous call does not
+wait out a cycle while gradients arriving during a backward pass still batch up. A round in
+which nobody has anything to say costs one small allgather and no decoding.
+
+A failing library call (a peer died, fell silent, or the wire broke) stops the engine: every
+pending and later request fails with HorovodInternalError, and the communicators are aborted
+so that the peers fail too instead of waiting. Any rank's shutdown() stops the engines of all
+ranks at the same round.
+"""
+import ctypes
+import collections
+import json
+import math
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+
+import torch
+
+from hora import _core as C
+
+
+class HorovodInternalError(RuntimeError):
+    """A collective could not complete because a peer or the wire failed (or the engine was
+    shut down under it). Every later operation raises it too; shutdown() and init() start
+    afresh."""
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """Part of the elastic-training API; hora.torch never raises it."""
+
+
+# Reduction ops, numbered as in Horovod.
+AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT = range(6)
+OP_NAMES = {AVERAGE: "Average", SUM: "Sum", ADASUM: "Adasum", MIN: "Min", MAX: "Max",
+            PRODUCT: "Product"}
+_HORA_OP = {AVERAGE: C.SUM, SUM: C.SUM, MIN: C.MIN, MAX: C.MAX, PRODUCT: C.PROD}
+
+# Request kinds.
+(ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN, ADD_SET,
+ REMOVE_SET) = range(9)
+KIND_NAMES = ["allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier",
+              "join", "add_process_set", "remove_process_set"]
+
+JOIN_NAME = "hora.join"
+
+# Element types the library reduces natively. bool reduces as uint8, which is right for
+# Min (and), Max (or) and Product (and) only.
+_REDUCE_CODE = {
+    torch.uint8: C.UINT8, torch.int8: C.INT8, torch.int32: C.INT32, torch.int64: C.INT64,
+    torch.float16: C.FLOAT16, torch.bfloat16: C.BFLOAT16, torch.float32: C.FLOAT32,
+    torch.float64: C.FLOAT64, torch.bool: C.UINT8,
+}
+# Element types that can be moved (broadcast, allgather, alltoall): moved as bytes.
+_MOVE_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                torch.bfloat16, torch.float32, torch.float64, torch.bool, torch.complex64,
+                torch.complex128]
+DTYPE_NAME = {d: str(d).split(".", 1)[1] for d in _MOVE_DTYPES}
+_DTYPE_BY_NAME = {v: k for k, v in DTYPE_NAME.items()}
+ELEMENT_SIZE = {d: torch.empty((), dtype=d).element_size() for d in _MOVE_DTYPES}
+
+
+def reduce_code(dtype):
+    return _REDUCE_CODE.get(dtype)
+
+
+def movable(dtype):
+    return dtype in DTYPE_NAME
+
+
+def _env_float(name, default):
+    v = os.environ.get(name)
+    if v is None or v.strip() == "":
+        return default
+    try:
+        return float(v)
+    except ValueError:
+        raise ValueError("%s=%r is not a number" % (name, v)) from None
+
+
+def _env_int(name, default):
+    v = os.environ.get(name)
+    if v is None or v.strip() == "":
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError("%s=%r is not an integer" % (name, v)) from None
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def scale_(t, factor):
+    """t *= factor in place. Integer tensors are scaled in float64 and truncated toward zero,
+    as Horovod's CPU scaling does."""
+    if factor == 1.0 or t.numel() == 0:
+        return
+    if t.is_floating_point():
+        t.mul_(factor)
+    else:
+        t.copy_(t.to(torch.float64).mul_(factor).trunc_())
+
+
+def scaled_copy(dst, src, factor):
+    """dst = src * factor (dst and src of one dtype and shape)."""
+    if factor == 1.0:
+        dst.copy_(src)
+    elif src.is_floating_point():
+        torch.mul(src, factor, out=dst)
+    else:
+        dst.copy_(src.to(torch.float64).mul_(factor).trunc_())
+
+
+class Request:
+    """One tensor operation of one rank, from submit() until the engine completes it."""
+    __slots__ = ("kind", "set_id", "name", "tensor", "output", "target", "dtype", "shape", "op",
+                 "root", "prescale", "postscale", "splits", "extra", "error", "result", "exc",
+                 "event", "t_enqueue", "internal")
+
+    def __init__(self, kind, set_id, name, tensor=None, output=None, op=SUM, root=-1,
+                 prescale=1.0, postscale=1.0, splits=None, extra=None, error=None):
+        self.kind = kind
+        self.set_id = set_id
+        self.name = name
+        self.tensor = tensor      # contiguous input (None for barrier, join, process sets)
+        self.output = output      # contiguous output, allocated by the caller when known
+        self.target = None        # the caller's non-contiguous tensor of an in-place op
+        self.dtype = tensor.dtype if tensor is not None else None
+        self.shape = list(tensor.shape) if tensor is not None else []
+        self.op = op
+        self.root = root
+        self.prescale = float(prescale)
+        self.postscale = float(postscale)
+        self.splits = splits
+        self.extra = extra
+        self.error = error        # a local argument error announced so that peers fail too
+        self.result = None
+        self.exc = None
+        self.event = threading.Event()
+        self.t_enqueue = 0.0
+        self.internal = error is not None
+
+    def desc(self):
+        return [self.set_id, self.name, self.kind,
+                DTYPE_NAME.get(self.dtype, "") if self.dtype is not None else "",
+                self.shape, self.op, self.root, self.prescale, self.postscale, self.splits,
+                self.extra, self.error]
+
+    def finish(self, result):
+        self.result = result
+        self.event.set()
+
+    def fail(self, exc):
+        self.exc = exc
+        self.event.set()
+
+
+# Descriptor fields.
+D_SET, D_NAME, D_KIND, D_DTYPE, D_SHAPE, D_OP, D_ROOT, D_PRE, D_POST, D_SPLITS, D_EXTRA, \
+    D_ERROR = range(12)
+
+
+class _Entry:
+    """The agreed view of one (process set, name): which ranks announced it, when, and how."""
+    __slots__ = ("key", "descs", "rounds", "t_first", "warned")
+
+    def __init__(self, key):
+        self.key = key
+        self.descs = {}
+        self.rounds = {}
+        self.t_first = time.monotonic()
+        self.warned = False
+
+
+class SetInfo:
+    """A registered process set: its global ranks (sorted), its communicator on members (None
+    elsewhere) and this process's index in it (-1 if not a member)."""
+    __slots__ = ("id", "ranks", "comm", "index")
+
+    def __init__(self, set_id, ranks, comm, index):
+        self.id = set_id
+        self.ranks = ranks
+        self.comm = comm
+        self.index = index
+
+
+def _has(symbol):
+    try:
+        getattr(C.lib, symbol)
+        return True
+    except AttributeError:
+        return False
+
+
+class Engine:
+    """The engine of one initialisation (init() to shutdown())."""
+
+    SLOT = 1024  # bytes per rank in a round's first allgather
+
+    def __init__(self, comm, timeline=None):
+        self.comm = comm
+        self.rank = comm.rank
+        self.size = comm.size
+        cycle_ms = _env_float("HORA_CYCLE_TIME", 1.0)
+        if not cycle_ms > 0:
+            raise ValueError("HORA_CYCLE_TIME must be > 0 (milliseconds), not %r" % cycle_ms)
+        self.cycle = cycle_ms / 1000.0
+        self.threshold = _env_int("HORA_FUSION_THRESHOLD", 64 * 1024 * 1024)
+        if self.threshold < 0:
+            raise ValueError("HORA_FUSION_THRESHOLD must be >= 0")
+        self.stall_s = _env_float("HORA_STALL_CHECK_TIME_SECONDS", 60.0)
+        self.stats = collections.Counter()
+        self._cv = threading.Condition(threading.Lock())
+        self._incoming = []
+        self._local = {}          # (set id, name) -> Request, submitted and not completed
+        self._announced = 0       # how many of _local were announced
+        self._counters = collections.Counter()
+        self._sets = {0: SetInfo(0, list(range(self.size)), comm, self.rank)}
+        self._next_set_id = 1
+        self._table = {}          # (set id, name) -> _Entry, in order of first announcement
+        self._round = 0
+        self._failed = None       # the HorovodInternalError that stopped the engine
+        self._stopping = False    # shutdown() was called here
+        self._stopped = False     # the loop has ended
+        self._stop_reason = None
+        self._next_round = 0.0
+        self._fusion = None
+        self.timeline = timeline
+        self._has_alltoall = _has("horaAllToAll")
+        self._has_split = _has("horaCommSplit")
+        self._send = bytearray(self.SLOT)
+        self._recv = bytearray(self.SLOT * self.size)
+        self._send_c = (ctypes.c_char * self.SLOT).from_buffer(self._send)
+        self._recv_c = (ctypes.c_char * (self.SLOT * self.size)).from_buffer(self._recv)
+        self._thread = threading.Thread(target=self._run, name="hora-engine", daemon=True)
+        self._thread.start()
+
+    # ---- user side -------------------------------------------------------------------
+
+    def set_info(self, set_id):
+        with self._cv:
+            info = self._sets.get(set_id)
+        if info is None:
+            raise ValueError("process set %d is not registered (removed, or added after this "
+                             "handle was made?)" % set_id)
+        return info
+
+    def sets(self):
+        with self._cv:
+            return dict(self._sets)
+
+    def _check_usable(self):
+        if self._failed is not None:
+            raise HorovodInternalError(str(self._failed))
+        if self._stopping or self._stopped:
+            raise HorovodInternalError(
+                "hora.torch has been shut down%s; call hvd.init() again"
+                % (" (%s)" % self._stop_reason if self._stop_reason else ""))
+
+    def check_member(self, set_id):
+        """Raises unless this rank can use process set set_id; returns its SetInfo."""
+        with self._cv:
+            self._check_usable()
+            info = self._sets.get(set_id)
+        if info is None:
+            raise ValueError("process set %d is not registered (never added, or removed)"
+                             % set_id)
+        if info.index < 0:
+            raise ValueError("rank %d is not a member of process set %d (ranks %s)"
+                             % (self.rank, set_id, info.ranks))
+        return info
+
+    def make_name(self, set_id, label, name):
+        """The request's name: the caller's, or an automatic one by call order, counted per
+        process set and operation so that ranks outside one set stay aligned on the others."""
+        if name is not None:
+            if not isinstance(name, str):
+                raise TypeError("name must be a str, not %s" % type(name).__name__)
+            return name
+        with self._cv:
+            self._counters[(set_id, label)] += 1
+            n = self._counters[(set_id, label)]
+        return "%s.noname.%d" % (label, n)
+
+    def submit(self, reqs):
+        """Hands requests to the engine, all in the same round."""
+        now = time.perf_counter()
+        with self._cv:
+            self._check_usable()
+            for r in reqs:
+                if (r.set_id, r.name) in self._local:
+                    raise ValueError(
+                        "a %s named %r is already in flight (in process set %d); names of "
+                        "operations in flight must differ" % (KIND_NAMES[r.kind], r.name,
+                                                              r.set_id))
+            for r in reqs:
+                r.t_enqueue = now
+                self._local[(r.set_id, r.name)] = r
+            self._incoming.extend(reqs)
+            if self._announced == 0:
+                self._cv.notify()
+
+    def announce_error(self, kind, set_id, name, text):
+        """Announces a request that failed its local checks, so that the peers' matching
+        requests fail as well instead of waiting for this rank."""
+        r = Request(kind, set_id, name, error=text)
+        with self._cv:
+            if self._failed is not None or self._stopping or self._stopped:
+                return
+            if (set_id, name) in self._local:
+                return
+            r.t_enqueue = time.perf_counter()
+            self._local[(set_id, name)] = r
+            self._incoming.append(r)
+            if self._announced == 0:
+                self._cv.notify()
+
+    def wait(self, req):
+        """Waits for req; returns its result or raises its error."""
+        while not req.event.wait(0.5):
+            if not self._thread.is_alive() and not req.event.is_set():
+                # Cannot happen unless the engine itself has a bug: never hang on it.
+                raise HorovodInternalError("the hora.torch engine thread has ended")
+        if req.exc is not None:
+            e = req.exc
+            raise type(e)(*e.args)
+        return req.result
+
+    def shutdown(self):
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def alive(self):
+        return self._thread.is_alive()
+
+    @property
+    def failed(self):
+        return self._failed
+
+    # ---- engine thread -----------------------------------------------------------------
+
+    def _run(self):
+        torch.set_grad_enabled(False)
+        try:
+            while True:
+                reqs, stop = self._wait_for_round()
+                if self._round_once(reqs, stop):
+                    break
+            self._close(None)
+        except BaseException as e:  # noqa: B902 - every failure must reach the waiters
+            self._close(e)
+
+    def _wait_for_round(self):
+        with self._cv:
+            while True:
+                if self._stopping:
+                    break
+                now = time.monotonic()
+                if now >= self._next_round:
+                    break
+                if self._incoming and self._announced == 0:
+                    break
+                self._cv.wait(self._next_round - now)
+            reqs, self._incoming = self._incoming, []
+            self._announced += len(reqs)
+            stop = self._stopping
+        self._next_round = time.monotonic() + self.cycle
+        return reqs, stop
+
+    def _exchange(self, payload):
+        """Allgathers one byte string per rank over the global communicator."""
+        S, n = self.SLOT, self.size
+        k = len(payload)
+        struct.pack_into("<I", self._send, 0, k)
+        if 0 < k <= S - 4:
+            self._send[4:4 + k] = payload
+        self.comm.allgather(ctypes.addressof(self._send_c), ctypes.addressof(self._recv_c), S,
+                            C.UINT8)
+        lens = [struct.unpack_from("<I", self._recv, i * S)[0] for i in range(n)]
+        most = max(lens)
+        if most == 0:
+            return None
+        if most <= S - 4:
+            return [bytes(self._recv[i * S + 4:i * S + 4 + lens[i]]) for i in range(n)]
+        # Someone had more to say than a slot holds: a second allgather as wide as the widest.
+        send = bytearray(most)
+        send[:k] = payload
+        recv = bytearray(most * n)
+        sc = (ctypes.c_char * most).from_buffer(send)
+        rc = (ctypes.c_char * (most * n)).from_buffer(recv)
+        self.comm.allgather(ctypes.addressof(sc), ctypes.addressof(rc), most, C.UINT8)
+        del sc, rc
+        return [bytes(recv[i * most:i * most + lens[i]]) for i in range(n)]
+
+    def _round_once(self, reqs, stop):
+        if reqs or stop:
+            payload = json.dumps([1 if stop else 0, [r.desc() for r in reqs]],
+                                 separators=(",", ":")).encode()
+        else:
+            payload = b""
+        payloads = self._exchange(payload)
+        self._round += 1
+        self.stats["rounds"] += 1
+        any_stop = False
+        if payloads is not None:
+            for src, p in enumerate(payloads):
+                if not p:
+                    continue
+                flag, descs = json.loads(p)
+                if flag:
+                    any_stop = True
+                    if self._stop_reason is None:
+                        self._stop_reason = ("rank %d called shutdown()" % src
+                                             if src != self.rank else "shutdown() was called")
+                for d in descs:
+                    self._add(src, d)
+            ready = self._collect_ready()
+            if ready:
+                tl = self.timeline
+                if tl is not None and tl.mark_cycles:
+                    tl.instant("CYCLE_START")
+                self._execute(ready)
+        if self._table and self.stall_s > 0 and self._round % 1000 == 0:
+            self._stall_check()
+        return any_stop
+
+    def _add(self, src, d):
+        key = (d[D_SET], d[D_NAME])
+        e = self._table.get(key)
+        if e is None:
+            e = self._table[key] = _Entry(key)
+        e.descs[src] = d
+        e.rounds[src] = self._round
+
+    def _collect_ready(self):
+        join = self._table.get((0, JOIN_NAME))
+        joined = set(join.descs) if join is not None else ()
+        ready = []
+        for key, e in self._table.items():
+            info = self._sets.get(key[0])
+            if info is None:
+                ready.append((e, "process set %d is not registered (removed?)" % key[0]))
+                continue
+            if len(e.descs) == len(info.ranks):
+                ready.append((e, None))
+                continue
+            if not joined or e is join:
+                continue
+            missing = [r for r in info.ranks if r not in e.descs]
+            if all(r in joined for r in missing):
+                kind = next(iter(e.descs.values()))[D_KIND]
+                if key[0] == 0 and kind in (ALLREDUCE, ALLGATHER):
+                    ready.append((e, None))
+                else:
+                    ready.append((e, "%s %r cannot complete: rank(s) %s called join() (only "
+                                     "allreduce and allgather of the global process set "
+                                     "proceed past joined ranks)"
+                                  % (KIND_NAMES[kind], key[1], missing)))
+        for e, _ in ready:
+            del self._table[e.key]
+        return ready
+
+    def _stall_check(self):
+        now = time.monotonic()
+        for key, e in self._table.items():
+            if not e.warned and now - e.t_first > self.stall_s:
+                e.warned = True
+                info = self._sets.get(key[0])
+                missing = [r for r in (info.ranks if info else []) if r not in e.descs]
+                if self.rank == min(e.descs):
+                    print("hora.torch: %r (process set %d) has waited %.0f s: ranks %s submitted "
+                          "it, ranks %s have not" % (key[1], key[0], now - e.t_first,
+                                                     sorted(e.descs), missing),
+                          file=sys.stderr, flush=True)
+
+    # ---- agreement -------------------------------------------------------------------------
+
+    def _validate(self, e, info):
+        ranks = sorted(e.descs)
+        ds = [e.descs[r] for r in ranks]
+        for r, d in zip(ranks, ds):
+            if d[D_ERROR]:
+                return "%s %r failed on rank %d: %s" % (KIND_NAMES[d[D_KIND]], d[D_NAME], r,
+                                                       d[D_ERROR])
+        d0 = ds[0]
+        name = d0[D_NAME]
+
+        def differ(field, label, show=str):
+            for r, d in zip(ranks[1:], ds[1:]):
+                if d[field] != d0[field]:
+                    return ("mismatched %s for %s %r: rank %d has %s, rank %d has %s"
+                            % (label, KIND_NAMES[d0[D_KIND]], name, ranks[0], show(d0[field]),
+                               r, show(d[field])))
+            return None
+
+        err = differ(D_KIND, "operations", lambda k: KIND_NAMES[k])
+        if err:
+            return err
+        kind = d0[D_KIND]
+        checks = {
+            ALLREDUCE: [(D_DTYPE, "dtypes"), (D_SHAPE, "shapes"), (D_OP, "reduction ops"),
+                        (D_PRE, "prescale factors"), (D_POST, "postscale factors")],
+            ALLGATHER: [(D_DTYPE, "dtypes")],
+            BROADCAST: [(D_DTYPE, "dtypes"), (D_SHAPE, "shapes"), (D_ROOT, "root ranks")],
+            ALLTOALL: [(D_DTYPE, "dtypes")],
+            REDUCESCATTER: [(D_DTYPE, "dtypes"), (D_SHAPE, "shapes"), (D_OP, "reduction ops"),
+                            (D_PRE, "prescale factors"), (D_POST, "postscale factors")],
+            ADD_SET: [(D_SHAPE, "process set ranks")],
+            REMOVE_SET: [(D_EXTRA, "process sets")],
+        }.get(kind, [])
+        for field, label in checks:
+            err = differ(field, label, (lambda o: OP_NAMES.get(o, o)) if field == D_OP else str)
+            if err:
+                return err
+        if kind in (ALLGATHER, ALLTOALL):
+            for r, d in zip(ranks, ds):
+                if len(d[D_SHAPE]) != len(d0[D_SHAPE]) or d[D_SHAPE][1:] != d0[D_SHAPE][1:]:
+                    return ("mismatched shapes for %s %r: all dimensions but the first must "
+                            "agree; rank %d has %s, rank %d has %s"
+                            % (KIND_NAMES[kind], name, ranks[0], d0[D_SHAPE], r, d[D_SHAPE]))
+        if kind == BROADCAST and d0[D_ROOT] not in info.ranks:
+            if info.id == 0:
+                return ("broadcast %r: root_rank %d is out of range (0 to %d)"
+                        % (name, d0[D_ROOT], self.size - 1))
+            return ("broadcast %r: root_rank %d is not a member of process set %d (ranks %s)"
+                    % (name, d0[D_ROOT], info.id, info.ranks))
+        return None
+
+    def _fail_entry(self, e, text):
+        r = self._take(e.key)
+        if r is not None:
+            r.fail(ValueError(text))
+
+    def _take(self, key):
+        with self._cv:
+            r = self._local.pop(key, None)
+            if r is not None:
+                self._announced -= 1
+        return r
+
+    # ---- execution ---------------------------------------------------------------------------
+
+    def _execute(self, ready):
+        tl = self.timeline
+        now = time.perf_counter()
+        plan = []
+        open_batches = {}
+        for e, err in ready:
+            info = self._sets.get(e.key[0])
+            if err is None:
+                err = self._validate(e, info)
+            if err is not None:
+                self._fail_entry(e, err)
+                continue
+            d0 = e.descs[min(e.descs)]
+            if tl is not None:
+                r = self._local.get(e.key)
+                if r is not None:
+                    tl.complete(e.key[1], "QUEUE", r.t_enqueue, now)
+            kind = d0[D_KIND]
+            if kind == ALLREDUCE:
+                dtype = _DTYPE_BY_NAME[d0[D_DTYPE]]
+                nbytes = _numel(d0[D_SHAPE]) * ELEMENT_SIZE[dtype]
+                if 0 < nbytes <= self.threshold:
+                    ck = (e.key[0], d0[D_DTYPE], d0[D_OP], d0[D_PRE], d0[D_POST])
+                    b = open_batches.get(ck)
+                    if b is not None and b[1] + nbytes <= self.threshold:
+                        b[2].append(e)
+                        b[1] += nbytes
+                        continue
+                    b = ["fuse", nbytes, [e]]
+                    open_batches[ck] = b
+                    plan.append(b)
+                else:
+                    plan.append(["fuse", nbytes, [e]])
+            else:
+                plan.append(["one", 0, [e]])
+        for step in plan:
+            entries = step[2]
+            info = self._sets.get(entries[0].key[0])
+            kind = entries[0].descs[min(entries[0].descs)][D_KIND]
+            if kind not in (ADD_SET, REMOVE_SET, JOIN, BARRIER) and info.index < 0:
+                continue  # a process set this rank is not in
+            if kind == ALLREDUCE:
+                self._allreduce(info, entries)
+            else:
+                self._one(info, entries[0], kind)
+
+    def _fusion_buffer(self, nbytes):
+        if self._fusion is None or self._fusion.numel() < nbytes:
+            self._fusion = torch.empty(max(nbytes, 4096), dtype=torch.uint8)
+        return self._fusion
+
+    def _allreduce(self, info, entries):
+        comm = info.comm
+        tl = self.timeline
+        d0 = entries[0].descs[min(entries[0].descs)]
+        dtype = _DTYPE_BY_NAME[d0[D_DTYPE]]
+        code = _REDUCE_CODE[dtype]
+        op = d0[D_OP]
+        hop = _HORA_OP[op]
+        pre = d0[D_PRE]
+        post = d0[D_POST] / len(info.ranks) if op == AVERAGE else d0[D_POST]
+        reqs = [self._local.get(e.key) for e in entries]
+        self.stats["allreduce_tensors"] += len(entries)
+        if len(entries) == 1:
+            r = reqs[0]
+            n = _numel(d0[D_SHAPE])
+            if r is not None:
+                src, dst = r.tensor, r.output
+                if pre != 1.0:
+                    scaled_copy(dst, src, pre)
+                    src = dst
+            else:  # a joined rank contributes zeros
+                src = dst = torch.zeros(d0[D_SHAPE], dtype=dtype)
+            t0 = time.perf_counter()
+            if n:
+                comm.allreduce(src.data_ptr(), dst.data_ptr(), n, code, hop)
+                self.stats["allreduce_calls"] += 1
+            scale_(dst, post)
+            t1 = time.perf_counter()
+            if tl is not None:
+                tl.complete(entries[0].key[1], "ALLREDUCE", t0, t1)
+            if r is not None:
+                self._done(entries[0].key, r, r.output)
+            return
+        # Fused: pack, one call, unpack.
+        counts = [_numel(e.descs[min(e.descs)][D_SHAPE]) for e in entries]
+        total = sum(counts)
+        esize = ELEMENT_SIZE[dtype]
+        buf = self._fusion_buffer(total * esize)[:total * esize].view(dtype)
+        marks = []
+        off = 0
+        for r, n in zip(reqs, counts):
+            t0 = time.perf_counter()
+            if r is not None:
+                buf[off:off + n].copy_(r.tensor.reshape(-1))
+            else:
+                buf[off:off + n].zero_()
+            marks.append((t0, time.perf_counter()))
+            off += n
+        scale_(buf, pre)
+        t0 = time.perf_counter()
+        comm.allreduce(buf.data_ptr(), buf.data_ptr(), total, code, hop)
+        self.stats["allreduce_calls"] += 1
+        self.stats["fused_batches"] += 1
+        t1 = time.perf_counter()
+        scale_(buf, post)
+        off = 0
+        for e, r, n, mark in zip(entries, reqs, counts, marks):
+            u0 = time.perf_counter()
+            if r is not None:
+                r.output.view(-1).copy_(buf[off:off + n])
+            u1 = time.perf_counter()
+            off += n
+            if tl is not None:
+                tl.complete(e.key[1], "FUSE", mark[0], mark[1])
+                tl.complete(e.key[1], "ALLREDUCE", t0, t1, {"fused": len(entries)})
+                tl.complete(e.key[1], "UNPACK", u0, u1)
+            if r is not None:
+                self._done(e.key, r, r.output)
+
+    def _done(self, key, r, result):
+        if r.target is not None:
+            r.target.copy_(r.output)
+            result = r.target
+        self._take(key)
+        r.finish(result)
+
+    def _one(self, info, e, kind):
+        tl = self.timeline
+        key = e.key
+        r = self._local.get(key)
+        t0 = time.perf_counter()
+        result = None
+        if kind == BROADCAST:
+            result = self._broadcast(info, e, r)
+        elif kind == ALLGATHER:
+            result = self._allgather(info, e, r)
+        elif kind == ALLTOALL:
+            result = self._alltoall(info, e, r)
+        elif kind == REDUCESCATTER:
+            result = self._reducescatter(info, e, r)
+        elif kind == JOIN:
+            last = max(e.rounds.items(), key=lambda kv: (kv[1], kv[0]))[0]
+            result = last
+        elif kind == ADD_SET:
+            result = self._add_set(e)
+            if isinstance(result, str):
+                self._fail_entry(e, result)
+                return
+        elif kind == REMOVE_SET:
+            result = self._remove_set(e)
+            if isinstance(result, str):
+                self._fail_entry(e, result)
+                return
+        if tl is not None and kind not in (JOIN, BARRIER):
+            tl.complete(key[1], KIND_NAMES[kind].upper(), t0, time.perf_counter())
+        if r is not None:
+            self._done(key, r, result)
+
+    def _broadcast(self, info, e, r):
+        d0 = e.descs[min(e.descs)]
+        root = info.ranks.index(d0[D_ROOT])
+        src, dst = r.tensor, r.output
+        nbytes = dst.numel() * dst.element_size()
+        if nbytes:
+            info.comm.broadcast(src.data_ptr() if info.index == root else dst.data_ptr(),
+                                dst.data_ptr(), nbytes, C.UINT8, root)
+        return dst
+
+    def _allgather(self, info, e, r):
+        d0 = e.descs[min(e.descs)]
+        dtype = _DTYPE_BY_NAME[d0[D_DTYPE]]
+        trailing = d0[D_SHAPE][1:]
+        rows = [e.descs[g][D_SHAPE][0] if g in e.descs else 0 for g in info.ranks]
+        out = torch.empty([sum(rows)] + trailing, dtype=dtype)
+        rowbytes = _numel(trailing) * out.element_size()
+        me = info.index
+        src = r.tensor if r is not None else out
+        comm = info.comm
+        if all(x == rows[0] for x in rows):
+            if rows[0] * rowbytes:
+                comm.allgather(src.data_ptr(), out.data_ptr(), rows[0] * rowbytes, C.UINT8)
+        else:
+            base = out.data_ptr()
+            off = 0
+            with C.group():
+                for i, k in enumerate(rows):
+                    if k * rowbytes:
+                        dst = base + off * rowbytes
+                        comm.broadcast(src.data_ptr() if i == me else dst, dst, k * rowbytes,
+                                       C.UINT8, i)
+                    off += k
+        return out
+
+    def _alltoall(self, info, e, r):
+        d0 = e.descs[min(e.descs)]
+        dtype = _DTYPE_BY_NAME[d0[D_DTYPE]]
+        trailing = d0[D_SHAPE][1:]
+        S = [e.descs[g][D_SPLITS] for g in info.ranks]
+        n = len(info.ranks)
+        me = info.index
+        recv = [S[i][me] for i in range(n)]
+        out = torch.empty([sum(recv)] + trailing, dtype=dtype)
+        rowbytes = _numel(trailing) * out.element_size()
+        src = r.tensor
+        comm = info.comm
+        even = all(x == S[0][0] for row in S for x in row)
+        if even and self._has_alltoall:
+            if S[0][0] * rowbytes:
+                comm.alltoall(src.data_ptr(), out.data_ptr(), S[0][0] * rowbytes, C.UINT8)
+        else:
+            soff = [0] * n
+            roff = [0] * n
+            for j in range(1, n):
+                soff[j] = soff[j - 1] + S[me][j - 1]
+                roff[j] = roff[j - 1] + recv[j - 1]
+            if recv[me]:
+                out[roff[me]:roff[me] + recv[me]].copy_(src[soff[me]:soff[me] + S[me][me]])
+            sb, rb = src.data_ptr(), out.data_ptr()
+            with C.group():
+                for j in range(n):
+                    if j == me:
+                        continue
+                    if S[me][j] * rowbytes:
+                        comm.send(sb + soff[j] * rowbytes, S[me][j] * rowbytes, C.UINT8, j)
+                    if recv[j] * rowbytes:
+                        comm.recv(rb + roff[j] * rowbytes, recv[j] * rowbytes, C.UINT8, j)
+        return out, torch.tensor(recv, dtype=torch.int32)
+
+    def _reducescatter(self, info, e, r):
+        d0 = e.descs[min(e.descs)]
+        dtype = _DTYPE_BY_NAME[d0[D_DTYPE]]
+        code = _REDUCE_CODE[dtype]
+        shape = d0[D_SHAPE]
+        n = len(info.ranks)
+        me = info.index
+        rows = [shape[0] // n + (1 if i < shape[0] % n else 0) for i in range(n)]
+        per_row = _numel(shape[1:])
+        op = d0[D_OP]
+        pre = d0[D_PRE]
+        post = d0[D_POST] / n if op == AVERAGE else d0[D_POST]
+        src = r.tensor
+        if pre != 1.0:
+            tmp = torch.empty_like(src)
+            scaled_copy(tmp, src, pre)
+            src = tmp
+        out = torch.empty([rows[me]] + shape[1:], dtype=dtype)
+        comm = info.comm
+        if shape[0] % n == 0:
+            if rows[0] * per_row:
+                comm.reduce_scatter(src.data_ptr(), out.data_ptr(), rows[0] * per_row, code,
+                                    _HORA_OP[op])
+        else:
+            esize = out.element_size()
+            off = 0
+            with C.group():
+                for i, k in enumerate(rows):
+                    if k * per_row:
+                        comm.reduce(src.data_ptr() + off * per_row * esize,
+                                    out.data_ptr() if i == me else None, k * per_row, code,
+                                    _HORA_OP[op], i)
+                    off += k
+        scale_(out, post)
+        return out
+
+    def _add_set(self, e):
+        d0 = e.descs[min(e.descs)]
+        ranks = list(d0[D_SHAPE])
+        for s in self._sets.values():
+            if s.ranks == ranks:
+                return ("a process set with ranks %s is already registered (id %d)"
+                        % (ranks, s.id))
+        comm = self._subcomm(ranks)
+        set_id = self._next_set_id
+        self._next_set_id += 1
+        index = ranks.index(self.rank) if self.rank in ranks else -1
+        with self._cv:
+            self._sets[set_id] = SetInfo(set_id, ranks, comm, index)
+        return set_id
+
+    def _subcomm(self, ranks):
+        """The communicator of `ranks` (collective over the global communicator): None on the
+        other ranks."""
+        member = self.rank in ranks
+        if self._has_split:
+            return self.comm.split(0 if member else C.SPLIT_NOCOLOR, self.rank)
+        # A library without horaCommSplit: the set's first rank hosts a new rendezvous and
+        # broadcasts its id; the members then meet there.
+        uid = bytearray(128)
+        if self.rank == ranks[0]:
+            uid[:] = C.unique_id()
+        ub = (ctypes.c_char * 128).from_buffer(uid)
+        self.comm.broadcast(ctypes.addressof(ub), ctypes.addressof(ub), 128, C.UINT8, ranks[0])
+        del ub
+        if not member:
+            return None
+        return C.Comm.init_rank(len(ranks), bytes(uid), ranks.index(self.rank))
+
+    def _remove_set(self, e):
+        d0 = e.descs[min(e.descs)]
+        set_id = d0[D_EXTRA]
+        info = self._sets.get(set_id)
+        if info is None:
+            return "process set %d is not registered" % set_id
+        with self._cv:
+            del self._sets[set_id]
+        if info.comm is not None:
+            info.comm.destroy()
+        return True
+
+    # ---- the end -----------------------------------------------------------------------
+
+    def _close(self, exc):
+        """Ends the loop: fails whatever is pending, frees or aborts the communicators."""
+        if exc is not None:
+            if isinstance(exc, C.HoraError):
+                text = ("hora.torch: a collective failed (%s): %s"
+                        % ("a peer or the wire failed" if exc.remote else "library error", exc))
+            elif isinstance(exc, HorovodInternalError):
+                text = str(exc)
+            else:
+                text = "hora.torch engine failed: %s: %s" % (type(exc).__name__, exc)
+            err = HorovodInternalError(text)
+        else:
+            err = HorovodInternalError(
+                "hora.torch has been shut down (%s) before this operation completed"
+                % (self._stop_reason or "shutdown"))
+        with self._cv:
+            if exc is not None:
+                self._failed = err
+            self._stopped = True
+            pending = list(self._local.values())
+            self._local.clear()
+            self._incoming = []
+            self._announced = 0
+            sets = list(self._sets.values())
+        for r in pending:
+            r.fail(HorovodInternalError(*err.args))
+        for s in sets:
+            if s.id == 0 or s.comm is None:
+                continue
+            try:
+                s.comm.abort() if exc is not None else s.comm.destroy()
+            except C.HoraError:
+                pass
+        if exc is not None:
+            try:
+                self.comm.abort()
+            except C.HoraError:
+                pass
+        tl = self.timeline
+        if tl is not None:
+            tl.close()

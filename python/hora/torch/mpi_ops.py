@@ -1,0 +1,1001 @@
+"""The collectives of hora.torch, with Horovod's names, signatures and semantics, on CPU tensors.
+
+Every operation hands a request to the background engine (hora.torch._engine) and returns a
+handle (the *_async variants) or waits for it. Tensors travel without a copy: the library reads
+the input's memory and writes the output's directly (a non-contiguous input is first made
+contiguous). Operations are matched across ranks by name; without a name each gets an automatic
+one by call order, so every rank must issue its unnamed operations in the same order.
+"""
+import atexit
+import ctypes
+import itertools
+import os
+import socket
+import threading
+import warnings
+
+import torch
+
+from hora import _core as C
+from hora.torch import _engine as E
+from hora.torch.compression import Compression
+from hora.torch.timeline import Timeline
+
+HorovodInternalError = E.HorovodInternalError
+HostsUpdatedInterrupt = E.HostsUpdatedInterrupt
+
+Average = E.AVERAGE
+Sum = E.SUM
+Adasum = E.ADASUM
+Min = E.MIN
+Max = E.MAX
+Product = E.PRODUCT
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "is_homogeneous", "mpi_threads_supported", "mpi_enabled",
+    "mpi_built", "gloo_enabled", "gloo_built", "nccl_built", "ddl_built", "ccl_built",
+    "cuda_built", "rocm_built", "start_timeline", "stop_timeline",
+    "Average", "Sum", "Adasum", "Min", "Max", "Product",
+    "HorovodInternalError", "HostsUpdatedInterrupt", "Compression",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+    "grouped_allreduce_async_", "allgather", "allgather_async", "grouped_allgather",
+    "grouped_allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
+    "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
+    "grouped_reducescatter", "grouped_reducescatter_async", "barrier", "join", "poll",
+    "synchronize", "ProcessSet", "global_process_set", "add_process_set",
+    "remove_process_set",
+]
+
+_lock = threading.RLock()
+_engine = None        # the running Engine, between init() and shutdown()
+_layout = None        # rank, size, local and cross ranks of the current initialisation
+_env_comm = None      # the launcher's communicator, kept across shutdown()/init() while healthy
+_owned_comm = None    # a communicator init() made from a list of ranks (destroyed at shutdown)
+_handles = {}
+_handle_ids = itertools.count(1)
+
+
+# ---- initialisation ---------------------------------------------------------------------------
+
+def _not_initialized():
+    return ValueError("hora.torch has not been initialized; use hvd.init().")
+
+
+def _eng():
+    e = _engine
+    if e is None:
+        raise _not_initialized()
+    return e
+
+
+def _host_layout(comm):
+    """Local and cross ranks from the host names of all ranks (one allgather)."""
+    name = socket.gethostname().encode()[:63]
+    send = ctypes.create_string_buffer(name.ljust(64, b"\0"), 64)
+    recv = ctypes.create_string_buffer(64 * comm.size)
+    comm.allgather(ctypes.addressof(send), ctypes.addressof(recv), 64, C.UINT8)
+    hosts = [recv.raw[64 * i:64 * (i + 1)] for i in range(comm.size)]
+    local_index = []
+    seen = {}
+    for h in hosts:
+        local_index.append(seen.get(h, 0))
+        seen[h] = seen.get(h, 0) + 1
+    me = comm.rank
+    cross = [r for r in range(comm.size) if local_index[r] == local_index[me]]
+    return {
+        "rank": me, "size": comm.size,
+        "local_rank": local_index[me], "local_size": seen[hosts[me]],
+        "cross_rank": cross.index(me), "cross_size": len(cross),
+        "homogeneous": len(set(seen.values())) == 1,
+    }
+
+
+def _subcomm(world, ranks):
+    """The communicator of `ranks` out of `world` (collective over world); None elsewhere."""
+    member = world.rank in ranks
+    try:
+        C.lib.horaCommSplit
+        return world.split(0 if member else C.SPLIT_NOCOLOR, world.rank)
+    except AttributeError:
+        pass
+    uid = ctypes.create_string_buffer(128)
+    if world.rank == ranks[0]:
+        ctypes.memmove(uid, C.unique_id(), 128)
+    world.broadcast(ctypes.addressof(uid), ctypes.addressof(uid), 128, C.UINT8, ranks[0])
+    if not member:
+        return None
+    return C.Comm.init_rank(len(ranks), uid.raw, ranks.index(world.rank))
+
+
+def init(comm=None, process_sets=None):
+    """Starts hora.torch on this rank (collective over all ranks).
+
+    comm: None for the launcher's communicator (hora-run, torchrun, srun, mpirun environments;
+    kept and reused by a later init() after a clean shutdown()), a hora._core.Comm to run over,
+    or a list of global ranks to run over a subset of the launcher's ranks.
+    process_sets: ProcessSet objects (or rank lists) to register at once, as add_process_set
+    would; the same on every rank. The string "dynamic" is accepted and ignored: process sets
+    can always be added later.
+    A second init() without a shutdown() in between does nothing.
+    """
+    global _engine, _layout, _env_comm, _owned_comm
+    with _lock:
+        if _engine is not None:
+            return
+        owned = None
+        if comm is None:
+            if _env_comm is None or _env_comm.handle is None:
+                _env_comm = C.Comm.from_env()
+            world = _env_comm
+        elif isinstance(comm, C.Comm):
+            if comm.handle is None:
+                raise ValueError("init(comm=...): that communicator was destroyed or aborted")
+            world = comm
+        elif isinstance(comm, (list, tuple, range)):
+            if _env_comm is None or _env_comm.handle is None:
+                _env_comm = C.Comm.from_env()
+            ranks = sorted(set(int(r) for r in comm))
+            if not ranks or ranks[0] < 0 or ranks[-1] >= _env_comm.size:
+                raise ValueError("init(comm=%r): ranks must lie in [0, %d)"
+                                 % (list(comm), _env_comm.size))
+            world = owned = _subcomm(_env_comm, ranks)
+            if world is None:
+                raise ValueError("init(comm=%r): rank %d is not in that list"
+                                 % (ranks, _env_comm.rank))
+        else:
+            raise TypeError("init(comm=...) takes None, a hora._core.Comm or a list of ranks, "
+                            "not %s" % type(comm).__name__)
+        layout = _host_layout(world)
+        timeline = None
+        path = os.environ.get("HORA_TIMELINE")
+        if path and world.rank == 0:
+            mark = os.environ.get("HORA_TIMELINE_MARK_CYCLES", "0") not in ("", "0")
+            timeline = Timeline(path, mark)
+        _engine = E.Engine(world, timeline)
+        _layout = layout
+        _owned_comm = owned
+        global_process_set.process_set_id = 0
+        global_process_set.ranks = list(range(world.size))
+    if process_sets is not None and process_sets != "dynamic":
+        for ps in process_sets:
+            add_process_set(ps)
+
+
+def shutdown():
+    """Stops hora.torch on this rank, and with it the engines of all ranks (their pending and
+    later operations raise HorovodInternalError). init() may follow."""
+    global _engine, _layout, _env_comm, _owned_comm
+    with _lock:
+        eng, _engine = _engine, None
+        owned, _owned_comm = _owned_comm, None
+        _layout = None
+    if eng is None:
+        return
+    eng.shutdown()
+    if eng.failed is not None:
+        if _env_comm is not None and _env_comm.handle is None:
+            _env_comm = None
+    elif owned is not None:
+        try:
+            owned.destroy()
+        except C.HoraError:
+            pass
+    for ps in list(_registered.values()):
+        ps.process_set_id = None
+    _registered.clear()
+
+
+atexit.register(shutdown)
+
+
+def is_initialized():
+    return _engine is not None
+
+
+def _lay(key):
+    lay = _layout
+    if lay is None:
+        raise _not_initialized()
+    return lay[key]
+
+
+def rank():
+    """This process's rank among all ranks."""
+    return _lay("rank")
+
+
+def size():
+    """The number of ranks."""
+    return _lay("size")
+
+
+def local_rank():
+    """This process's rank among the ranks of its host."""
+    return _lay("local_rank")
+
+
+def local_size():
+    """The number of ranks on this process's host."""
+    return _lay("local_size")
+
+
+def cross_rank():
+    """This process's rank among the ranks with its local rank (one per host)."""
+    return _lay("cross_rank")
+
+
+def cross_size():
+    """The number of ranks with this process's local rank (the number of hosts when
+    homogeneous)."""
+    return _lay("cross_size")
+
+
+def is_homogeneous():
+    """True when every host runs the same number of ranks."""
+    return _lay("homogeneous")
+
+
+def mpi_threads_supported():
+    _lay("rank")
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def mpi_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def nccl_built():
+    return 0
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Starts writing the timeline to file_path (on rank 0; other ranks record nothing)."""
+    eng = _eng()
+    if eng.rank != 0:
+        return
+    with _lock:
+        old = eng.timeline
+        eng.timeline = Timeline(file_path, mark_cycles)
+    if old is not None:
+        old.close()
+
+
+def stop_timeline():
+    """Stops and closes the timeline (a valid JSON file from then on)."""
+    eng = _eng()
+    with _lock:
+        old, eng.timeline = eng.timeline, None
+    if old is not None:
+        old.close()
+
+
+# ---- process sets -------------------------------------------------------------------------------
+
+_registered = {}  # id -> ProcessSet object registered through add_process_set
+
+
+class ProcessSet:
+    """A subset of the ranks that collectives can run over (process_set=...).
+
+    Build it from a list of global ranks and register it on every rank with add_process_set (or
+    init(process_sets=...)). Ranks are kept sorted; a rank's position in that order is its rank
+    in the set. Operations on a set take global ranks where they name one (broadcast's
+    root_rank).
+    """
+
+    def __init__(self, ranks):
+        if isinstance(ranks, ProcessSet):
+            ranks = ranks.ranks
+        try:
+            self.ranks = sorted(set(int(r) for r in ranks))
+        except (TypeError, ValueError):
+            raise TypeError("a ProcessSet is made from a list of ranks, not %r" % (ranks,)) \
+                from None
+        self.process_set_id = None
+
+    def _info(self):
+        eng = _engine
+        if eng is None or self.process_set_id is None:
+            return None
+        return eng.sets().get(self.process_set_id)
+
+    def size(self):
+        """The number of ranks in the set; None while not registered."""
+        info = self._info()
+        return None if info is None else len(info.ranks)
+
+    def rank(self):
+        """This process's rank in the set; None while not registered or if not a member."""
+        info = self._info()
+        return None if info is None or info.index < 0 else info.index
+
+    def included(self):
+        """Whether this process is a member; None while not registered."""
+        info = self._info()
+        return None if info is None else info.index >= 0
+
+    def _invalidate(self):
+        self.process_set_id = None
+
+    def __repr__(self):
+        if self.process_set_id == 0:
+            return "ProcessSet(process_set_id=0, ranks=all)"
+        return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
+
+
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = 0
+
+
+def _set_id(process_set):
+    if process_set is None:
+        return 0
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError("process_set must be a ProcessSet, not %s" % type(process_set).__name__)
+    if process_set.process_set_id is None:
+        raise ValueError("%r is not registered; call hvd.add_process_set() on every rank first"
+                         % (process_set,))
+    return process_set.process_set_id
+
+
+def add_process_set(process_set):
+    """Registers a process set (a ProcessSet or a list of global ranks); collective over all
+    ranks, which must pass the same ranks in the same order of calls. Returns the ProcessSet."""
+    eng = _eng()
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    name = eng.make_name(0, "add_process_set", None)
+    try:
+        if ps.process_set_id is not None:
+            raise ValueError("%r is already registered" % (ps,))
+        if not ps.ranks:
+            raise ValueError("a process set needs at least one rank")
+        if ps.ranks[0] < 0 or ps.ranks[-1] >= eng.size:
+            raise ValueError("process set ranks %s: ranks lie in [0, %d)" % (ps.ranks, eng.size))
+    except ValueError as ex:
+        eng.announce_error(E.ADD_SET, 0, name, str(ex))
+        raise
+    req = E.Request(E.ADD_SET, 0, name)
+    req.shape = list(ps.ranks)
+    eng.submit([req])
+    ps.process_set_id = eng.wait(req)
+    _registered[ps.process_set_id] = ps
+    return ps
+
+
+def remove_process_set(process_set):
+    """Unregisters a process set; collective over all ranks. Returns True when it was
+    registered and is now removed."""
+    eng = _eng()
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError("remove_process_set takes a ProcessSet")
+    name = eng.make_name(0, "remove_process_set", None)
+    set_id = process_set.process_set_id
+    if set_id == 0:
+        eng.announce_error(E.REMOVE_SET, 0, name, "the global process set cannot be removed")
+        raise ValueError("the global process set cannot be removed")
+    req = E.Request(E.REMOVE_SET, 0, name, extra=-1 if set_id is None else set_id)
+    eng.submit([req])
+    try:
+        eng.wait(req)
+    except ValueError:
+        if set_id is None:
+            return False
+        raise
+    _registered.pop(set_id, None)
+    process_set.process_set_id = None
+    return True
+
+
+# ---- argument checks ----------------------------------------------------------------------------
+
+def _resolve_op(op, average):
+    if op is not None and average is not None:
+        raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
+                      DeprecationWarning, stacklevel=3)
+        return Average if average else Sum
+    return Average if op is None else op
+
+
+def _check_tensor(tensor, what):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("%s takes a torch.Tensor, not %s" % (what, type(tensor).__name__))
+    if tensor.device.type != "cpu":
+        raise TypeError("%s: hora.torch handles CPU tensors only, this one is on %s"
+                        % (what, tensor.device))
+    if tensor.layout != torch.strided:
+        raise TypeError("%s: sparse tensors are not supported (layout %s)"
+                        % (what, tensor.layout))
+
+
+def _check_reduce(tensor, op, prescale, postscale, what):
+    _check_tensor(tensor, what)
+    if op == Adasum:
+        raise NotImplementedError("%s: the Adasum reduction is not supported by hora.torch; use "
+                                  "Average or Sum" % what)
+    if op not in E.OP_NAMES:
+        raise ValueError("%s: unknown reduction op %r" % (what, op))
+    for f in (prescale, postscale):
+        if isinstance(f, bool) or not isinstance(f, (int, float)):
+            raise TypeError("%s: scale factors are numbers, not %r" % (what, f))
+    if E.reduce_code(tensor.dtype) is None:
+        raise TypeError("%s: dtype %s cannot be reduced (supported: uint8, int8, int32, int64, "
+                        "float16, bfloat16, float32, float64, and bool with Min, Max or Product)"
+                        % (what, tensor.dtype))
+    if tensor.dtype == torch.bool and (op not in (Min, Max, Product)
+                                       or prescale != 1.0 or postscale != 1.0):
+        raise TypeError("%s: bool tensors reduce with Min, Max or Product only, unscaled" % what)
+
+
+def _check_move(tensor, what):
+    _check_tensor(tensor, what)
+    if not E.movable(tensor.dtype):
+        raise TypeError("%s: dtype %s is not supported" % (what, tensor.dtype))
+
+
+def _contiguous(tensor):
+    return tensor if tensor.is_contiguous() else tensor.contiguous()
+
+
+class _Handle:
+    __slots__ = ("engine", "reqs", "finish")
+
+    def __init__(self, engine, reqs, finish):
+        self.engine = engine
+        self.reqs = reqs
+        self.finish = finish
+
+
+def _enqueue(kind, label, name, process_set, build, count=None):
+    """Names, checks (announcing a failed check so that the peers fail too) and submits one
+    request (count None) or a group of `count`; returns a handle id. build(names) returns
+    (requests, finish), finish mapping the list of results to what synchronize returns."""
+    eng = _eng()
+    set_id = _set_id(process_set)
+    eng.check_member(set_id)
+    base = eng.make_name(set_id, label, name)
+    names = [base] if count is None else ["%s.%d" % (base, i) for i in range(count)]
+    try:
+        reqs, finish = build(set_id, names)
+    except (TypeError, ValueError, NotImplementedError) as ex:
+        for n in names:
+            eng.announce_error(kind, set_id, n, "%s: %s" % (type(ex).__name__, ex))
+        raise
+    eng.submit(reqs)
+    h = next(_handle_ids)
+    _handles[h] = _Handle(eng, reqs, finish)
+    return h
+
+
+def poll(handle):
+    """True when the operation of handle has completed (synchronize then returns at once)."""
+    h = _handles.get(handle)
+    if h is None:
+        raise ValueError("unknown handle %r (already synchronized?)" % (handle,))
+    return all(r.event.is_set() for r in h.reqs)
+
+
+def synchronize(handle):
+    """Waits for the operation of handle and returns its output (None for an unknown handle).
+    Raises HorovodInternalError if communication failed, ValueError/TypeError if the ranks
+    disagreed about the operation."""
+    h = _handles.pop(handle, None)
+    if h is None:
+        return None
+    results = [h.engine.wait(r) for r in h.reqs]
+    return h.finish(results)
+
+
+def _first(results):
+    return results[0]
+
+
+# ---- allreduce ----------------------------------------------------------------------------------
+
+def _allreduce_build(tensors, inplace, op, prescale, postscale, what):
+    def build(set_id, names):
+        reqs = []
+        for t, n in zip(tensors, names):
+            _check_reduce(t, op, prescale, postscale, what)
+            c = _contiguous(t)
+            out = c if inplace else torch.empty_like(c, memory_format=torch.contiguous_format)
+            r = E.Request(E.ALLREDUCE, set_id, n, c, out, op=op, prescale=prescale,
+                          postscale=postscale)
+            if inplace and c is not t:
+                r.target = t
+            reqs.append(r)
+        return reqs, None
+    return build
+
+
+def _allreduce_async(tensor, inplace, name, op, prescale, postscale, process_set):
+    build = _allreduce_build([tensor], inplace, op, prescale, postscale,
+                             "allreduce_" if inplace else "allreduce")
+
+    def b(set_id, names):
+        reqs, _ = build(set_id, names)
+        return reqs, _first
+    return _enqueue(E.ALLREDUCE, "allreduce", name, process_set, b)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Starts a reduction (op: Average by default, Sum, Min, Max, Product) of tensor over the
+    ranks of process_set into a new tensor; returns a handle for poll()/synchronize().
+    prescale_factor multiplies each input, postscale_factor the result."""
+    op = _resolve_op(op, average)
+    return _allreduce_async(tensor, False, name, op, prescale_factor, postscale_factor,
+                            process_set)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """As allreduce_async, in place: the result replaces tensor's contents."""
+    op = _resolve_op(op, average)
+    return _allreduce_async(tensor, True, name, op, prescale_factor, postscale_factor,
+                            process_set)
+
+
+class _AllreduceFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale, postscale, process_set):
+        ctx.saved = (op, prescale, postscale, process_set)
+        h = _allreduce_async(tensor, False, name, op, prescale, postscale, process_set)
+        return synchronize(h)
+
+    @staticmethod
+    def backward(ctx, grad):
+        op, prescale, postscale, process_set = ctx.saved
+        g = synchronize(_allreduce_async(grad, False, None, op, prescale, postscale,
+                                         process_set))
+        return g, None, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """The reduction of tensor over the ranks of process_set (a new tensor; differentiable).
+    compression (Compression.fp16, ...) shrinks what travels."""
+    op = _resolve_op(op, average)
+    c, cctx = compression.compress(tensor)
+    out = _AllreduceFn.apply(c, name, op, prescale_factor, postscale_factor, process_set)
+    return compression.decompress(out, cctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    """In-place allreduce: waits and returns tensor, which holds the result."""
+    op = _resolve_op(op, average)
+    return synchronize(_allreduce_async(tensor, True, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+def _grouped_allreduce_async(tensors, inplace, name, op, prescale, postscale, process_set):
+    tensors = list(tensors)
+    build = _allreduce_build(tensors, inplace, op, prescale, postscale,
+                             "grouped_allreduce_" if inplace else "grouped_allreduce")
+
+    def b(set_id, names):
+        reqs, _ = build(set_id, names)
+        return reqs, list
+    return _enqueue(E.ALLREDUCE, "grouped_allreduce", name, process_set, b, count=len(tensors))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """Starts the allreduce of a list of tensors as one group (negotiated and fused together);
+    synchronize returns the list of results."""
+    op = _resolve_op(op, average)
+    return _grouped_allreduce_async(tensors, False, name, op, prescale_factor,
+                                    postscale_factor, process_set)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    """In-place grouped_allreduce_async."""
+    op = _resolve_op(op, average)
+    return _grouped_allreduce_async(tensors, True, name, op, prescale_factor,
+                                    postscale_factor, process_set)
+
+
+class _GroupedAllreduceFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale, postscale, process_set, *tensors):
+        ctx.saved = (op, prescale, postscale, process_set)
+        return tuple(synchronize(_grouped_allreduce_async(tensors, False, name, op, prescale,
+                                                          postscale, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, prescale, postscale, process_set = ctx.saved
+        gs = synchronize(_grouped_allreduce_async(grads, False, None, op, prescale, postscale,
+                                                  process_set))
+        return (None, None, None, None, None) + tuple(gs)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=global_process_set):
+    """The allreduce of each tensor of a list, as one group; returns the list of results."""
+    op = _resolve_op(op, average)
+    pairs = [compression.compress(t) for t in tensors]
+    outs = _GroupedAllreduceFn.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                     *[p[0] for p in pairs])
+    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    """In-place grouped allreduce: waits and returns the list of tensors."""
+    op = _resolve_op(op, average)
+    return synchronize(_grouped_allreduce_async(tensors, True, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+
+# ---- allgather ----------------------------------------------------------------------------------
+
+def _allgather_build(tensors, what):
+    def build(set_id, names):
+        reqs = []
+        for t, n in zip(tensors, names):
+            _check_move(t, what)
+            if t.dim() == 0:
+                raise ValueError("%s: a 0-dimensional tensor has no first dimension to "
+                                 "concatenate on; reshape it to [1]" % what)
+            reqs.append(E.Request(E.ALLGATHER, set_id, n, _contiguous(t)))
+        return reqs, None
+    return build
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts the concatenation, along dimension 0 and in rank order, of tensor from every rank
+    of process_set (the first dimension may differ between ranks, the others may not)."""
+    build = _allgather_build([tensor], "allgather")
+
+    def b(set_id, names):
+        reqs, _ = build(set_id, names)
+        return reqs, _first
+    return _enqueue(E.ALLGATHER, "allgather", name, process_set, b)
+
+
+def _set_rank_and_size(process_set):
+    set_id = _set_id(process_set)
+    info = _eng().set_info(set_id)
+    return info.index, len(info.ranks)
+
+
+def _gather_rows(dim0, process_set):
+    """Every rank's first dimension, in rank order of the set."""
+    h = allgather_async(torch.tensor([dim0], dtype=torch.int64), process_set=process_set)
+    return synchronize(h).tolist()
+
+
+class _AllgatherFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.dim0 = tensor.shape[0] if tensor.dim() else 0
+        ctx.process_set = process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad):
+        ps = ctx.process_set
+        g = synchronize(_allreduce_async(grad, False, None, Sum, 1.0, 1.0, ps))
+        rows = _gather_rows(ctx.dim0, ps)
+        me, _ = _set_rank_and_size(ps)
+        return g.narrow(0, sum(rows[:me]), ctx.dim0), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """The concatenation along dimension 0, in rank order, of tensor from every rank of
+    process_set (differentiable)."""
+    return _AllgatherFn.apply(tensor, name, process_set)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Starts the allgather of each tensor of a list; synchronize returns the list."""
+    tensors = list(tensors)
+    build = _allgather_build(tensors, "grouped_allgather")
+
+    def b(set_id, names):
+        reqs, _ = build(set_id, names)
+        return reqs, list
+    return _enqueue(E.ALLGATHER, "grouped_allgather", name, process_set, b,
+                    count=len(tensors))
+
+
+class _GroupedAllgatherFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.dims = [t.shape[0] if t.dim() else 0 for t in tensors]
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allgather_async(tensors, name, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ps = ctx.process_set
+        gs = synchronize(_grouped_allreduce_async(grads, False, None, Sum, 1.0, 1.0, ps))
+        me, _ = _set_rank_and_size(ps)
+        out = []
+        for g, d in zip(gs, ctx.dims):
+            rows = _gather_rows(d, ps)
+            out.append(g.narrow(0, sum(rows[:me]), d))
+        return (None, None) + tuple(out)
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """The allgather of each tensor of a list; returns the list of results."""
+    return list(_GroupedAllgatherFn.apply(name, process_set, *tensors))
+
+
+# ---- broadcast ----------------------------------------------------------------------------------
+
+def _broadcast_async(tensor, inplace, root_rank, name, process_set):
+    what = "broadcast_" if inplace else "broadcast"
+
+    def b(set_id, names):
+        _check_move(tensor, what)
+        if isinstance(root_rank, bool) or not isinstance(root_rank, int):
+            raise TypeError("%s: root_rank must be an int, not %r" % (what, root_rank))
+        c = _contiguous(tensor)
+        out = c if inplace else torch.empty_like(c, memory_format=torch.contiguous_format)
+        r = E.Request(E.BROADCAST, set_id, names[0], c, out, root=root_rank)
+        if inplace and c is not tensor:
+            r.target = tensor
+        return [r], _first
+    return _enqueue(E.BROADCAST, "broadcast", name, process_set, b)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts copying root_rank's tensor (a global rank, member of process_set) into a new
+    tensor on every rank of process_set."""
+    return _broadcast_async(tensor, False, root_rank, name, process_set)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """As broadcast_async, in place: tensor receives root_rank's contents."""
+    return _broadcast_async(tensor, True, root_rank, name, process_set)
+
+
+class _BroadcastFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return synchronize(_broadcast_async(tensor, False, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = synchronize(_allreduce_async(grad, False, None, Sum, 1.0, 1.0, ctx.process_set))
+        if rank() != ctx.root_rank:
+            g = g * 0
+        return g, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """root_rank's tensor, on every rank of process_set (a new tensor; differentiable)."""
+    return _BroadcastFn.apply(tensor, root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """In-place broadcast: waits and returns tensor, which holds root_rank's contents."""
+    return synchronize(_broadcast_async(tensor, True, root_rank, name, process_set))
+
+
+# ---- alltoall -----------------------------------------------------------------------------------
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Starts an alltoall: rows splits[j] of tensor (consecutive along dimension 0) go to rank j
+    of process_set; without splits, dimension 0 is divided equally. synchronize returns
+    (output, received_splits): the rows received, in rank order, and how many came from each
+    rank (an int32 tensor)."""
+
+    def b(set_id, names):
+        _check_move(tensor, "alltoall")
+        if tensor.dim() == 0:
+            raise ValueError("alltoall: a 0-dimensional tensor has no first dimension to split")
+        n = len(_eng().set_info(set_id).ranks)
+        dim0 = tensor.shape[0]
+        if splits is None:
+            if dim0 % n:
+                raise ValueError("alltoall: the first dimension (%d) does not divide evenly "
+                                 "among %d ranks; pass splits" % (dim0, n))
+            sp = [dim0 // n] * n
+        else:
+            if isinstance(splits, torch.Tensor):
+                if splits.dtype.is_floating_point or splits.dtype.is_complex:
+                    raise TypeError("alltoall: splits must hold integers, not %s"
+                                    % splits.dtype)
+                sp = [int(x) for x in splits.reshape(-1).tolist()]
+            else:
+                try:
+                    sp = [int(x) for x in splits]
+                except (TypeError, ValueError):
+                    raise TypeError("alltoall: splits must be a sequence or tensor of "
+                                    "integers, not %r" % (splits,)) from None
+            if len(sp) != n:
+                raise ValueError("alltoall: splits has %d entries for %d ranks" % (len(sp), n))
+            if any(x < 0 for x in sp):
+                raise ValueError("alltoall: splits must not be negative: %s" % sp)
+            if sum(sp) != dim0:
+                raise ValueError("alltoall: splits add up to %d but the first dimension is %d"
+                                 % (sum(sp), dim0))
+        r = E.Request(E.ALLTOALL, set_id, names[0], _contiguous(tensor), splits=sp)
+        return [r], _first
+    return _enqueue(E.ALLTOALL, "alltoall", name, process_set, b)
+
+
+class _AlltoallFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.received = received
+        ctx.process_set = process_set
+        if splits is None:
+            return out
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad, *unused):
+        g, _ = synchronize(alltoall_async(grad.contiguous(), ctx.received, None,
+                                          ctx.process_set))
+        return g, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """An alltoall (see alltoall_async; differentiable). Returns the output tensor, or
+    (output, received_splits) when splits is given."""
+    return _AlltoallFn.apply(tensor, splits, name, process_set)
+
+
+# ---- reducescatter ------------------------------------------------------------------------------
+
+def _reducescatter_build(tensors, op, prescale, postscale, what):
+    def build(set_id, names):
+        if op not in (Average, Sum):
+            if op == Adasum:
+                raise NotImplementedError("%s: the Adasum reduction is not supported" % what)
+            raise ValueError("%s: op must be Average or Sum, not %s"
+                             % (what, E.OP_NAMES.get(op, op)))
+        reqs = []
+        for t, n in zip(tensors, names):
+            _check_reduce(t, op, prescale, postscale, what)
+            if t.dim() == 0:
+                raise ValueError("%s: a 0-dimensional tensor has no first dimension to scatter"
+                                 % what)
+            reqs.append(E.Request(E.REDUCESCATTER, set_id, n, _contiguous(t), op=op,
+                                  prescale=prescale, postscale=postscale))
+        return reqs, None
+    return build
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    """Starts a reduce-scatter: the reduction (Average or Sum) of tensor over process_set, of
+    which rank i keeps block i along dimension 0 (when that dimension does not divide evenly,
+    the first ranks get one row more)."""
+    build = _reducescatter_build([tensor], op, prescale_factor, postscale_factor,
+                                 "reducescatter")
+
+    def b(set_id, names):
+        reqs, _ = build(set_id, names)
+        return reqs, _first
+    return _enqueue(E.REDUCESCATTER, "reducescatter", name, process_set, b)
+
+
+class _ReducescatterFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale, postscale):
+        ctx.saved = (op, process_set, prescale, postscale)
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale,
+                                               postscale))
+
+    @staticmethod
+    def backward(ctx, grad):
+        op, ps, prescale, postscale = ctx.saved
+        g = synchronize(allgather_async(grad.contiguous(), None, ps))
+        f = prescale * postscale
+        if op == Average:
+            f /= _set_rank_and_size(ps)[1]
+        if f != 1.0:
+            g = g * f
+        return g, None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """A reduce-scatter (see reducescatter_async; differentiable)."""
+    c, cctx = compression.compress(tensor)
+    out = _ReducescatterFn.apply(c, name, op, process_set, prescale_factor, postscale_factor)
+    return compression.decompress(out, cctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """Starts the reduce-scatter of each tensor of a list; synchronize returns the list."""
+    tensors = list(tensors)
+    build = _reducescatter_build(tensors, op, prescale_factor, postscale_factor,
+                                 "grouped_reducescatter")
+
+    def b(set_id, names):
+        reqs, _ = build(set_id, names)
+        return reqs, list
+    return _enqueue(E.REDUCESCATTER, "grouped_reducescatter", name, process_set, b,
+                    count=len(tensors))
+
+
+class _GroupedReducescatterFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale, postscale, *tensors):
+        ctx.saved = (op, process_set, prescale, postscale)
+        return tuple(synchronize(grouped_reducescatter_async(tensors, name, op, process_set,
+                                                             prescale, postscale)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, ps, prescale, postscale = ctx.saved
+        gs = synchronize(grouped_allgather_async([g.contiguous() for g in grads], None, ps))
+        f = prescale * postscale
+        if op == Average:
+            f /= _set_rank_and_size(ps)[1]
+        return (None,) * 5 + tuple(g * f if f != 1.0 else g for g in gs)
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """The reduce-scatter of each tensor of a list; returns the list of results."""
+    pairs = [compression.compress(t) for t in tensors]
+    outs = _GroupedReducescatterFn.apply(name, op, process_set, prescale_factor,
+                                         postscale_factor, *[p[0] for p in pairs])
+    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+
+
+# ---- barrier and join ---------------------------------------------------------------------------
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank of process_set has called barrier()."""
+    def b(set_id, names):
+        return [E.Request(E.BARRIER, set_id, names[0])], _first
+    synchronize(_enqueue(E.BARRIER, "barrier", None, process_set, b))
+
+
+def join(device=-1):
+    """Declares that this rank has no more data: until every rank has joined, it takes part in
+    the other ranks' allreduces with zeros (and in their allgathers with no rows). Returns,
+    on every rank, the rank that joined last. device is accepted for compatibility (CPU only)."""
+    eng = _eng()
+    req = E.Request(E.JOIN, 0, E.JOIN_NAME)
+    eng.submit([req])
+    return eng.wait(req)
