@@ -6,25 +6,15 @@ import pickle
 import torch
 
 from hora.torch.mpi_ops import (allgather, allreduce, broadcast_, broadcast_async_,
-                                global_process_set, rank, size, synchronize, Sum)
+                                global_process_set, rank, synchronize, Sum)
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
            "allgather_object"]
 
 
-def _set_rank(process_set):
-    """This process's rank inside process_set (the global rank for the global set)."""
-    if process_set is None or process_set is global_process_set:
-        return rank()
-    r = getattr(process_set, "rank", None)
-    return r() if callable(r) else rank()
-
-
-def _set_size(process_set):
-    if process_set is None or process_set is global_process_set:
-        return size()
-    s = getattr(process_set, "size", None)
-    return s() if callable(s) else size()
+def _is_root(root_rank):
+    # root_rank is a global rank, also for a process set (as the collectives take it).
+    return rank() == root_rank
 
 
 def broadcast_parameters(params, root_rank, process_set=global_process_set):
@@ -64,36 +54,38 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Serialize obj with pickle on root_rank and return root_rank's object on every rank.
 
-    The byte length is broadcast first, then the bytes (a uint8 tensor)."""
-    if name is None:
-        name = type(obj).__name__
-    if _set_rank(process_set) == root_rank:
+    The byte length is broadcast first, then the bytes (a uint8 tensor). Without a name the
+    two broadcasts are named by call order (so every rank must make its unnamed calls in the
+    same order); a name derived from obj would differ between the root and the others, whose
+    obj is usually None."""
+    sz_name, t_name = (None, None) if name is None else (name + ".sz", name + ".t")
+    if _is_root(root_rank):
         payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         length = torch.tensor([len(payload)], dtype=torch.int64)
-        broadcast_(length, root_rank, name=name + ".sz", process_set=process_set)
+        broadcast_(length, root_rank, name=sz_name, process_set=process_set)
         data = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-        broadcast_(data, root_rank, name=name + ".t", process_set=process_set)
+        broadcast_(data, root_rank, name=t_name, process_set=process_set)
         return obj
     length = torch.zeros(1, dtype=torch.int64)
-    broadcast_(length, root_rank, name=name + ".sz", process_set=process_set)
+    broadcast_(length, root_rank, name=sz_name, process_set=process_set)
     n = int(length.item())
     if n <= 0:
         raise RuntimeError("broadcast_object: root rank %d sent an invalid length %d"
                            % (root_rank, n))
     data = torch.empty(n, dtype=torch.uint8)
-    broadcast_(data, root_rank, name=name + ".t", process_set=process_set)
+    broadcast_(data, root_rank, name=t_name, process_set=process_set)
     return pickle.loads(data.numpy().tobytes())
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Return the list of every rank's obj (pickled), in rank order of process_set."""
-    if name is None:
-        name = type(obj).__name__
+    """Return the list of every rank's obj (pickled), in rank order of process_set. Without a
+    name the two allgathers are named by call order, as in broadcast_object."""
+    sz_name, t_name = (None, None) if name is None else (name + ".sz", name + ".t")
     payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     data = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-    sizes = allgather(torch.tensor([len(payload)], dtype=torch.int64), name=name + ".sz",
+    sizes = allgather(torch.tensor([len(payload)], dtype=torch.int64), name=sz_name,
                       process_set=process_set).tolist()
-    gathered = allgather(data, name=name + ".t", process_set=process_set).numpy()
+    gathered = allgather(data, name=t_name, process_set=process_set).numpy()
     if len(gathered) != sum(sizes):
         raise RuntimeError("allgather_object: gathered %d bytes, expected %d"
                            % (len(gathered), sum(sizes)))
@@ -145,7 +137,7 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("broadcast_optimizer_state: torch.optim.LBFGS keeps state that is not "
                          "per parameter and cannot be broadcast")
-    is_root = _set_rank(process_set) == root_rank
+    is_root = _is_root(root_rank)
     desc = _describe_state(optimizer) if is_root else None
     desc = broadcast_object(desc, root_rank, name="broadcast_optimizer_state.desc",
                             process_set=process_set)

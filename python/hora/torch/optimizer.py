@@ -59,7 +59,7 @@ class _DistributedOptimizerMixin:
         if named_parameters is not None:
             named_parameters = list(named_parameters)
         else:
-            named_parameters = [("allreduce.noname.%d" % i, p) for i, p in enumerate(all_params)]
+            named_parameters = [("DistributedOptimizer.noname.%d" % i, p) for i, p in enumerate(all_params)]
         if any(not isinstance(entry, tuple) or len(entry) != 2 for entry in named_parameters):
             raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
                              "usually produced by model.named_parameters().")
