@@ -184,6 +184,86 @@ def check_sparse(hvd, sparse_as_dense):
         print("ok: %s (%d ranks)" % (what, size), flush=True)
 
 
+class BranchNet(torch.nn.Module):
+    """A branch that only some ranks take (a dynamic graph)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 3).double()
+        self.branch = torch.nn.Linear(6, 3).double()
+
+    def forward(self, x, take_branch):
+        y = self.fc(x)
+        return y + self.branch(x) if take_branch else y
+
+
+def check_dynamic(hvd, opt_name, factory):
+    """Rank 0 alone takes the branch: its gradient starts reducing from rank 0's backward pass
+    and from the other ranks' step(), matched by name."""
+    rank, size = hvd.rank(), hvd.size()
+    what = "a branch taken by rank 0 only (%s)" % opt_name
+    torch.manual_seed(11)
+    model = BranchNet()
+    torch.manual_seed(11)
+    ref = BranchNet()
+    opt = hvd.DistributedOptimizer(factory(model.parameters()),
+                                   named_parameters=model.named_parameters())
+    ref_opt = factory(ref.parameters())
+    g = torch.Generator().manual_seed(3)
+    per_rank = 4
+    mse = torch.nn.functional.mse_loss
+    for _ in range(3):
+        x = torch.randn(size * per_rank, 6, generator=g, dtype=torch.float64)
+        y = torch.randn(size * per_rank, 3, generator=g, dtype=torch.float64)
+        rows = lambda r: slice(r * per_rank, (r + 1) * per_rank)
+        opt.zero_grad()
+        mse(model(x[rows(rank)], rank == 0), y[rows(rank)]).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        (torch.stack([mse(ref(x[rows(r)], r == 0), y[rows(r)]) for r in range(size)]).sum()
+         / size).backward()
+        ref_opt.step()
+    check_identical(hvd, model, what)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        check(torch.allclose(p.detach(), q.detach(), rtol=1e-10, atol=1e-12),
+              "%s: %s differs from single-process training by %g"
+              % (what, name, (p.detach() - q.detach()).abs().max().item()))
+    if rank == 0:
+        print("ok: %s (%d ranks)" % (what, size), flush=True)
+
+
+def check_overlap(hvd):
+    """The allreduce of fc2's gradients is submitted while backward still has fc1 to do."""
+    model = make_model(torch.float32)
+    dopt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                    named_parameters=model.named_parameters())
+    seen = {}
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t.view_as(t)
+
+        @staticmethod
+        def backward(ctx, grad):
+            seen["in flight"] = [p for p, (h, _) in dopt._handles.items() if h is not None]
+            return grad
+
+    x = torch.randn(4, 6)
+    h = Probe.apply(model.fc1(x))
+    model.fc2(torch.relu(h)).sum().backward()
+    in_flight = seen["in flight"]
+    check(any(p is model.fc2.weight for p in in_flight)
+          and any(p is model.fc2.bias for p in in_flight),
+          "fc2's allreduces had not started when backward reached fc1")
+    check(not any(p is model.fc1.weight for p in in_flight),
+          "fc1's gradient was reduced before it was computed")
+    dopt.step()
+    check_identical(hvd, model, "overlap")
+    if hvd.rank() == 0:
+        print("ok: gradients start reducing during backward", flush=True)
+
+
 def check_misuse(hvd):
     model = make_model(torch.float32)
     named = list(model.named_parameters())
@@ -275,6 +355,8 @@ def rank_main():
              rtol=1e-2, atol=1e-3)
     check_sparse(hvd, sparse_as_dense=False)
     check_sparse(hvd, sparse_as_dense=True)
+    check_dynamic(hvd, "SGD momentum", sgd)
+    check_overlap(hvd)
     check_misuse(hvd)
     hvd.shutdown()
 
