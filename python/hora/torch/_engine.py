@@ -231,7 +231,8 @@ class Engine:
         if self.threshold < 0:
             raise ValueError("HORA_FUSION_THRESHOLD must be >= 0")
         self.stall_s = _env_float("HORA_STALL_CHECK_TIME_SECONDS", 60.0)
-        self.stats = collections.Counter()
+        self.stats = collections.Counter(rounds=0, allreduce_calls=0, allreduce_tensors=0,
+                                         fused_batches=0)
         self._cv = threading.Condition(threading.Lock())
         self._incoming = []
         self._local = {}          # (set id, name) -> Request, submitted and not completed
@@ -246,6 +247,7 @@ class Engine:
         self._stopped = False     # the loop has ended
         self._stop_reason = None
         self._next_round = 0.0
+        self._next_stall = 0.0
         self._fusion = None
         self.timeline = timeline
         self._has_alltoall = _has("horaAllToAll")
@@ -445,7 +447,8 @@ class Engine:
                 if tl is not None and tl.mark_cycles:
                     tl.instant("CYCLE_START")
                 self._execute(ready)
-        if self._table and self.stall_s > 0 and self._round % 1000 == 0:
+        if self._table and self.stall_s > 0 and time.monotonic() >= self._next_stall:
+            self._next_stall = time.monotonic() + 1.0
             self._stall_check()
         return any_stop
 
@@ -645,7 +648,8 @@ class Engine:
             scale_(dst, post)
             t1 = time.perf_counter()
             if tl is not None:
-                tl.complete(entries[0].key[1], "ALLREDUCE", t0, t1)
+                tl.complete(entries[0].key[1], "ALLREDUCE", t0, t1,
+                            {"fused": 1, "bytes": n * ELEMENT_SIZE[dtype]})
             if r is not None:
                 self._done(entries[0].key, r, r.output)
             return
@@ -680,7 +684,8 @@ class Engine:
             off += n
             if tl is not None:
                 tl.complete(e.key[1], "FUSE", mark[0], mark[1])
-                tl.complete(e.key[1], "ALLREDUCE", t0, t1, {"fused": len(entries)})
+                tl.complete(e.key[1], "ALLREDUCE", t0, t1,
+                            {"fused": len(entries), "bytes": total * esize})
                 tl.complete(e.key[1], "UNPACK", u0, u1)
             if r is not None:
                 self._done(e.key, r, r.output)

@@ -190,6 +190,12 @@ def shutdown():
 atexit.register(shutdown)
 
 
+def _stats():
+    """The engine's counters (rounds, allreduce_calls, allreduce_tensors, fused_batches): for
+    tests and diagnostics."""
+    return dict(_eng().stats)
+
+
 def is_initialized():
     return _engine is not None
 
