@@ -227,6 +227,28 @@ def check_objects(hvd):
     say(hvd, "allgather_object with objects of different sizes")
 
 
+def check_process_set(hvd):
+    """The helpers over a process set of ranks 0 and 2 (of three); roots are global ranks."""
+    rank = hvd.rank()
+    ps = hvd.add_process_set([0, 2])
+    if rank in (0, 2):
+        torch.manual_seed(400 + rank)
+        model = Net()
+        torch.manual_seed(402)
+        expected = Net()
+        hvd.broadcast_parameters(model.state_dict(), root_rank=2, process_set=ps)
+        for (k, v), w in zip(model.state_dict().items(), expected.state_dict().values()):
+            check(torch.equal(v, w), "process set: %s is not rank 2's" % k)
+        got = hvd.broadcast_object({"from": rank}, root_rank=2, process_set=ps)
+        check(got == {"from": 2}, "process set: broadcast_object returned %r" % (got,))
+        every = hvd.allgather_object([rank] * (rank + 1), process_set=ps)
+        check(every == [[0], [2, 2, 2]], "process set: allgather_object returned %r" % every)
+    hvd.allreduce(torch.zeros(1), name="ps.done")   # every rank is done with the set
+    if rank == 0:
+        print("ok: broadcast_parameters, broadcast_object, allgather_object over a process set "
+              "(3 ranks)", flush=True)
+
+
 def rank_main():
     torch.set_num_threads(1)
     import hora.torch as hvd
@@ -234,6 +256,8 @@ def rank_main():
     check_broadcast_parameters(hvd)
     check_broadcast_optimizer_state(hvd)
     check_objects(hvd)
+    if hvd.size() == 3:
+        check_process_set(hvd)
     hvd.shutdown()
 
 

@@ -264,6 +264,44 @@ def check_overlap(hvd):
         print("ok: gradients start reducing during backward", flush=True)
 
 
+def check_process_set(hvd):
+    """Ranks 0 and 2 of three train together over a process set; rank 1 is outside it and its
+    DistributedOptimizer steps on its own gradients."""
+    rank = hvd.rank()
+    ps = hvd.add_process_set([0, 2])
+    members = [0, 2]
+    model = make_model(torch.float64)
+    ref = make_model(torch.float64)
+    sgd = lambda ps_: torch.optim.SGD(ps_, lr=0.05, momentum=0.9)
+    dopt = hvd.DistributedOptimizer(sgd(model.parameters()),
+                                    named_parameters=model.named_parameters(), process_set=ps)
+    ref_opt = sgd(ref.parameters())
+    per_rank = 4
+    xs, ys = make_data(hvd, 3, 1, per_rank, torch.float64)
+    rows = lambda r: slice(r * per_rank, (r + 1) * per_rank)
+    mse = torch.nn.functional.mse_loss
+    for s in range(3):
+        dopt.zero_grad()
+        mse(model(xs[s][0][rows(rank)]), ys[s][0][rows(rank)]).backward()
+        dopt.step()
+        ref_opt.zero_grad()
+        group = members if rank in members else [rank]
+        (torch.stack([mse(ref(xs[s][0][rows(r)]), ys[s][0][rows(r)]) for r in group]).sum()
+         / len(group)).backward()
+        ref_opt.step()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        check(torch.allclose(p.detach(), q.detach(), rtol=1e-10, atol=1e-12),
+              "process set: %s differs from single-process training by %g"
+              % (name, (p.detach() - q.detach()).abs().max().item()))
+    if rank in members:
+        every = hvd.allgather(params_bytes(model).view(1, -1), name="ps.identical",
+                              process_set=ps)
+        check(torch.equal(every[0], every[1]), "process set: members' parameters differ")
+    hvd.allreduce(torch.zeros(1), name="ps.done")   # every rank is done with the set
+    if rank == 0:
+        print("ok: a process set of ranks %s (3 ranks)" % members, flush=True)
+
+
 def check_misuse(hvd):
     model = make_model(torch.float32)
     named = list(model.named_parameters())
@@ -357,6 +395,8 @@ def rank_main():
     check_sparse(hvd, sparse_as_dense=True)
     check_dynamic(hvd, "SGD momentum", sgd)
     check_overlap(hvd)
+    if hvd.size() == 3:
+        check_process_set(hvd)
     check_misuse(hvd)
     hvd.shutdown()
 

@@ -126,6 +126,31 @@ def run_case(hvd, what, batches, shape, dtype, reference_cls, steps=3, momentum=
         print("ok: %s, local batches %s (%d ranks)" % (what, batches, size), flush=True)
 
 
+def check_process_set(hvd):
+    """Ranks 0 and 2 of three normalize over their union only."""
+    rank = hvd.rank()
+    ps = hvd.add_process_set([0, 2])
+    if rank in (0, 2):
+        g = torch.Generator().manual_seed(8)
+        x = torch.randn(7, 3, 2, 2, generator=g, dtype=torch.float64) + 1
+        gy = torch.randn(7, 3, 2, 2, generator=g, dtype=torch.float64)
+        mine = slice(0, 3) if rank == 0 else slice(3, 7)
+        bn = hvd.SyncBatchNorm(3, process_set=ps).double()
+        ref = torch.nn.BatchNorm2d(3).double()
+        xl = x[mine].clone().requires_grad_(True)
+        y = bn(xl)
+        (y * gy[mine]).sum().backward()
+        xr = x.clone().requires_grad_(True)
+        yr = ref(xr)
+        (yr * gy).sum().backward()
+        check(close(y.detach(), yr.detach()[mine], torch.float64), "process set: forward")
+        check(close(xl.grad, xr.grad[mine], torch.float64), "process set: input gradient")
+        check(close(bn.running_var, ref.running_var, torch.float64), "process set: running_var")
+    hvd.allreduce(torch.zeros(1), name="ps.done")   # every rank is done with the set
+    if rank == 0:
+        print("ok: SyncBatchNorm over a process set of ranks [0, 2] (3 ranks)", flush=True)
+
+
 def rank_main():
     torch.set_num_threads(1)
     import hora.torch as hvd
@@ -159,6 +184,8 @@ def rank_main():
           and converted[1].weight is model[1].weight, "convert_sync_batchnorm")
     if hvd.rank() == 0:
         print("ok: misuse raises ValueError; convert_sync_batchnorm", flush=True)
+    if hvd.size() == 3:
+        check_process_set(hvd)
     hvd.shutdown()
 
 

@@ -11,10 +11,11 @@ __all__ = ["SyncBatchNorm"]
 
 
 def _set_size(process_set):
-    if process_set is None or process_set is global_process_set:
-        return size()
-    s = getattr(process_set, "size", None)
-    return s() if callable(s) else size()
+    n = process_set.size() if process_set is not global_process_set else size()
+    if n is None:
+        raise ValueError("%r is not registered; call hvd.add_process_set() on every rank first"
+                         % (process_set,))
+    return n
 
 
 def _channel_shape(x):
