@@ -1,0 +1,187 @@
+"""Misuse and failures in hora.torch raise on every rank, never hang.
+
+1. Mismatches (at 2 and 3 ranks under hora-run): shapes, dtypes, ops, scale factors, kinds of
+   operation, broadcast roots (out of range, or different per rank), allgather's trailing
+   dimensions, a local argument error on one rank (its peers' matching operation fails too),
+   Adasum, a name used twice while in flight, calls before init(). After each, the engine still
+   works, and unnamed operations stay aligned across ranks.
+2. A rank dies (os._exit in the middle of an allreduce loop, 3 ranks, HORA_TIMEOUT_MS=5000):
+   the survivors raise HorovodInternalError from the pending operation and from every later
+   one; shutdown() then init() over a fresh communicator works.
+3. A rank falls silent (SIGSTOP, 2 ranks started without hora-run, HORA_TIMEOUT_MS=3000): the
+   other raises HorovodInternalError, then kills it.
+Run from the repository root: /usr/bin/python3 tests/python/test_torch_errors.py
+"""
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+torch = harness.require_torch()
+
+if not harness.in_rank():
+    rc = harness.launch_self(__file__, [2, 3], timeout=60, env={"TEST_MODE": "mismatch"})
+    if rc == 0:
+        rc = harness.launch_self(__file__, [3], timeout=60,
+                                 env={"TEST_MODE": "die", "HORA_TIMEOUT_MS": "5000"})
+    if rc == 0:
+        print("== silent peer: 2 ranks started without hora-run", flush=True)
+        procs = harness.spawn(2, [harness.PYTHON, os.path.abspath(__file__)],
+                              env={"TEST_MODE": "silent", "HORA_TIMEOUT_MS": "3000"})
+        (rc0, out0), (rc1, out1) = harness.wait_all(procs, 60)
+        sys.stdout.write("".join("[0] " + line + "\n" for line in out0.splitlines()))
+        sys.stdout.write("".join("[1] " + line + "\n" for line in out1.splitlines()))
+        print("rank 0 exit %s, rank 1 exit %s" % (rc0, rc1), flush=True)
+        rc = 0 if rc0 == 0 and rc1 == -signal.SIGKILL else 1
+        print("PASS" if rc == 0 else "FAIL", flush=True)
+    sys.exit(rc)
+
+torch.set_num_threads(1)
+import hora.torch as hvd  # noqa: E402
+from hora import _core as C  # noqa: E402
+
+check = harness.Checker()
+MODE = os.environ["TEST_MODE"]
+
+
+def healthy(tag):
+    got = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="healthy." + tag)
+    check(torch.equal(got, torch.full((3,), float(hvd.size()))), "engine healthy after " + tag)
+
+
+def raises_all(exc, fn, text, contains=None):
+    e = check.raises_(exc, fn, text)
+    if contains is not None and e is not None:
+        check(contains in str(e), "the message names the problem (%r)" % contains)
+
+
+if MODE == "mismatch":
+    check.raises_(ValueError, lambda: hvd.rank(), "rank() before init()")
+    check.raises_(ValueError, lambda: hvd.allreduce(torch.ones(1)), "allreduce before init()")
+    hvd.init()
+    R, N = hvd.rank(), hvd.size()
+
+    raises_all(ValueError, lambda: hvd.allreduce(torch.ones(R + 1), name="shape"),
+               "allreduce with a different shape on every rank", "mismatched shapes")
+    healthy("shape")
+    raises_all(ValueError, lambda: hvd.allreduce(
+        torch.ones(4, dtype=torch.float32 if R % 2 == 0 else torch.int32), name="dtype"),
+        "allreduce float32 on even ranks, int32 on odd", "mismatched dtypes")
+    healthy("dtype")
+    raises_all(ValueError, lambda: hvd.allreduce(torch.ones(4), op=hvd.Sum if R == 0 else hvd.Max,
+                                                 name="op"),
+               "allreduce Sum on rank 0, Max elsewhere", "mismatched reduction ops")
+    raises_all(ValueError, lambda: hvd.allreduce(torch.ones(4), prescale_factor=1.0 + R,
+                                                 name="prescale"),
+               "different prescale factors", "prescale")
+    raises_all(ValueError, lambda: (hvd.allreduce(torch.ones(4), name="kind") if R == 0
+                                    else hvd.broadcast(torch.ones(4), 0, name="kind")),
+               "allreduce on rank 0, broadcast elsewhere, same name", "mismatched operations")
+    healthy("kind")
+    raises_all(ValueError, lambda: hvd.broadcast(torch.ones(2), N, name="root.range"),
+               "broadcast from root %d of %d ranks" % (N, N), "out of range")
+    raises_all(ValueError, lambda: hvd.broadcast(torch.ones(2), -1, name="root.negative"),
+               "broadcast from root -1", "out of range")
+    raises_all(ValueError, lambda: hvd.broadcast_(torch.ones(2), R, name="root.differs"),
+               "broadcast with a different root on every rank", "mismatched root ranks")
+    raises_all(ValueError, lambda: hvd.broadcast(torch.ones(R + 2), 0, name="bcast.shape"),
+               "broadcast with different shapes", "mismatched shapes")
+    healthy("broadcast")
+    raises_all(ValueError, lambda: hvd.allgather(torch.ones(2, R + 1), name="gather.trailing"),
+               "allgather with different trailing dimensions", "all dimensions but the first")
+    raises_all(ValueError, lambda: hvd.reducescatter(torch.ones(N * (R + 1)), name="rs.shape"),
+               "reducescatter with different shapes", "mismatched shapes")
+    # A local argument error on rank 0 only: it raises at once, its peers from the operation.
+    if R == 0:
+        raises_all(ValueError, lambda: hvd.alltoall(torch.ones(N), splits=[N + 1] + [0] * (N - 1),
+                                                     name="a2a.splits"),
+                   "rank 0: alltoall splits that do not add up", "add up")
+        raises_all(TypeError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.complex64)),
+                   "rank 0: allreduce of complex64 (unnamed)", "complex64")
+    else:
+        raises_all(ValueError, lambda: hvd.alltoall(torch.ones(N), name="a2a.splits"),
+                   "alltoall whose rank 0 passed bad splits", "failed on rank 0")
+        raises_all(ValueError, lambda: hvd.allreduce(torch.ones(2)),
+                   "unnamed allreduce whose rank 0 passed complex64", "failed on rank 0")
+    got = hvd.allreduce(torch.ones(2) * (R + 1), op=hvd.Sum)
+    check(torch.equal(got, torch.full((2,), float(N * (N + 1) // 2))),
+          "unnamed operations stay aligned after a failed one")
+    raises_all(NotImplementedError, lambda: hvd.allreduce(torch.ones(2), op=hvd.Adasum),
+               "Adasum", "Adasum")
+    healthy("adasum")
+    xs = [torch.ones(2), torch.ones(R + 1)]
+    raises_all(ValueError, lambda: hvd.grouped_allreduce(xs, name="group.bad"),
+               "grouped allreduce with one mismatched member", "mismatched shapes")
+    h = hvd.allreduce_async(torch.ones(2), op=hvd.Sum, name="dup")
+    raises_all(ValueError, lambda: hvd.allreduce_async(torch.ones(2), name="dup"),
+               "a second operation named like one in flight", "already in flight")
+    check(torch.equal(hvd.synchronize(h), torch.full((2,), float(N))),
+          "the first operation of that name completes")
+    raises_all(TypeError, lambda: hvd.allreduce([1.0, 2.0]), "allreduce of a list")
+    raises_all(ValueError, lambda: hvd.allgather(torch.tensor(1.0), name="gather.scalar"),
+               "allgather of a 0-d tensor")
+    raises_all(ValueError, lambda: hvd.poll(123456), "poll of an unknown handle")
+    healthy("all")
+    hvd.shutdown()
+    sys.exit(check.finish())
+
+if MODE == "die":
+    hvd.init()
+    R, N = hvd.rank(), hvd.size()
+    victim = N - 1
+    err = None
+    t_last_ok = time.monotonic()
+    for i in range(100000):
+        hs = [hvd.allreduce_async(torch.ones(1000) * j, op=hvd.Sum) for j in range(4)]
+        if R == victim and i == 5:
+            os._exit(0)  # dies with allreduces in flight, without shutting down
+        try:
+            for h in hs:
+                hvd.synchronize(h)
+            t_last_ok = time.monotonic()
+        except Exception as e:  # noqa: B902 - the type is what is checked
+            err = e
+            break
+    elapsed = time.monotonic() - t_last_ok
+    check(isinstance(err, hvd.HorovodInternalError),
+          "a survivor's pending allreduce raises HorovodInternalError after %.2f s: %s"
+          % (elapsed, err))
+    check(elapsed < 30, "the failure is noticed within the timeout (%.2f s)" % elapsed)
+    check.raises_(hvd.HorovodInternalError, lambda: hvd.allreduce(torch.ones(2)),
+                  "a later allreduce raises HorovodInternalError")
+    check.raises_(hvd.HorovodInternalError, lambda: hvd.broadcast(torch.ones(2), 0),
+                  "a later broadcast raises HorovodInternalError")
+    check(issubclass(hvd.HorovodInternalError, RuntimeError), "HorovodInternalError is a "
+                                                              "RuntimeError")
+    hvd.shutdown()
+    check(not hvd.is_initialized(), "shutdown() after the failure")
+    hvd.init(comm=C.Comm.init_rank(1, C.unique_id(), 0))
+    check(hvd.size() == 1 and torch.equal(hvd.allreduce(torch.ones(2) * 3, op=hvd.Sum),
+                                          torch.full((2,), 3.0)),
+          "init() over a fresh communicator after the failure works")
+    hvd.shutdown()
+    sys.exit(check.finish())
+
+if MODE == "silent":
+    hvd.init()
+    R = hvd.rank()
+    pids = hvd.allgather(torch.tensor([os.getpid()], dtype=torch.int64)).tolist()
+    for i in range(3):
+        hvd.allreduce(torch.ones(4), op=hvd.Sum)
+    if R == 1:
+        print("stopping myself", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        time.sleep(60)
+        os._exit(3)
+    t0 = time.monotonic()
+    check.raises_(hvd.HorovodInternalError,
+                  lambda: [hvd.allreduce(torch.ones(4), op=hvd.Sum) for _ in range(1000000)],
+                  "rank 0 raises HorovodInternalError when rank 1 stops answering")
+    elapsed = time.monotonic() - t0
+    check(elapsed < 30, "within the timeout (%.2f s, HORA_TIMEOUT_MS=3000)" % elapsed)
+    os.kill(pids[1], signal.SIGKILL)
+    hvd.shutdown()
+    sys.exit(check.finish())
