@@ -31,6 +31,16 @@ def launch(counts=(2, 3), timeout=50):
         if rc != 0:
             print("FAIL: %d ranks exited with status %d" % (n, rc))
             return 1
+    # A rank that dies in the middle of training: the survivors' step() raises.
+    print("launching 3 ranks, rank 1 dies after two steps", flush=True)
+    # A dead process is noticed at once; the timeout only bounds the wait (and must leave
+    # room for three ranks importing torch on a small machine before the rendezvous).
+    env = dict(os.environ, HORA_TEST_MODE="peer_death", HORA_TIMEOUT_MS="20000")
+    rc = subprocess.call([runner, "-n", "3", "--timeout", str(timeout), sys.executable,
+                          os.path.abspath(sys.argv[0])], env=env)
+    if rc != 0:
+        print("FAIL: the survivors of a dead rank exited with status %d" % rc)
+        return 1
     print("PASS")
     return 0
 
@@ -372,6 +382,30 @@ def check_misuse(hvd):
         print("ok: misuse is refused with Horovod's errors", flush=True)
 
 
+def peer_death_main():
+    torch.set_num_threads(1)
+    import hora.torch as hvd
+    hvd.init()
+    model = make_model(torch.float32)
+    dopt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                    named_parameters=model.named_parameters())
+    x = torch.randn(4, 6)
+    for step in range(4):
+        if step == 2 and hvd.rank() == 1:
+            os._exit(0)   # abruptly, without shutdown()
+        try:
+            dopt.zero_grad()
+            # The failure may surface from a gradient hook (a submission to a stopped engine)
+            # or from step().
+            model(x).sum().backward()
+            dopt.step()
+        except hvd.HorovodInternalError as e:
+            check(step >= 1, "step %d failed: %s" % (step, e))
+            print("ok: HorovodInternalError at step %d after a peer died: %s" % (step, e), flush=True)
+            os._exit(0)
+    raise AssertionError("training went on after a peer died")
+
+
 def rank_main():
     torch.set_num_threads(1)
     import hora.torch as hvd
@@ -404,4 +438,6 @@ def rank_main():
 if __name__ == "__main__":
     if os.environ.get("HORA_RANK") is None:
         sys.exit(launch())
+    if os.environ.get("HORA_TEST_MODE") == "peer_death":
+        peer_death_main()
     rank_main()
