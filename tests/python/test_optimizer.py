@@ -95,11 +95,16 @@ def check_identical(hvd, model, what):
 
 
 def run_case(hvd, what, opt_factory, dtype, steps=4, passes=1, op=None, unused=False,
-             compression=None, rtol=None, atol=None, **kwargs):
+             compression=None, rtol=None, atol=None, freeze=False, **kwargs):
     per_rank = 5
     rank, size = hvd.rank(), hvd.size()
     model = make_model(dtype, unused)
     ref = make_model(dtype, unused)
+    if freeze:   # fc1's weight is frozen (requires_grad False)
+        model.fc1.weight.requires_grad_(False)
+        ref.fc1.weight.requires_grad_(False)
+    if kwargs.get("groups") == "all in one":
+        kwargs["groups"] = [list(model.parameters())]
     opt = opt_factory(model.parameters())
     ref_opt = opt_factory(ref.parameters())
     extra = {}
@@ -423,6 +428,10 @@ def rank_main():
     run_case(hvd, "gradient_predivide_factor=2", sgd, torch.float64,
              gradient_predivide_factor=2.0)
     run_case(hvd, "groups=2", adam, torch.float64, groups=2)
+    run_case(hvd, "one explicit group with a frozen weight", sgd, torch.float64,
+             groups="all in one", freeze=True)
+    run_case(hvd, "num_groups=3 (deprecated spelling), 2 passes", sgd, torch.float64,
+             num_groups=3, passes=2)
     run_case(hvd, "fp16 compression", sgd, torch.float32, compression=hvd.Compression.fp16,
              rtol=1e-2, atol=1e-3)
     check_sparse(hvd, sparse_as_dense=False)

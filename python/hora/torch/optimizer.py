@@ -136,6 +136,8 @@ class _DistributedOptimizerMixin:
                         if id(p) in used:
                             raise ValueError("a parameter appears in more than one group")
                         used.add(id(p))
+                    # Frozen parameters have no gradient to reduce (and must not get one).
+                    group = tuple(p for p in group if p.requires_grad)
                     if group:
                         parts.append(group)
                 self._groups = parts
