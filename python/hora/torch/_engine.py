@@ -14,7 +14,8 @@ everywhere and no coordinator is needed.
 A round starts HORA_CYCLE_TIME milliseconds (default 1) after the previous one, or at once when
 a request arrives while this rank has nothing in flight, so a lone synchronous call does not
 wait out a cycle while gradients arriving during a backward pass still batch up. A round in
-which nobody has anything to say costs one small allgather and no decoding.
+which nobody has anything to say costs one small allgather and no decoding; after a second of
+such rounds, a rank with nothing in flight spaces its rounds 10 ms apart (see QUIET_ROUNDS).
 
 A failing library call (a peer died, fell silent, or the wire broke) stops the engine: every
 pending and later request fails with HorovodInternalError, and the communicators are aborted
@@ -218,6 +219,12 @@ class Engine:
     """The engine of one initialisation (init() to shutdown())."""
 
     SLOT = 1024  # bytes per rank in a round's first allgather
+    # After this many silent rounds in a row, a rank with nothing in flight runs its rounds
+    # idle_cycle apart (10 ms, or the cycle time if longer) instead of every cycle: an idle job
+    # then costs about 1% of a core per rank. A request submitted meanwhile starts a round at
+    # once; only a rank that waits for a peer with nothing of its own to submit (one outside a
+    # process set in use) can make the first round after a silence wait up to idle_cycle.
+    QUIET_ROUNDS = 1000
 
     def __init__(self, comm, timeline=None):
         self.comm = comm
@@ -248,6 +255,8 @@ class Engine:
         self._stop_reason = None
         self._next_round = 0.0
         self._next_stall = 0.0
+        self._quiet_rounds = 0    # rounds in a row in which no rank said anything
+        self.idle_cycle = max(self.cycle, 0.01)
         self._fusion = None
         self.timeline = timeline
         self._has_alltoall = _has("horaAllToAll")
@@ -391,7 +400,8 @@ class Engine:
             reqs, self._incoming = self._incoming, []
             self._announced += len(reqs)
             stop = self._stopping
-        self._next_round = time.monotonic() + self.cycle
+        quiet = (self._quiet_rounds >= self.QUIET_ROUNDS and not reqs and self._announced == 0)
+        self._next_round = time.monotonic() + (self.idle_cycle if quiet else self.cycle)
         return reqs, stop
 
     def _exchange(self, payload):
@@ -428,6 +438,7 @@ class Engine:
         payloads = self._exchange(payload)
         self._round += 1
         self.stats["rounds"] += 1
+        self._quiet_rounds = self._quiet_rounds + 1 if payloads is None else 0
         any_stop = False
         if payloads is not None:
             for src, p in enumerate(payloads):
