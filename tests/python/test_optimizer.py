@@ -6,10 +6,12 @@ Run from the repository root: /usr/bin/python3 tests/python/test_optimizer.py (w
 PYTHONPATH, HORA_LIBRARY set). Without HORA_RANK in the environment it launches its ranks with
 $HORA_RUN (2 and 3 ranks); each rank runs every case and exits non-zero on a failure.
 """
+import gc
 import os
 import subprocess
 import sys
 import warnings
+import weakref
 
 try:
     import torch
@@ -383,6 +385,15 @@ def check_misuse(hvd):
         check("backward_passes_per_step" in str(e), "unexpected message: %s" % e)
     dopt.synchronize()   # completes the reduction of the first pass; the values are moot
     dopt.zero_grad()
+
+    # A discarded DistributedOptimizer lets go of the model: its hooks neither reduce nor
+    # count the backward passes of whatever trains the model next.
+    gone = weakref.ref(dopt)
+    del dopt
+    gc.collect()
+    check(gone() is None, "a discarded DistributedOptimizer is still alive")
+    for _ in range(3):
+        model(x).sum().backward()   # three passes, no step: fine for a plain optimizer
     if hvd.rank() == 0:
         print("ok: misuse is refused with Horovod's errors", flush=True)
 

@@ -7,6 +7,7 @@ pass; step() (or synchronize()) waits for all of them and then updates the param
 """
 import contextlib
 import warnings
+import weakref
 
 import torch
 
@@ -52,6 +53,17 @@ class _SparseHandle:
         if self.scale != 1.0:
             out = out * self.scale
         return out
+
+
+def _make_hook(optimizer_ref, p):
+    # The hook holds the optimizer weakly: the accumulator nodes (which the optimizer keeps
+    # alive) would otherwise keep it alive in turn, and a discarded DistributedOptimizer would
+    # go on reducing, and counting backward passes, for a model now trained by another one.
+    def hook(*unused):
+        optimizer = optimizer_ref()
+        if optimizer is not None:
+            optimizer._on_grad_ready(p)
+    return hook
 
 
 class _DistributedOptimizerMixin:
@@ -160,32 +172,30 @@ class _DistributedOptimizerMixin:
                     # The node that accumulates p's gradient; its post-hook runs once p.grad
                     # holds this backward pass's contribution.
                     acc = p.expand_as(p).grad_fn.next_functions[0][0]
-                    acc.register_hook(self._make_hook(p))
+                    acc.register_hook(_make_hook(weakref.ref(self), p))
                     self._grad_accs.append(acc)
 
-    def _make_hook(self, p):
-        def hook(*unused):
-            if self._allreduce_delay[p] <= 0:
-                raise AssertionError(
-                    "Gradients were computed more than backward_passes_per_step times before "
-                    "call to step(). Increase backward_passes_per_step to accumulate gradients "
-                    "locally.")
-            self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] > 0:
-                self._handles[p] = (None, None)
-                return
-            group = self._p_to_group.get(p)
-            if group is None:
-                self._handles[p] = self._allreduce_grad_async(p)
-                return
+    def _on_grad_ready(self, p):
+        if self._allreduce_delay[p] <= 0:
+            raise AssertionError(
+                "Gradients were computed more than backward_passes_per_step times before "
+                "call to step(). Increase backward_passes_per_step to accumulate gradients "
+                "locally.")
+        self._allreduce_delay[p] -= 1
+        if self._allreduce_delay[p] > 0:
             self._handles[p] = (None, None)
-            self._group_counts[group] += 1
-            if self._group_counts[group] == len(group):
-                for gp in group:
-                    self._handles.pop(gp, None)
-                self._handles[group] = self._grouped_allreduce_grad_async(group)
-                self._group_counts[group] = 0
-        return hook
+            return
+        group = self._p_to_group.get(p)
+        if group is None:
+            self._handles[p] = self._allreduce_grad_async(p)
+            return
+        self._handles[p] = (None, None)
+        self._group_counts[group] += 1
+        if self._group_counts[group] == len(group):
+            for gp in group:
+                self._handles.pop(gp, None)
+            self._handles[group] = self._grouped_allreduce_grad_async(group)
+            self._group_counts[group] = 0
 
     # --- submission ----------------------------------------------------------------------
 
