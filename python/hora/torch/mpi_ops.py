@@ -424,9 +424,18 @@ def remove_process_set(process_set):
 
 # ---- argument checks ----------------------------------------------------------------------------
 
+class _BadOp:
+    """An op argument error, raised once the operation has its name, so that it is announced to
+    the peers (whose matching operation then fails instead of waiting)."""
+
+    def __init__(self, exc):
+        self.exc = exc
+
+
 def _resolve_op(op, average):
     if op is not None and average is not None:
-        raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+        return _BadOp(ValueError("The op parameter supersedes average. Please provide only one "
+                                 "of them."))
     if average is not None:
         warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
                       DeprecationWarning, stacklevel=3)
@@ -446,6 +455,8 @@ def _check_tensor(tensor, what):
 
 
 def _check_reduce(tensor, op, prescale, postscale, what):
+    if isinstance(op, _BadOp):
+        raise op.exc
     _check_tensor(tensor, what)
     if op == Adasum:
         raise NotImplementedError("%s: the Adasum reduction is not supported by hora.torch; use "
