@@ -304,18 +304,29 @@ class _DistributedOptimizerMixin:
                 else:
                     self._handles[unit] = self._allreduce_grad_async(unit)
 
+            # Wait for every handle even after a failure, so that no reduction still writes
+            # into a gradient once this returns; then raise the first failure.
+            first_error = None
             for key, (handle, ctx) in list(self._handles.items()):
-                if isinstance(handle, _SparseHandle):
-                    key.grad = handle.wait()
-                    continue
-                output = synchronize(handle)
-                if isinstance(key, tuple):
-                    outputs = output if isinstance(output, (list, tuple)) else [output]
-                    for p, out, (c, compressed) in zip(key, outputs, ctx):
-                        self._write_grad(p, out, c, compressed)
-                else:
-                    c, compressed = ctx
-                    self._write_grad(key, output, c, compressed)
+                try:
+                    if isinstance(handle, _SparseHandle):
+                        key.grad = handle.wait()
+                        continue
+                    output = synchronize(handle)
+                    if first_error is not None:
+                        continue
+                    if isinstance(key, tuple):
+                        outputs = output if isinstance(output, (list, tuple)) else [output]
+                        for p, out, (c, compressed) in zip(key, outputs, ctx):
+                            self._write_grad(p, out, c, compressed)
+                    else:
+                        c, compressed = ctx
+                        self._write_grad(key, output, c, compressed)
+                except Exception as e:  # noqa: BLE001 (re-raised below)
+                    if first_error is None:
+                        first_error = e
+            if first_error is not None:
+                raise first_error
         finally:
             self._handles.clear()
             for p in self._allreduce_delay:
