@@ -226,6 +226,22 @@ def check_objects(hvd):
           "allgather_object of very different sizes")
     say(hvd, "allgather_object with objects of different sizes")
 
+    # An object that cannot be pickled raises on every rank instead of leaving peers waiting.
+    unpicklable = lambda: None
+    try:
+        hvd.broadcast_object(unpicklable if rank == root else None, root_rank=root)
+        raise AssertionError("broadcast_object of a lambda did not raise")
+    except ValueError as e:
+        check("pickle" in str(e), "unexpected message: %s" % e)
+    try:
+        hvd.allgather_object(unpicklable if rank == 0 else rank)
+        raise AssertionError("allgather_object of a lambda did not raise")
+    except ValueError as e:
+        check("pickle" in str(e), "unexpected message: %s" % e)
+    check(hvd.broadcast_object("after", root_rank=0) == "after", "broadcast_object after a "
+          "failure")
+    say(hvd, "unpicklable objects raise ValueError on every rank")
+
 
 def check_process_set(hvd):
     """The helpers over a process set of ranks 0 and 2 (of three); roots are global ranks."""

@@ -51,18 +51,30 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
         synchronize(h)
 
 
+def _pickle(obj):
+    """(payload bytes, None) or (None, the exception pickle raised)."""
+    try:
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), None
+    except Exception as e:  # noqa: BLE001 (any pickling failure; re-raised by the callers)
+        return None, e
+
+
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Serialize obj with pickle on root_rank and return root_rank's object on every rank.
 
-    The byte length is broadcast first, then the bytes (a uint8 tensor). Without a name the
-    two broadcasts are named by call order (so every rank must make its unnamed calls in the
-    same order); a name derived from obj would differ between the root and the others, whose
-    obj is usually None."""
+    The byte length is broadcast first, then the bytes (a uint8 tensor). If the root cannot
+    pickle obj it sends the length -1 instead, and every rank raises. Without a name the two
+    broadcasts are named by call order (so every rank must make its unnamed calls in the same
+    order); a name derived from obj would differ between the root and the others, whose obj is
+    usually None."""
     sz_name, t_name = (None, None) if name is None else (name + ".sz", name + ".t")
     if _is_root(root_rank):
-        payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        length = torch.tensor([len(payload)], dtype=torch.int64)
+        payload, error = _pickle(obj)
+        length = torch.tensor([-1 if error else len(payload)], dtype=torch.int64)
         broadcast_(length, root_rank, name=sz_name, process_set=process_set)
+        if error is not None:
+            raise ValueError("broadcast_object: the object cannot be pickled: %s" % error) \
+                from error
         data = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
         broadcast_(data, root_rank, name=t_name, process_set=process_set)
         return obj
@@ -70,21 +82,27 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     broadcast_(length, root_rank, name=sz_name, process_set=process_set)
     n = int(length.item())
     if n <= 0:
-        raise RuntimeError("broadcast_object: root rank %d sent an invalid length %d"
-                           % (root_rank, n))
+        raise ValueError("broadcast_object: root rank %d could not pickle its object" % root_rank)
     data = torch.empty(n, dtype=torch.uint8)
     broadcast_(data, root_rank, name=t_name, process_set=process_set)
     return pickle.loads(data.numpy().tobytes())
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Return the list of every rank's obj (pickled), in rank order of process_set. Without a
-    name the two allgathers are named by call order, as in broadcast_object."""
+    """Return the list of every rank's obj (pickled), in rank order of process_set. A rank that
+    cannot pickle its obj announces the length -1, and every rank raises. Without a name the
+    two allgathers are named by call order, as in broadcast_object."""
     sz_name, t_name = (None, None) if name is None else (name + ".sz", name + ".t")
-    payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    payload, error = _pickle(obj)
+    sizes = allgather(torch.tensor([-1 if error else len(payload)], dtype=torch.int64),
+                      name=sz_name, process_set=process_set).tolist()
+    if error is not None:
+        raise ValueError("allgather_object: the object cannot be pickled: %s" % error) \
+            from error
+    if any(n < 0 for n in sizes):
+        raise ValueError("allgather_object: rank(s) %s of the process set could not pickle "
+                         "their object" % [i for i, n in enumerate(sizes) if n < 0])
     data = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-    sizes = allgather(torch.tensor([len(payload)], dtype=torch.int64), name=sz_name,
-                      process_set=process_set).tolist()
     gathered = allgather(data, name=t_name, process_set=process_set).numpy()
     if len(gathered) != sum(sizes):
         raise RuntimeError("allgather_object: gathered %d bytes, expected %d"
