@@ -5,11 +5,13 @@
    dimensions, a local argument error on one rank (its peers' matching operation fails too),
    Adasum, a name used twice while in flight, calls before init(). After each, the engine still
    works, and unnamed operations stay aligned across ranks.
-2. A rank dies (os._exit in the middle of an allreduce loop, 3 ranks, HORA_TIMEOUT_MS=5000):
-   the survivors raise HorovodInternalError from the pending operation and from every later
-   one; shutdown() then init() over a fresh communicator works.
-3. A rank falls silent (SIGSTOP, 2 ranks started without hora-run, HORA_TIMEOUT_MS=3000): the
-   other raises HorovodInternalError, then kills it.
+2. A rank dies (os._exit in the middle of an allreduce loop, 3 ranks, a communicator with a
+   5 s timeout): the survivors raise HorovodInternalError from the pending operation and from
+   every later one; shutdown() then init() over a fresh communicator works.
+3. A rank falls silent (SIGSTOP, 2 ranks started without hora-run, a communicator with a 3 s
+   timeout): the other raises HorovodInternalError, then kills it.
+The short timeouts are set on a communicator made once all ranks run (not through
+HORA_TIMEOUT_MS, which would also bound the launch's rendezvous, however slow the start).
 Run from the repository root: /usr/bin/python3 tests/python/test_torch_errors.py
 """
 import os
@@ -25,12 +27,11 @@ torch = harness.require_torch()
 if not harness.in_rank():
     rc = harness.launch_self(__file__, [2, 3], timeout=60, env={"TEST_MODE": "mismatch"})
     if rc == 0:
-        rc = harness.launch_self(__file__, [3], timeout=60,
-                                 env={"TEST_MODE": "die", "HORA_TIMEOUT_MS": "5000"})
+        rc = harness.launch_self(__file__, [3], timeout=60, env={"TEST_MODE": "die"})
     if rc == 0:
         print("== silent peer: 2 ranks started without hora-run", flush=True)
         procs = harness.spawn(2, [harness.PYTHON, os.path.abspath(__file__)],
-                              env={"TEST_MODE": "silent", "HORA_TIMEOUT_MS": "3000"})
+                              env={"TEST_MODE": "silent"})
         (rc0, out0), (rc1, out1) = harness.wait_all(procs, 60)
         sys.stdout.write("".join("[0] " + line + "\n" for line in out0.splitlines()))
         sys.stdout.write("".join("[1] " + line + "\n" for line in out1.splitlines()))
@@ -50,6 +51,18 @@ MODE = os.environ["TEST_MODE"]
 def healthy(tag):
     got = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="healthy." + tag)
     check(torch.equal(got, torch.full((3,), float(hvd.size()))), "engine healthy after " + tag)
+
+
+def init_with_timeout(timeout_ms):
+    """hvd.init() over a communicator of all ranks whose waits give up after timeout_ms."""
+    world = C.Comm.from_env()
+    uid = bytearray(128)
+    if world.rank == 0:
+        uid[:] = C.unique_id()
+    t = torch.frombuffer(uid, dtype=torch.uint8)
+    world.broadcast(t.data_ptr(), t.data_ptr(), 128, C.UINT8, 0)
+    hvd.init(comm=C.Comm.init_rank(world.size, bytes(uid), world.rank, timeout_ms=timeout_ms))
+    return world
 
 
 def raises_all(exc, fn, text, contains=None):
@@ -129,7 +142,7 @@ if MODE == "mismatch":
     sys.exit(check.finish())
 
 if MODE == "die":
-    hvd.init()
+    world = init_with_timeout(5000)
     R, N = hvd.rank(), hvd.size()
     victim = N - 1
     err = None
@@ -166,7 +179,7 @@ if MODE == "die":
     sys.exit(check.finish())
 
 if MODE == "silent":
-    hvd.init()
+    world = init_with_timeout(3000)
     R = hvd.rank()
     pids = hvd.allgather(torch.tensor([os.getpid()], dtype=torch.int64)).tolist()
     for i in range(3):
@@ -181,7 +194,7 @@ if MODE == "silent":
                   lambda: [hvd.allreduce(torch.ones(4), op=hvd.Sum) for _ in range(1000000)],
                   "rank 0 raises HorovodInternalError when rank 1 stops answering")
     elapsed = time.monotonic() - t0
-    check(elapsed < 30, "within the timeout (%.2f s, HORA_TIMEOUT_MS=3000)" % elapsed)
+    check(elapsed < 30, "within the timeout (%.2f s, timeout 3 s)" % elapsed)
     os.kill(pids[1], signal.SIGKILL)
     hvd.shutdown()
     sys.exit(check.finish())

@@ -109,11 +109,27 @@ def _subcomm(world, ranks):
     return C.Comm.init_rank(len(ranks), uid.raw, ranks.index(world.rank))
 
 
+# Variables by which a launcher tells a process its rank; without any of them, init() runs
+# alone (size 1), as a script started by hand does under Horovod.
+_LAUNCHER_VARS = ("HORA_RANK", "HORA_SIZE", "HORA_ID", "HORA_ROOT", "OMPI_COMM_WORLD_SIZE",
+                  "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID", "WORLD_SIZE", "RANK")
+
+
+def _launcher_comm():
+    try:
+        return C.Comm.from_env()
+    except C.HoraError:
+        if any(v in os.environ for v in _LAUNCHER_VARS):
+            raise
+    return C.Comm.init_rank(1, C.unique_id(), 0)
+
+
 def init(comm=None, process_sets=None):
     """Starts hora.torch on this rank (collective over all ranks).
 
     comm: None for the launcher's communicator (hora-run, torchrun, srun, mpirun environments;
-    kept and reused by a later init() after a clean shutdown()), a hora._core.Comm to run over,
+    kept and reused by a later init() after a clean shutdown(); a process started without a
+    launcher runs alone, size 1), a hora._core.Comm to run over,
     or a list of global ranks to run over a subset of the launcher's ranks.
     process_sets: ProcessSet objects (or rank lists) to register at once, as add_process_set
     would; the same on every rank. The string "dynamic" is accepted and ignored: process sets
@@ -127,7 +143,7 @@ def init(comm=None, process_sets=None):
         owned = None
         if comm is None:
             if _env_comm is None or _env_comm.handle is None:
-                _env_comm = C.Comm.from_env()
+                _env_comm = _launcher_comm()
             world = _env_comm
         elif isinstance(comm, C.Comm):
             if comm.handle is None:
@@ -135,7 +151,7 @@ def init(comm=None, process_sets=None):
             world = comm
         elif isinstance(comm, (list, tuple, range)):
             if _env_comm is None or _env_comm.handle is None:
-                _env_comm = C.Comm.from_env()
+                _env_comm = _launcher_comm()
             ranks = sorted(set(int(r) for r in comm))
             if not ranks or ranks[0] < 0 or ranks[-1] >= _env_comm.size:
                 raise ValueError("init(comm=%r): ranks must lie in [0, %d)"
