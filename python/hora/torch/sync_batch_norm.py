@@ -38,9 +38,10 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         # the variance keeps its precision when computed as E[x^2] - E[x]^2.
         stats = torch.empty(2 * c + 1, dtype=torch.float64)
         if x.numel() > 0:
-            xd = x.to(torch.float64)
+            xd = x.to(torch.float64)   # a copy unless x is float64 already
             stats[:c] = xd.sum(dims)
-            stats[c:2 * c] = (xd * xd).sum(dims)
+            sq = xd.square_() if xd is not x else xd.square()
+            stats[c:2 * c] = sq.sum(dims)
         else:
             stats[:2 * c] = 0
         stats[2 * c] = x.numel() // c if c else 0
