@@ -349,6 +349,12 @@ else:
     got = hvd.allreduce(data(R, (4,), torch.float64), op=hvd.Average, name="after.join.avg")
     check(close(got, want / N, torch.float64),
           "allreduce Average while rank 0 has joined divides by the full size")
+    outs = hvd.grouped_allreduce([data(R, (3,), torch.float32), data(R, (5,), torch.float32),
+                                  data(R, (2,), torch.int32)], op=hvd.Sum, name="after.join.grp")
+    check(all(close(o, torch.stack([data(r, s, d).double() for r in range(1, N)]).sum(0), d)
+              for o, (s, d) in zip(outs, [((3,), torch.float32), ((5,), torch.float32),
+                                          ((2,), torch.int32)])),
+          "fused grouped allreduce while rank 0 has joined")
     got = hvd.allgather(data(R, (R, 2), torch.float32), name="after.join.gather")
     check(torch.equal(got, torch.cat([data(r, (r, 2), torch.float32) for r in range(1, N)])),
           "allgather while rank 0 has joined: no rows from it")
