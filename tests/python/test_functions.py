@@ -16,6 +16,19 @@ except ImportError as e:  # pragma: no cover
     sys.exit(77)
 
 
+def rank_env(**extra):
+    """The ranks' environment: python/ of this tree first on PYTHONPATH, one OpenMP thread,
+    and without HORA_RUN (the launcher's setting, which the library would warn about)."""
+    env = dict(os.environ)
+    py = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                       "python"))
+    env["PYTHONPATH"] = py + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.pop("HORA_RUN", None)
+    env.update(extra)
+    return env
+
+
 def launch(counts=(2, 3), timeout=50):
     runner = os.environ.get("HORA_RUN")
     if not runner:
@@ -24,7 +37,7 @@ def launch(counts=(2, 3), timeout=50):
     for n in counts:
         print("launching %d ranks" % n, flush=True)
         rc = subprocess.call([runner, "-n", str(n), "--timeout", str(timeout), sys.executable,
-                              os.path.abspath(sys.argv[0])])
+                              os.path.abspath(sys.argv[0])], env=rank_env())
         if rc != 0:
             print("FAIL: %d ranks exited with status %d" % (n, rc))
             return 1

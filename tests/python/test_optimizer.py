@@ -20,6 +20,19 @@ except ImportError as e:  # pragma: no cover
     sys.exit(77)
 
 
+def rank_env(**extra):
+    """The ranks' environment: python/ of this tree first on PYTHONPATH, one OpenMP thread,
+    and without HORA_RUN (the launcher's setting, which the library would warn about)."""
+    env = dict(os.environ)
+    py = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                       "python"))
+    env["PYTHONPATH"] = py + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.pop("HORA_RUN", None)
+    env.update(extra)
+    return env
+
+
 def launch(counts=(2, 3), timeout=50):
     runner = os.environ.get("HORA_RUN")
     if not runner:
@@ -29,7 +42,7 @@ def launch(counts=(2, 3), timeout=50):
         print("launching %d ranks" % n, flush=True)
         cmd = [runner, "-n", str(n), "--timeout", str(timeout), sys.executable,
                os.path.abspath(sys.argv[0])]
-        rc = subprocess.call(cmd)
+        rc = subprocess.call(cmd, env=rank_env())
         if rc != 0:
             print("FAIL: %d ranks exited with status %d" % (n, rc))
             return 1
@@ -37,7 +50,7 @@ def launch(counts=(2, 3), timeout=50):
     print("launching 3 ranks, rank 1 dies after two steps", flush=True)
     # A dead process is noticed at once; the timeout only bounds the wait (and must leave
     # room for three ranks importing torch on a small machine before the rendezvous).
-    env = dict(os.environ, HORA_TEST_MODE="peer_death", HORA_TIMEOUT_MS="20000")
+    env = rank_env(TEST_OPTIMIZER_MODE="peer_death", HORA_TIMEOUT_MS="20000")
     rc = subprocess.call([runner, "-n", "3", "--timeout", str(timeout), sys.executable,
                           os.path.abspath(sys.argv[0])], env=env)
     if rc != 0:
@@ -458,6 +471,6 @@ def rank_main():
 if __name__ == "__main__":
     if os.environ.get("HORA_RANK") is None:
         sys.exit(launch())
-    if os.environ.get("HORA_TEST_MODE") == "peer_death":
+    if os.environ.get("TEST_OPTIMIZER_MODE") == "peer_death":
         peer_death_main()
     rank_main()
