@@ -107,6 +107,7 @@ def main():
     runs = []
     order = [(n, v) for n in procs for v in variants]
     began = time.perf_counter()
+    load_before = os.getloadavg()[0]
     for rep in range(args.repeat):
         shift = rep % len(variants)  # rotate which variant goes first at each process count
         for n in procs:
@@ -132,8 +133,9 @@ def main():
             "gloo accuracy", "ratio (gloo / Hora time)", "DDP on hora backend epoch time (s)",
             "DDP on hora accuracy"]
     print("Fashion-MNIST, %d epoch(s), batch %d per rank, lr %g x processes, seed %d; median of %d "
-          "interleaved repetition(s); %d CPU core(s); total %.0f s"
-          % (args.epochs, args.batch_size, args.lr, args.seed, args.repeat, os.cpu_count(), total))
+          "interleaved repetition(s); %d CPU core(s); load average %.1f before, %.1f after; total %.0f s"
+          % (args.epochs, args.batch_size, args.lr, args.seed, args.repeat, os.cpu_count(), load_before,
+             os.getloadavg()[0], total))
     print()
     print("| " + " | ".join(cols) + " |")
     print("|" + "|".join("---:" for _ in cols) + "|")
