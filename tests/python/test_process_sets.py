@@ -137,5 +137,14 @@ if R in (1, 2):
     check(torch.equal(got, torch.full((2,), 3.0)), "allreduce on the new set")
 hvd.remove_process_set(c)
 hvd.remove_process_set(pre)
+
+# An operation still in flight on a set when its members remove it (rank 1, outside the set,
+# asks for the removal first): the operation completes, then the set goes.
+d = hvd.add_process_set([0, 2])
+h = hvd.allreduce_async(torch.ones(2) * R, op=hvd.Sum, process_set=d) if R != 1 else None
+check(hvd.remove_process_set(d) is True, "removing a set with an allreduce in flight on it")
+if h is not None:
+    check(torch.equal(hvd.synchronize(h), torch.full((2,), 2.0)),
+          "that allreduce completed with the right value")
 hvd.shutdown()
 sys.exit(check.finish())

@@ -583,6 +583,7 @@ class Engine:
         tl = self.timeline
         now = time.perf_counter()
         plan = []
+        removals = []
         open_batches = {}
         for e, err in ready:
             info = self._sets.get(e.key[0])
@@ -612,12 +613,19 @@ class Engine:
                     plan.append(b)
                 else:
                     plan.append(["fuse", nbytes, [e]])
+            elif kind == REMOVE_SET:
+                removals.append(["one", 0, [e]])
             else:
                 plan.append(["one", 0, [e]])
-        for step in plan:
+        # Removals last: an operation on a set that became ready in the same round still runs.
+        for step in plan + removals:
             entries = step[2]
             info = self._sets.get(entries[0].key[0])
             kind = entries[0].descs[min(entries[0].descs)][D_KIND]
+            if info is None:
+                for e in entries:
+                    self._fail_entry(e, "process set %d was removed" % e.key[0])
+                continue
             if kind not in (ADD_SET, REMOVE_SET, JOIN, BARRIER) and info.index < 0:
                 continue  # a process set this rank is not in
             if kind == ALLREDUCE:
