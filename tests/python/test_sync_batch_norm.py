@@ -173,6 +173,32 @@ def check_process_set(hvd):
         print("ok: SyncBatchNorm over a process set of ranks [0, 2] (3 ranks)", flush=True)
 
 
+def check_join(hvd):
+    """Ranks that have joined (hvd.join(): out of data) contribute zeros, count included, so
+    rank 0 alone normalizes over its own batch."""
+    rank = hvd.rank()
+    bn = hvd.SyncBatchNorm(3).double()
+    ref = torch.nn.BatchNorm2d(3).double()
+    g = torch.Generator().manual_seed(21)
+    if rank == 0:
+        for step in range(2):
+            x = torch.randn(5, 3, 2, 2, generator=g, dtype=torch.float64)
+            xl = x.clone().requires_grad_(True)
+            xr = x.clone().requires_grad_(True)
+            y, yr = bn(xl), ref(xr)
+            y.pow(2).sum().backward()
+            yr.pow(2).sum().backward()
+            check(close(y.detach(), yr.detach(), torch.float64)
+                  and close(xl.grad, xr.grad, torch.float64)
+                  and close(bn.running_var, ref.running_var, torch.float64),
+                  "join: step %d differs from BatchNorm2d on rank 0's batch" % step)
+    last = hvd.join()
+    check(last == 0, "join: the last rank to join was %d, not 0" % last)
+    if rank == 0:
+        print("ok: joined ranks contribute nothing to the statistics (%d ranks)" % hvd.size(),
+              flush=True)
+
+
 def rank_main():
     torch.set_num_threads(1)
     import hora.torch as hvd
@@ -210,6 +236,7 @@ def rank_main():
         print("ok: misuse raises ValueError; convert_sync_batchnorm", flush=True)
     if hvd.size() == 3:
         check_process_set(hvd)
+    check_join(hvd)
     hvd.shutdown()
 
 
