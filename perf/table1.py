@@ -82,6 +82,8 @@ def run_one(args, variant, n):
         cmd += ["--data-dir", args.data_dir]
     env = dict(os.environ)
     env.pop("HORA_RUN", None)
+    py = os.path.join(ROOT, "python")
+    env["PYTHONPATH"] = py + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if script.endswith("_ddp.py"):
         env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(free_port())
     start = time.perf_counter()

@@ -28,6 +28,10 @@ except ImportError as e:  # pragma: no cover
     print("SKIP: torch cannot be imported (%s)" % e)
     sys.exit(77)
 
+PYDIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+if PYDIR not in sys.path:
+    sys.path.insert(0, PYDIR)
+
 if not dist.is_available():  # pragma: no cover
     print("SKIP: this torch has no torch.distributed")
     sys.exit(77)
@@ -450,6 +454,8 @@ def run(n, role, *args, env=None, timeout=45):
            role] + [str(a) for a in args]
     print("launching %d ranks: %s" % (n, role), flush=True)
     e = dict(os.environ)
+    e["PYTHONPATH"] = PYDIR + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e.setdefault("OMP_NUM_THREADS", "1")
     e.update(env or {})
     e.pop("HORA_RUN", None)  # the launcher's path, not a variable for the ranks
     rc = subprocess.call(cmd, env=e)

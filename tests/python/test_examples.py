@@ -20,6 +20,7 @@ except ImportError as e:  # pragma: no cover
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(ROOT, "examples")
+PYDIR = os.path.join(ROOT, "python")
 sys.path.insert(0, EXAMPLES)
 import fashion_mnist  # noqa: E402
 
@@ -33,6 +34,8 @@ def run_example(name, script, extra, tmp):
            os.path.join(EXAMPLES, script), "--epochs", "1", "--limit-batches", "8", "--log-interval", "4",
            "--save", saved] + extra
     env = dict(os.environ)
+    env["PYTHONPATH"] = PYDIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("OMP_NUM_THREADS", "1")
     for k in ("HORA_RUN", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"):
         env.pop(k, None)
     print("running: %s" % " ".join(cmd[5:]), flush=True)
