@@ -25,9 +25,7 @@ ranks at the same round.
 import ctypes
 import collections
 import json
-import math
 import os
-import socket
 import struct
 import sys
 import threading
@@ -207,6 +205,23 @@ class SetInfo:
         self.index = index
 
 
+def subcomm(world, ranks):
+    """The communicator of the sorted global `ranks` out of `world` (collective over world): None
+    on the other ranks."""
+    member = world.rank in ranks
+    if _has("horaCommSplit"):
+        return world.split(0 if member else C.SPLIT_NOCOLOR, world.rank)
+    # A library without horaCommSplit: the set's first rank hosts a new rendezvous and
+    # broadcasts its id; the members then meet there.
+    uid = ctypes.create_string_buffer(128)
+    if world.rank == ranks[0]:
+        ctypes.memmove(uid, C.unique_id(), 128)
+    world.broadcast(ctypes.addressof(uid), ctypes.addressof(uid), 128, C.UINT8, ranks[0])
+    if not member:
+        return None
+    return C.Comm.init_rank(len(ranks), uid.raw, ranks.index(world.rank))
+
+
 def _has(symbol):
     try:
         getattr(C.lib, symbol)
@@ -260,7 +275,6 @@ class Engine:
         self._fusion = None
         self.timeline = timeline
         self._has_alltoall = _has("horaAllToAll")
-        self._has_split = _has("horaCommSplit")
         self._send = bytearray(self.SLOT)
         self._recv = bytearray(self.SLOT * self.size)
         self._send_c = (ctypes.c_char * self.SLOT).from_buffer(self._send)
@@ -870,22 +884,7 @@ class Engine:
         return set_id
 
     def _subcomm(self, ranks):
-        """The communicator of `ranks` (collective over the global communicator): None on the
-        other ranks."""
-        member = self.rank in ranks
-        if self._has_split:
-            return self.comm.split(0 if member else C.SPLIT_NOCOLOR, self.rank)
-        # A library without horaCommSplit: the set's first rank hosts a new rendezvous and
-        # broadcasts its id; the members then meet there.
-        uid = bytearray(128)
-        if self.rank == ranks[0]:
-            uid[:] = C.unique_id()
-        ub = (ctypes.c_char * 128).from_buffer(uid)
-        self.comm.broadcast(ctypes.addressof(ub), ctypes.addressof(ub), 128, C.UINT8, ranks[0])
-        del ub
-        if not member:
-            return None
-        return C.Comm.init_rank(len(ranks), bytes(uid), ranks.index(self.rank))
+        return subcomm(self.comm, ranks)
 
     def _remove_set(self, e):
         d0 = e.descs[min(e.descs)]

@@ -92,23 +92,6 @@ def _host_layout(comm):
     }
 
 
-def _subcomm(world, ranks):
-    """The communicator of `ranks` out of `world` (collective over world); None elsewhere."""
-    member = world.rank in ranks
-    try:
-        C.lib.horaCommSplit
-        return world.split(0 if member else C.SPLIT_NOCOLOR, world.rank)
-    except AttributeError:
-        pass
-    uid = ctypes.create_string_buffer(128)
-    if world.rank == ranks[0]:
-        ctypes.memmove(uid, C.unique_id(), 128)
-    world.broadcast(ctypes.addressof(uid), ctypes.addressof(uid), 128, C.UINT8, ranks[0])
-    if not member:
-        return None
-    return C.Comm.init_rank(len(ranks), uid.raw, ranks.index(world.rank))
-
-
 # Variables by which a launcher tells a process its rank; without any of them, init() runs
 # alone (size 1), as a script started by hand does under Horovod.
 _LAUNCHER_VARS = ("HORA_RANK", "HORA_SIZE", "HORA_ID", "HORA_ROOT", "OMPI_COMM_WORLD_SIZE",
@@ -156,7 +139,7 @@ def init(comm=None, process_sets=None):
             if not ranks or ranks[0] < 0 or ranks[-1] >= _env_comm.size:
                 raise ValueError("init(comm=%r): ranks must lie in [0, %d)"
                                  % (list(comm), _env_comm.size))
-            world = owned = _subcomm(_env_comm, ranks)
+            world = owned = E.subcomm(_env_comm, ranks)
             if world is None:
                 raise ValueError("init(comm=%r): rank %d is not in that list"
                                  % (ranks, _env_comm.rank))
