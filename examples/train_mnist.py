@@ -36,6 +36,8 @@ def parse_args():
     p.add_argument("--limit-batches", type=int, default=0,
                    help="train and test on at most this many batches per epoch (0: all)")
     p.add_argument("--fp16-allreduce", action="store_true", help="compress gradients to float16")
+    p.add_argument("--gradient-predivide-factor", type=float, default=1.0,
+                   help="divide gradients by this before the sum and by size/factor after it")
     p.add_argument("--data-dir", default=fashion_mnist.DEFAULT_DIR)
     p.add_argument("--save", metavar="PATH", help="rank 0 saves the trained model's state_dict here")
     return p.parse_args()
@@ -96,7 +98,8 @@ def main():
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=compression)
+                                         compression=compression, op=hvd.Average,
+                                         gradient_predivide_factor=args.gradient_predivide_factor)
 
     if hvd.rank() == 0:
         print("training on %d rank(s), batch %d per rank, lr %g, %d epoch(s)"
