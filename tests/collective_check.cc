@@ -13,12 +13,15 @@ const char* collName(Coll c) {
     case Coll::Reduce: return "Reduce";
     case Coll::AllGather: return "AllGather";
     case Coll::ReduceScatter: return "ReduceScatter";
+    case Coll::AllToAll: return "AllToAll";
+    case Coll::Barrier: return "Barrier";
   }
   return "?";
 }
 
 std::string describe(const Case& c) {
   char buf[160];
+  if (c.coll == Coll::Barrier) return "Barrier";
   snprintf(buf, sizeof buf, "%s %s %s count=%zu %s root=%d", collName(c.coll), typeName(c.dtype),
            c.op == horaNumOps ? "premulsum" : opName(c.op), c.count, c.inPlace ? "in-place" : "out-of-place",
            c.root);
@@ -59,6 +62,8 @@ std::string runCase(horaComm_t comm, int rank, int n, const Case& c) {
   size_t sendElems = N, recvElems = N;
   if (c.coll == Coll::AllGather) recvElems = N * un;
   if (c.coll == Coll::ReduceScatter) sendElems = N * un;
+  if (c.coll == Coll::AllToAll) sendElems = recvElems = N * un;
+  if (c.coll == Coll::Barrier) sendElems = recvElems = 0;
   Guarded recv(recvElems * E), send(sendElems * E);
   // Inputs.
   uint8_t* sbuf = send.data();
@@ -82,6 +87,8 @@ std::string runCase(horaComm_t comm, int rank, int n, const Case& c) {
     case Coll::Reduce: res = horaReduce(sbuf, rbuf, N, t, op, c.root, comm, nullptr); break;
     case Coll::AllGather: res = horaAllGather(sbuf, rbuf, N, t, comm, nullptr); break;
     case Coll::ReduceScatter: res = horaReduceScatter(sbuf, rbuf, N, t, op, comm, nullptr); break;
+    case Coll::AllToAll: res = horaAllToAll(sbuf, rbuf, N, t, comm, nullptr); break;
+    case Coll::Barrier: res = horaBarrier(comm, nullptr); break;
   }
   if (premul) horaRedOpDestroy(op, comm);
   if (res != horaSuccess) return describe(c) + ": " + horaGetErrorString(res) + ": " + horaGetLastError(comm);
@@ -106,6 +113,12 @@ std::string runCase(horaComm_t comm, int rank, int n, const Case& c) {
     case Coll::ReduceScatter:
       for (size_t i = 0; i < N; ++i) expected(t, baseOp, premul, n, ur * N + i, want.data() + i * E);
       break;
+    case Coll::AllToAll:
+      // Block q came from rank q: its block for this rank.
+      for (size_t q = 0; q < un; ++q)
+        for (size_t i = 0; i < N; ++i) store(t, want.data(), q * N + i, inputValue(t, baseOp, static_cast<int>(q), ur * N + i));
+      break;
+    case Coll::Barrier: return "";
   }
   return compare(t, rbuf, want.data(), recvElems, describe(c));
 }
@@ -117,7 +130,9 @@ std::vector<Case> sweep(int n, bool withBig) {
   static const horaRedOp_t ops[] = {horaSum, horaProd, horaMax, horaMin, horaAvg, horaNumOps};
   const size_t counts[] = {0, 1, 7, 1000 + static_cast<size_t>(n)};
   std::vector<Case> out;
+  out.push_back(Case{Coll::Barrier, horaUint8, horaSum, 0, false, 0});
   for (Coll c : allColls()) {
+    if (c == Coll::Barrier) continue;
     const bool reduces = c == Coll::AllReduce || c == Coll::Reduce || c == Coll::ReduceScatter;
     const bool rooted = c == Coll::Broadcast || c == Coll::Reduce;
     for (horaDataType_t t : types)
@@ -128,7 +143,8 @@ std::vector<Case> sweep(int n, bool withBig) {
       }
     if (withBig) {
       // Multi-MiB: several pipeline chunks per segment.
-      const size_t big = (3u << 20) + 5;
+      // AllToAll's buffers hold n blocks: keep them as large as the others'.
+      const size_t big = ((3u << 20) + 5) / (c == Coll::AllToAll ? static_cast<size_t>(n) : 1);
       out.push_back(Case{c, horaFloat32, horaSum, big, false, rooted ? n - 1 : 0});
       out.push_back(Case{c, horaFloat32, reduces ? horaAvg : horaSum, big, true, 0});
       out.push_back(Case{c, horaInt8, reduces ? horaMax : horaSum, big * 2, false, 0});

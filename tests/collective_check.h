@@ -9,11 +9,11 @@
 
 namespace hora::test {
 
-enum class Coll { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter };
+enum class Coll { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Barrier };
 const char* collName(Coll c);
 inline const std::vector<Coll>& allColls() {
   static const std::vector<Coll> v{Coll::AllReduce, Coll::Broadcast, Coll::Reduce, Coll::AllGather,
-                                   Coll::ReduceScatter};
+                                   Coll::ReduceScatter, Coll::AllToAll, Coll::Barrier};
   return v;
 }
 

@@ -66,6 +66,20 @@ std::string badCalls(horaComm_t comm, int rank, int n) {
   c.expect(horaAllReduce(buf, out, SIZE_MAX / 2, horaFloat, horaSum, comm, nullptr), IA, comm, "overflowing count");
   c.expect(horaAllReduce(buf, buf + 1, 8, horaFloat, horaSum, comm, nullptr), IA, comm, "overlapping buffers");
   c.expect(horaAllGather(out + 1, out, 8, horaFloat, comm, nullptr), n > 1 ? IA : IA, comm, "overlapping allgather");
+  // AllToAll, Barrier and Split.
+  c.expect(horaAllToAll(nullptr, out, 4, horaFloat, comm, nullptr), IA, comm, "null alltoall sendbuff");
+  c.expect(horaAllToAll(buf, nullptr, 4, horaFloat, comm, nullptr), IA, comm, "null alltoall recvbuff");
+  c.expect(horaAllToAll(out, out + 1, 4, horaFloat, comm, nullptr), IA, comm, "overlapping alltoall");
+  c.expect(horaAllToAll(buf, out, 4, static_cast<horaDataType_t>(42), comm, nullptr), IA, comm, "bad alltoall dtype");
+  c.expect(horaAllToAll(buf, out, SIZE_MAX / 4, horaFloat, comm, nullptr), IA, comm, "overflowing alltoall count");
+  c.expect(horaBarrier(nullptr, nullptr), IA, nullptr, "barrier on a null comm");
+  horaComm_t sub = nullptr;
+  c.expect(horaCommSplit(comm, -2, 0, &sub, nullptr), IA, comm, "split with color -2");
+  c.expect(horaCommSplit(comm, 0, 0, nullptr, nullptr), IA, comm, "split with a null newcomm");
+  c.expect(horaCommSplit(nullptr, 0, 0, &sub, nullptr), IA, nullptr, "split of a null comm");
+  horaGroupStart();
+  c.expect(horaCommSplit(comm, 0, 0, &sub, nullptr), horaInvalidUsage, comm, "split inside a group");
+  horaGroupEnd();
   // Reduction ops: device scalars, null scalar, foreign or destroyed ops, wrong dtype.
   horaRedOp_t op;
   float two = 2.0f;

@@ -3,6 +3,7 @@
 // several communicators in one group.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -181,4 +182,99 @@ TEST_CASE("communicator queries", "[threads]") {
   int version = 0;
   CHECK(horaGetVersion(&version) == horaSuccess);
   CHECK(version == HORA_VERSION_CODE);
+}
+
+TEST_CASE("barrier: no rank leaves before every rank has arrived", "[threads][barrier]") {
+  for (int n : {2, 3, 5, 8}) {
+    std::atomic<int> arrived{0};
+    auto failures = runThreads(n, [&](horaComm_t comm, int rank, int nranks) -> std::string {
+      for (int round = 1; round <= 40; ++round) {
+        // Arrive in a different order each round: a few yields per rank and round.
+        for (int i = 0; i < (rank * 7 + round * 3) % 11; ++i) std::this_thread::yield();
+        arrived.fetch_add(1);
+        if (horaBarrier(comm, nullptr) != horaSuccess) return horaGetLastError(comm);
+        const int seen = arrived.load();
+        if (seen < round * nranks)
+          return "round " + std::to_string(round) + ": left the barrier after only " + std::to_string(seen) +
+                 " arrivals of " + std::to_string(round * nranks);
+        // Second barrier: nobody may start the next round's arrival before all have checked.
+        if (horaBarrier(comm, nullptr) != horaSuccess) return horaGetLastError(comm);
+      }
+      return "";
+    });
+    INFO("nranks " << n << "\n" << joinAll(failures));
+    CHECK(failures.empty());
+  }
+}
+
+TEST_CASE("alltoall inside a group with other collectives", "[threads][group]") {
+  const int n = 4;
+  auto failures = runThreads(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
+    const size_t N = 300;
+    std::vector<int32_t> send(N * nranks), recv(N * nranks, -1), sum(N), mine(N, rank + 1);
+    for (size_t i = 0; i < send.size(); ++i) send[i] = static_cast<int32_t>(rank * 100000 + i);
+    horaGroupStart();
+    horaAllToAll(send.data(), recv.data(), N, horaInt32, comm, nullptr);
+    horaAllReduce(mine.data(), sum.data(), N, horaInt32, horaSum, comm, nullptr);
+    horaBarrier(comm, nullptr);
+    if (horaGroupEnd() != horaSuccess) return horaGetLastError(comm);
+    for (int q = 0; q < nranks; ++q)
+      for (size_t i = 0; i < N; ++i)
+        if (recv[q * N + i] != static_cast<int32_t>(q * 100000 + rank * N + i))
+          return "alltoall block " + std::to_string(q) + " element " + std::to_string(i) + " wrong";
+    for (size_t i = 0; i < N; ++i)
+      if (sum[i] != nranks * (nranks + 1) / 2) return "allreduce wrong";
+    return "";
+  });
+  INFO(joinAll(failures));
+  CHECK(failures.empty());
+}
+
+TEST_CASE("split: colors, key order, no color, and collectives on the new communicators", "[threads][split]") {
+  for (int n : {1, 3, 8}) {
+    auto failures = runThreads(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
+      // Ranks r % 3 == 2 stay out; the others split by r % 3, ranked by descending r.
+      const int color = rank % 3 == 2 ? HORA_SPLIT_NOCOLOR : rank % 3;
+      horaComm_t sub = reinterpret_cast<horaComm_t>(0x1);
+      if (horaCommSplit(comm, color, nranks - rank, &sub, nullptr) != horaSuccess)
+        return std::string("horaCommSplit: ") + horaGetLastError(comm);
+      if (color == HORA_SPLIT_NOCOLOR) {
+        if (sub != nullptr) return "a rank without a color got a communicator";
+        std::string e = runCase(comm, rank, nranks, Case{Coll::AllReduce, horaFloat32, horaSum, 999, false, 0});
+        return e.empty() ? "" : "on the parent after the split: " + e;
+      }
+      if (!sub) return "no communicator for color " + std::to_string(color);
+      std::vector<int> members;
+      for (int r = nranks - 1; r >= 0; --r)
+        if (r % 3 == color) members.push_back(r);
+      int subRank = -1, subCount = -1;
+      horaCommUserRank(sub, &subRank);
+      horaCommCount(sub, &subCount);
+      if (subCount != static_cast<int>(members.size())) return "wrong size " + std::to_string(subCount);
+      if (members[static_cast<size_t>(subRank)] != rank) return "wrong rank " + std::to_string(subRank);
+      // The new communicator works, and independently of the parent.
+      for (const Case& c : {Case{Coll::AllReduce, horaInt32, horaSum, 1001, false, 0},
+                            Case{Coll::AllToAll, horaFloat32, horaSum, 77, true, 0},
+                            Case{Coll::Broadcast, horaFloat64, horaSum, 5000, false, subCount - 1},
+                            Case{Coll::Barrier, horaUint8, horaSum, 0, false, 0}}) {
+        std::string e = runCase(sub, subRank, subCount, c);
+        if (!e.empty()) return "on the split communicator: " + e;
+      }
+      std::string e = runCase(comm, rank, nranks, Case{Coll::AllReduce, horaFloat32, horaSum, 999, false, 0});
+      if (!e.empty()) return "on the parent after the split: " + e;
+      // A split of the split.
+      horaComm_t subsub = nullptr;
+      if (horaCommSplit(sub, subRank % 2, 0, &subsub, nullptr) != horaSuccess)
+        return std::string("second split: ") + horaGetLastError(sub);
+      int ssCount = 0, ssRank = 0;
+      horaCommCount(subsub, &ssCount);
+      horaCommUserRank(subsub, &ssRank);
+      e = runCase(subsub, ssRank, ssCount, Case{Coll::AllGather, horaUint8, horaSum, 33, false, 0});
+      horaCommDestroy(subsub);
+      horaCommDestroy(sub);
+      return e.empty() ? "" : "on the split of the split: " + e;
+    });
+    INFO("nranks " << n << "\n" << joinAll(failures));
+    CHECK(failures.empty());
+  }
 }

@@ -53,11 +53,35 @@ TEST_CASE("more ranks than cores: 8 ranks pinned to one core finish every collec
   auto results = runProcesses(8, [&one](horaComm_t comm, int rank, int nranks) -> std::string {
     if (sched_setaffinity(0, sizeof one, &one) != 0) return "sched_setaffinity failed";
     for (size_t count : {size_t(3), size_t(5000), size_t(300001)})  // flat, slice and many chunks
-      for (Coll c : {Coll::AllReduce, Coll::AllGather, Coll::ReduceScatter, Coll::Broadcast, Coll::Reduce}) {
+      for (Coll c : {Coll::AllReduce, Coll::AllGather, Coll::ReduceScatter, Coll::Broadcast, Coll::Reduce, Coll::AllToAll, Coll::Barrier}) {
         std::string e = runCase(comm, rank, nranks, Case{c, horaFloat, horaSum, count, false, 3});
         if (!e.empty()) return e;
       }
     return "";
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+TEST_CASE("split between processes: halves, then the sweep's collectives on each", "[processes][split]") {
+  const int n = 5;
+  auto results = runProcesses(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
+    horaComm_t half = nullptr;
+    if (horaCommSplit(comm, rank < 2 ? 7 : 3, rank, &half, nullptr) != horaSuccess)
+      return std::string("horaCommSplit: ") + horaGetLastError(comm);
+    int hr = -1, hn = -1;
+    horaCommUserRank(half, &hr);
+    horaCommCount(half, &hn);
+    if (hn != (rank < 2 ? 2 : 3) || hr != (rank < 2 ? rank : rank - 2)) return "wrong rank or size in the split";
+    for (const Case& c : {Case{Coll::AllReduce, horaFloat32, horaAvg, 100003, false, 0},
+                          Case{Coll::AllToAll, horaInt64, horaSum, 4001, true, 0},
+                          Case{Coll::ReduceScatter, horaBfloat16, horaMax, 777, false, 0},
+                          Case{Coll::Barrier, horaUint8, horaSum, 0, false, 0}}) {
+      std::string e = runCase(half, hr, hn, c);
+      if (!e.empty()) return e;
+    }
+    horaCommDestroy(half);
+    return runCase(comm, rank, nranks, Case{Coll::AllGather, horaInt32, horaSum, 1000, true, 0});
   });
   INFO(describe(results));
   for (const auto& r : results) CHECK(r.ok());

@@ -1,6 +1,7 @@
 // Version, errors, unique ids, communicators and reduction ops.
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -253,6 +254,65 @@ HORA_API horaResult_t horaCommAbort(horaComm_t comm) {
     horaComm* c = api::checkComm(comm);
     log::RankScope scope(c->rank);
     if (c->abort()) delete c;
+  });
+}
+
+namespace {
+
+// Split: every rank tells every other its (color, key); the first rank of each color (by key,
+// then rank) hosts a rendezvous for its color and tells the others its id; then the ranks of
+// each color make their communicator as horaCommInitRank would. Two allgathers on the parent
+// and one communicator setup.
+horaComm* splitComm(horaComm* c, int color, int key, const CommOptions& o) {
+  const int n = c->nranks;
+  std::vector<int32_t> mine{color, key}, all(2 * static_cast<size_t>(n));
+  coll::Args a;
+  a.kind = coll::Kind::AllGather;
+  a.dtype = DataType::Int32;
+  a.count = 2;
+  a.sendbuf = mine.data();
+  a.recvbuf = all.data();
+  group::submit(c, a);
+  std::vector<int> members;  // this color's ranks, in their new order
+  for (int r = 0; r < n; ++r)
+    if (color != HORA_SPLIT_NOCOLOR && all[2 * static_cast<size_t>(r)] == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int x, int y) { return all[2 * static_cast<size_t>(x) + 1] < all[2 * static_cast<size_t>(y) + 1]; });
+  std::vector<uint8_t> id(kUniqueIdBytes, 0), ids(kUniqueIdBytes * static_cast<size_t>(n));
+  if (!members.empty() && members[0] == c->rank) {
+    SockAddr bind = c->peers[static_cast<size_t>(c->rank)].tcpAddr;
+    bind.setPort(0);
+    newId(bind).encode(id.data());
+  }
+  a.dtype = DataType::Uint8;
+  a.count = kUniqueIdBytes;
+  a.sendbuf = id.data();
+  a.recvbuf = ids.data();
+  group::submit(c, a);
+  if (members.empty()) return nullptr;
+  const int newRank = static_cast<int>(std::find(members.begin(), members.end(), c->rank) - members.begin());
+  const UniqueId leaderId = UniqueId::decode(ids.data() + kUniqueIdBytes * static_cast<size_t>(members[0]));
+  return horaComm::create(leaderId, static_cast<int>(members.size()), newRank, o).release();
+}
+
+}  // namespace
+
+HORA_API horaResult_t horaCommSplit(horaComm_t comm, int color, int key, horaComm_t* newcomm, horaConfig_t* config) {
+  return guard("horaCommSplit", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    if (!newcomm) fail(Errc::InvalidArgument, "newcomm is NULL");
+    *newcomm = nullptr;
+    if (color < 0 && color != HORA_SPLIT_NOCOLOR)
+      fail(Errc::InvalidArgument, "color %d is invalid: use a color >= 0, or HORA_SPLIT_NOCOLOR (-1)", color);
+    if (group::active()) fail(Errc::InvalidUsage, "horaCommSplit inside horaGroupStart/horaGroupEnd is not supported");
+    // The new communicator inherits what the config leaves undefined.
+    CommOptions o = c->opts;
+    if (config) {
+      CommOptions given = optionsFrom(config);
+      if (config->commName) o.name = given.name;
+      if (config->size >= sizeof(horaConfig_t) && config->timeoutMs != HORA_CONFIG_UNDEF_INT) o.timeout = given.timeout;
+    }
+    *newcomm = splitComm(c, color, key, o);
   });
 }
 

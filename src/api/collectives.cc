@@ -10,9 +10,11 @@ using api::guard;
 
 namespace {
 
-size_t checkedBytes(size_t count, DataType dt, size_t times, const char* what) {
+size_t checkedBytes(size_t count, DataType dt, size_t times) {
   size_t e = dataTypeSize(dt);
-  if (count > SIZE_MAX / e / times) fail(Errc::InvalidArgument, "%s: count %zu overflows the address space", what, count);
+  // No object is larger than PTRDIFF_MAX bytes: a larger count cannot describe the caller's buffer.
+  if (count > static_cast<size_t>(PTRDIFF_MAX) / e / times)
+    fail(Errc::InvalidArgument, "count %zu overflows the address space", count);
   return count * e * times;
 }
 
@@ -57,7 +59,7 @@ HORA_API horaResult_t horaAllReduce(const void* sendbuff, void* recvbuff, size_t
     api::checkStream(stream);
     coll::Args a = args(coll::Kind::AllReduce, c, sendbuff, recvbuff, count, api::rawInt(datatype));
     c->resolveOp(api::rawInt(op), a.dtype, a);
-    size_t bytes = checkedBytes(count, a.dtype, 1, "horaAllReduce");
+    size_t bytes = checkedBytes(count, a.dtype, 1);
     needBuffer(sendbuff, bytes, "sendbuff");
     needBuffer(recvbuff, bytes, "recvbuff");
     checkOverlap(sendbuff, bytes, recvbuff, bytes, recvbuff);
@@ -73,7 +75,7 @@ HORA_API horaResult_t horaBroadcast(const void* sendbuff, void* recvbuff, size_t
     coll::Args a = args(coll::Kind::Broadcast, c, sendbuff, recvbuff, count, api::rawInt(datatype));
     checkRoot(root, c);
     a.root = root;
-    size_t bytes = checkedBytes(count, a.dtype, 1, "horaBroadcast");
+    size_t bytes = checkedBytes(count, a.dtype, 1);
     needBuffer(recvbuff, bytes, "recvbuff");
     if (c->rank == root) {
       needBuffer(sendbuff, bytes, "sendbuff (on the root)");
@@ -92,7 +94,7 @@ HORA_API horaResult_t horaReduce(const void* sendbuff, void* recvbuff, size_t co
     c->resolveOp(api::rawInt(op), a.dtype, a);
     checkRoot(root, c);
     a.root = root;
-    size_t bytes = checkedBytes(count, a.dtype, 1, "horaReduce");
+    size_t bytes = checkedBytes(count, a.dtype, 1);
     needBuffer(sendbuff, bytes, "sendbuff");
     if (c->rank == root) {
       needBuffer(recvbuff, bytes, "recvbuff (on the root)");
@@ -108,8 +110,8 @@ HORA_API horaResult_t horaAllGather(const void* sendbuff, void* recvbuff, size_t
     horaComm* c = api::checkComm(comm);
     api::checkStream(stream);
     coll::Args a = args(coll::Kind::AllGather, c, sendbuff, recvbuff, sendcount, api::rawInt(datatype));
-    size_t bytes = checkedBytes(sendcount, a.dtype, 1, "horaAllGather");
-    size_t total = checkedBytes(sendcount, a.dtype, static_cast<size_t>(c->nranks), "horaAllGather");
+    size_t bytes = checkedBytes(sendcount, a.dtype, 1);
+    size_t total = checkedBytes(sendcount, a.dtype, static_cast<size_t>(c->nranks));
     needBuffer(sendbuff, bytes, "sendbuff");
     needBuffer(recvbuff, total, "recvbuff");
     const void* mine = recvbuff ? static_cast<uint8_t*>(recvbuff) + bytes * static_cast<size_t>(c->rank) : nullptr;
@@ -126,8 +128,8 @@ HORA_API horaResult_t horaReduceScatter(const void* sendbuff, void* recvbuff, si
     api::checkStream(stream);
     coll::Args a = args(coll::Kind::ReduceScatter, c, sendbuff, recvbuff, recvcount, api::rawInt(datatype));
     c->resolveOp(api::rawInt(op), a.dtype, a);
-    size_t bytes = checkedBytes(recvcount, a.dtype, 1, "horaReduceScatter");
-    size_t total = checkedBytes(recvcount, a.dtype, static_cast<size_t>(c->nranks), "horaReduceScatter");
+    size_t bytes = checkedBytes(recvcount, a.dtype, 1);
+    size_t total = checkedBytes(recvcount, a.dtype, static_cast<size_t>(c->nranks));
     needBuffer(sendbuff, total, "sendbuff");
     needBuffer(recvbuff, bytes, "recvbuff");
     const void* mine = sendbuff ? static_cast<const uint8_t*>(sendbuff) + bytes * static_cast<size_t>(c->rank) : nullptr;
@@ -146,7 +148,7 @@ HORA_API horaResult_t horaSend(const void* sendbuff, size_t count, horaDataType_
     coll::Args a = args(coll::Kind::Send, c, sendbuff, nullptr, count, api::rawInt(datatype));
     if (peer < 0 || peer >= c->nranks) fail(Errc::InvalidArgument, "peer %d is out of range [0, %d)", peer, c->nranks);
     a.peer = peer;
-    needBuffer(sendbuff, checkedBytes(count, a.dtype, 1, "horaSend"), "sendbuff");
+    needBuffer(sendbuff, checkedBytes(count, a.dtype, 1), "sendbuff");
     if (peer == c->rank && !group::active())
       fail(Errc::InvalidUsage, "a send to this rank itself must be inside a group with its receive");
     group::submit(c, a);
@@ -161,9 +163,32 @@ HORA_API horaResult_t horaRecv(void* recvbuff, size_t count, horaDataType_t data
     coll::Args a = args(coll::Kind::Recv, c, nullptr, recvbuff, count, api::rawInt(datatype));
     if (peer < 0 || peer >= c->nranks) fail(Errc::InvalidArgument, "peer %d is out of range [0, %d)", peer, c->nranks);
     a.peer = peer;
-    needBuffer(recvbuff, checkedBytes(count, a.dtype, 1, "horaRecv"), "recvbuff");
+    needBuffer(recvbuff, checkedBytes(count, a.dtype, 1), "recvbuff");
     if (peer == c->rank && !group::active())
       fail(Errc::InvalidUsage, "a receive from this rank itself must be inside a group with its send");
+    group::submit(c, a);
+  });
+}
+
+HORA_API horaResult_t horaAllToAll(const void* sendbuff, void* recvbuff, size_t count, horaDataType_t datatype,
+                                   horaComm_t comm, horaStream_t stream) {
+  return guard("horaAllToAll", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    api::checkStream(stream);
+    coll::Args a = args(coll::Kind::AllToAll, c, sendbuff, recvbuff, count, api::rawInt(datatype));
+    size_t total = checkedBytes(count, a.dtype, static_cast<size_t>(c->nranks));
+    needBuffer(sendbuff, total, "sendbuff");
+    needBuffer(recvbuff, total, "recvbuff");
+    checkOverlap(sendbuff, total, recvbuff, total, recvbuff);
+    group::submit(c, a);
+  });
+}
+
+HORA_API horaResult_t horaBarrier(horaComm_t comm, horaStream_t stream) {
+  return guard("horaBarrier", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    api::checkStream(stream);
+    coll::Args a = args(coll::Kind::Barrier, c, nullptr, nullptr, 0, horaUint8);
     group::submit(c, a);
   });
 }

@@ -17,6 +17,8 @@ void build(const Args& a, const Topo& t, const Plan& plan, core::Scratch& scratc
     case Kind::ReduceScatter: ringReduceScatter(a, t, plan, scratch, b); break;
     case Kind::Broadcast: chainBroadcast(a, t, plan, scratch, b); break;
     case Kind::Reduce: chainReduce(a, t, plan, scratch, b); break;
+    case Kind::AllToAll: pairwiseAllToAll(a, t, plan, scratch, b); break;
+    case Kind::Barrier: disseminationBarrier(t, scratch, b); break;
     case Kind::Send:
     case Kind::Recv: p2p(a, t, plan, b); break;
   }

@@ -21,6 +21,8 @@ enum class Kind : uint8_t {
   ReduceScatter = 5,
   Send = 6,
   Recv = 7,
+  AllToAll = 8,
+  Barrier = 9,
 };
 const char* kindName(Kind k);
 
@@ -28,7 +30,7 @@ struct Args {
   Kind kind = Kind::AllReduce;
   const void* sendbuf = nullptr;
   void* recvbuf = nullptr;
-  size_t count = 0;  // per the ABI: recvcount for ReduceScatter, sendcount for AllGather
+  size_t count = 0;  // per the ABI: recvcount for ReduceScatter, sendcount for AllGather, per rank for AllToAll
   DataType dtype = DataType::Float32;
   RedOp op = RedOp::Sum;
   kernels::Scalar scalar{0.0};  // PreMulSum's scalar, in the type's domain

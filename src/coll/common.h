@@ -77,6 +77,8 @@ void ringReduceScatter(const Args& a, const Topo& t, const Plan& p, core::Scratc
 void chainBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void chainReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void p2p(const Args& a, const Topo& t, const Plan& p, core::ProgramBuilder& b);
+void pairwiseAllToAll(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void disseminationBarrier(const Topo& t, core::Scratch& s, core::ProgramBuilder& b);
 
 inline size_t chunkElems(const Args& a, const Plan& p) {
   return std::max<size_t>(1, p.chunkBytes / dataTypeSize(a.dtype));

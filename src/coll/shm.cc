@@ -100,9 +100,12 @@ void shmAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch&, c
 }
 
 bool shmFlatNowApplies(const Args& a, const Topo& t, const Plan& p) {
-  if (!t.world || t.nranks < 2 || t.nranks > kernels::kMaxSources || a.count == 0) return false;
-  // What each rank puts in its slot: its input (all n blocks of it for ReduceScatter).
-  const size_t in = a.count * dataTypeSize(a.dtype) * (a.kind == Kind::ReduceScatter ? static_cast<size_t>(t.nranks) : 1);
+  if (!t.world || t.nranks < 2 || t.nranks > kernels::kMaxSources) return false;
+  if (a.kind == Kind::Barrier) return true;
+  if (a.count == 0) return false;
+  // What each rank puts in its slot: its input (all n blocks of it for ReduceScatter and AllToAll).
+  const bool blocks = a.kind == Kind::ReduceScatter || a.kind == Kind::AllToAll;
+  const size_t in = a.count * dataTypeSize(a.dtype) * (blocks ? static_cast<size_t>(t.nranks) : 1);
   if (in > shmSlotBytes(*t.world)) return false;
   switch (a.kind) {
     case Kind::AllReduce: return p.algo == Algo::ShmFlat;
@@ -149,9 +152,11 @@ void shmFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
     case Kind::Reduce: copyIn(slot, a.sendbuf, N, red.spec(true, false), E); break;
     case Kind::ReduceScatter: copyIn(slot, a.sendbuf, N * static_cast<size_t>(n), red.spec(true, false), E); break;
     case Kind::AllGather: memcpy(slot, a.sendbuf, bytes); break;
+    case Kind::AllToAll: memcpy(slot, a.sendbuf, bytes * static_cast<size_t>(n)); break;
     case Kind::Broadcast:
       if (r == a.root) memcpy(slot, a.sendbuf, bytes);
       break;
+    case Kind::Barrier: break;
     default: fail(Errc::Internal, "shmFlatNow: %s", kindName(a.kind));
   }
   mine[kInReady].store(s, std::memory_order_release);
@@ -177,6 +182,11 @@ void shmFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
         if (j != r) memcpy(to, slots.in(j, s), bytes);
         else if (to != a.sendbuf) memcpy(to, a.sendbuf, bytes);
       }
+      break;
+    case Kind::AllToAll:
+      // From the slots, not sendbuf: in place, the buffer is being overwritten.
+      for (int j = 0; j < n; ++j)
+        memcpy(at(a.recvbuf, static_cast<size_t>(j) * N, E), slots.in(j, s) + static_cast<size_t>(r) * bytes, bytes);
       break;
     case Kind::Broadcast:
       if (r != a.root) memcpy(a.recvbuf, slots.in(a.root, s), bytes);

@@ -16,6 +16,8 @@ const char* kindName(Kind k) {
     case Kind::ReduceScatter: return "ReduceScatter";
     case Kind::Send: return "Send";
     case Kind::Recv: return "Recv";
+    case Kind::AllToAll: return "AllToAll";
+    case Kind::Barrier: return "Barrier";
   }
   return "?";
 }
@@ -51,9 +53,10 @@ std::string describeTag(uint64_t tag) {
   unsigned op = (tag >> 48) & 0xf;
   unsigned root = (tag >> 32) & 0xffff;
   uint64_t count = tag & 0xffffffffu;
-  if (static_cast<unsigned>(k) < 1 || static_cast<unsigned>(k) > 7 ||
+  if (static_cast<unsigned>(k) < 1 || static_cast<unsigned>(k) > static_cast<unsigned>(Kind::Barrier) ||
       static_cast<unsigned>(dt) >= static_cast<unsigned>(kNumDataTypes))
     return format("an unknown call (tag 0x%016" PRIx64 ")", tag);
+  if (k == Kind::Barrier) return "Barrier()";
   std::string s = format("%s(count %" PRIu64 ", %s", k == Kind::Send ? "Send/Recv" : kindName(k),
                          count, dataTypeName(dt));
   if (reducing(k) && op < static_cast<unsigned>(kNumRedOps)) s += format(", %s", redOpName(static_cast<RedOp>(op)));
@@ -62,6 +65,7 @@ std::string describeTag(uint64_t tag) {
 }
 
 std::string describe(const Args& a) {
+  if (a.kind == Kind::Barrier) return "Barrier()";
   std::string s = format("%s(count %zu, %s", kindName(a.kind), a.count, dataTypeName(a.dtype));
   if (reducing(a.kind)) s += format(", %s", redOpName(a.op));
   if (rooted(a.kind)) s += format(", root %d", a.root);
