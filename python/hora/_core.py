@@ -149,7 +149,7 @@ _LATE = {
 
 def _fn(name):
     fn = getattr(lib, name)
-    if name in _LATE and fn.restype is not ctypes.c_int:
+    if name in _LATE and fn.argtypes is None:  # (restype is c_int by default: not a marker)
         fn.argtypes = list(_LATE[name])
         fn.restype = ctypes.c_int
     return fn
