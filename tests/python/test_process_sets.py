@@ -2,8 +2,8 @@
 registered with add_process_set and through init(process_sets=...); every collective on them
 against values computed here; operations on both sets in flight at once on rank 2; a
 non-member's use of a set, a duplicate set, a broadcast root outside the set and removal of the
-global set all raise; remove_process_set unregisters. With a library that has horaCommSplit the
-sets' communicators come from it; without, from a fresh rendezvous hosted by the set's first rank.
+global set all raise; remove_process_set unregisters (also with an operation still in flight on
+the set). The sets' communicators come from horaCommSplit.
 Run from the repository root: /usr/bin/python3 tests/python/test_process_sets.py
 """
 import os

@@ -209,17 +209,7 @@ def subcomm(world, ranks):
     """The communicator of the sorted global `ranks` out of `world` (collective over world): None
     on the other ranks."""
     member = world.rank in ranks
-    if _has("horaCommSplit"):
-        return world.split(0 if member else C.SPLIT_NOCOLOR, world.rank)
-    # A library without horaCommSplit: the set's first rank hosts a new rendezvous and
-    # broadcasts its id; the members then meet there.
-    uid = ctypes.create_string_buffer(128)
-    if world.rank == ranks[0]:
-        ctypes.memmove(uid, C.unique_id(), 128)
-    world.broadcast(ctypes.addressof(uid), ctypes.addressof(uid), 128, C.UINT8, ranks[0])
-    if not member:
-        return None
-    return C.Comm.init_rank(len(ranks), uid.raw, ranks.index(world.rank))
+    return world.split(0 if member else C.SPLIT_NOCOLOR, world.rank)
 
 
 def _has(symbol):
