@@ -60,7 +60,7 @@ def rank_main(iters):
                      hvd.allreduce_async_(b, op=hvd.Sum) for b in batch]], iters // 4, 50)]))
     hvd.barrier()
     idle = []
-    for seconds in (1.0, 2.0):  # the first second at the cycle time, then the quiet pace
+    for seconds in (1.5, 2.0):  # rounds at the cycle time, then (after ~1 s) the quiet pace
         c0, w0 = time.process_time(), time.monotonic()
         time.sleep(seconds)
         idle.append(100.0 * (time.process_time() - c0) / (time.monotonic() - w0))
@@ -77,7 +77,7 @@ def rank_main(iters):
             print("%-52s %9.1f %9.1f %9.1f %7d" % (name, statistics.median(xs),
                                                    percentile(xs, 10), percentile(xs, 90),
                                                    len(xs)))
-        print("idle engine, CPU per process: %.1f%% of a core in the first second, %.1f%% in "
+        print("idle engine, CPU per process: %.1f%% of a core in the first 1.5 s, %.1f%% in "
               "the next two (%d engine rounds in all)" % (idle[0], idle[1], stats["rounds"]))
         sys.stdout.flush()
 
