@@ -13,8 +13,9 @@
  *
  * Streams: a NULL stream means "host buffers, synchronous": the call completes before
  * it returns (after any work already enqueued on that communicator through a host stream).
- * A stream made by horaStreamCreate is a host stream: a call on it checks its arguments,
- * enqueues the work and returns at once; the work runs in order on the stream's progress
+ * A stream made by horaStreamCreate is a host stream: a call on it checks its arguments
+ * (a bad one, or a communicator already in its error state, fails at once and queues
+ * nothing), enqueues the work and returns; the work runs in order on the stream's progress
  * thread. The buffers must stay valid until horaStreamSynchronize (or a horaStreamQuery that
  * returns horaSuccess) says the work is done. CUDA streams are not supported by this build.
  */
@@ -261,7 +262,8 @@ horaResult_t horaStreamSynchronize(horaStream_t stream);
 /* Never blocks: horaInProgress while work is pending, else as horaStreamSynchronize. */
 horaResult_t horaStreamQuery(horaStream_t stream);
 
-/* Waits for the stream's work to finish, then frees it. */
+/* Waits for the stream's work to finish, then frees it. Returns the first unreported error
+ * of that work, as horaStreamSynchronize would (the stream is freed either way). */
 horaResult_t horaStreamDestroy(horaStream_t stream);
 
 #ifdef __cplusplus

@@ -307,4 +307,10 @@ std::string compare(horaDataType_t t, const void* got, const void* want, size_t 
   return "";
 }
 
+std::string joinAll(const std::vector<std::string>& failures) {
+  std::string s;
+  for (const auto& x : failures) s += x + "\n";
+  return s;
+}
+
 }  // namespace hora::test

@@ -39,6 +39,8 @@ std::vector<ProcessResult> runRawProcessesWithId(const horaUniqueId& id, int n, 
 // A child stopped by SIGSTOP is SIGKILLed once every child that is not stopped has exited.
 
 std::string describe(const std::vector<ProcessResult>& r);
+// runThreads' failures, one per line.
+std::string joinAll(const std::vector<std::string>& failures);
 
 // ---- typed data -----------------------------------------------------------------------------
 

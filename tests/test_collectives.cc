@@ -12,14 +12,6 @@
 
 using namespace hora::test;
 
-namespace {
-std::string joinAll(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += x + "\n";
-  return s;
-}
-}  // namespace
-
 TEST_CASE("collectives as threads: full sweep on 1..8 ranks", "[threads]") {
   for (int n = 1; n <= 8; ++n) {
     auto failures = runThreads(n, [](horaComm_t comm, int rank, int nranks) -> std::string {

@@ -32,10 +32,8 @@ horaComm* checkComm(horaComm_t comm) {
   return comm;
 }
 
-void checkStream(horaStream_t stream) {
-  if (stream != nullptr)
-    fail(Errc::InvalidArgument, "stream must be NULL: this build runs collectives on host memory only, "
-         "synchronously");
+HostStream* checkStream(horaStream_t stream) {
+  return stream ? HostStream::fromHandle(stream) : nullptr;
 }
 
 DataType checkType(int v) {
@@ -234,7 +232,11 @@ HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
 }
 
 HORA_API horaResult_t horaCommFinalize(horaComm_t comm) {
-  return guard("horaCommFinalize", comm, [&] { api::checkComm(comm)->check(); });
+  return guard("horaCommFinalize", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    awaitStreamWork(c);
+    c->check();
+  });
 }
 
 // Destroy and abort free the communicator, so their errors go to the thread's last error
@@ -243,6 +245,7 @@ HORA_API horaResult_t horaCommDestroy(horaComm_t comm) {
   if (!comm) return horaSuccess;
   return guard("horaCommDestroy", nullptr, [&] {
     horaComm* c = api::checkComm(comm);
+    awaitStreamWork(c);  // a stream's thread may still hold it
     if (c->busy.load()) fail(Errc::InvalidUsage, "the communicator is in use by another thread; use horaCommAbort");
     delete c;
   });
@@ -385,4 +388,38 @@ HORA_API horaResult_t horaGroupStart(void) {
 
 HORA_API horaResult_t horaGroupEnd(void) {
   return guard("horaGroupEnd", nullptr, [&] { group::end(); });
+}
+
+HORA_API horaResult_t horaStreamCreate(horaStream_t* stream) {
+  return guard("horaStreamCreate", nullptr, [&] {
+    if (!stream) fail(Errc::InvalidArgument, "stream is NULL");
+    *stream = reinterpret_cast<horaStream_t>(new HostStream());
+  });
+}
+
+HORA_API horaResult_t horaStreamSynchronize(horaStream_t stream) {
+  return guard("horaStreamSynchronize", nullptr, [&] {
+    if (!stream) fail(Errc::InvalidArgument, "stream is NULL (the NULL stream is synchronous: nothing to wait for)");
+    HostStream::fromHandle(stream)->synchronize();
+  });
+}
+
+HORA_API horaResult_t horaStreamQuery(horaStream_t stream) {
+  bool done = true;
+  horaResult_t r = guard("horaStreamQuery", nullptr, [&] {
+    if (!stream) fail(Errc::InvalidArgument, "stream is NULL");
+    done = HostStream::fromHandle(stream)->query();
+  });
+  return r == horaSuccess && !done ? horaInProgress : r;
+}
+
+// Returns the stream's unreported error, if its last work failed; the stream is freed either way.
+HORA_API horaResult_t horaStreamDestroy(horaStream_t stream) {
+  if (!stream) return horaSuccess;
+  return guard("horaStreamDestroy", nullptr, [&] {
+    HostStream* s = HostStream::fromHandle(stream);
+    s->unregister();
+    std::unique_ptr<HostStream> owned(s);
+    s->synchronize();  // throws the unreported error; owned frees the stream on the way out
+  });
 }

@@ -56,14 +56,14 @@ HORA_API horaResult_t horaAllReduce(const void* sendbuff, void* recvbuff, size_t
                                     horaRedOp_t op, horaComm_t comm, horaStream_t stream) {
   return guard("horaAllReduce", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    api::checkStream(stream);
+    HostStream* hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::AllReduce, c, sendbuff, recvbuff, count, api::rawInt(datatype));
     c->resolveOp(api::rawInt(op), a.dtype, a);
     size_t bytes = checkedBytes(count, a.dtype, 1);
     needBuffer(sendbuff, bytes, "sendbuff");
     needBuffer(recvbuff, bytes, "recvbuff");
     checkOverlap(sendbuff, bytes, recvbuff, bytes, recvbuff);
-    group::submit(c, a);
+    group::submit(c, a, hs, "horaAllReduce");
   });
 }
 
@@ -71,7 +71,7 @@ HORA_API horaResult_t horaBroadcast(const void* sendbuff, void* recvbuff, size_t
                                     int root, horaComm_t comm, horaStream_t stream) {
   return guard("horaBroadcast", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    api::checkStream(stream);
+    HostStream* hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::Broadcast, c, sendbuff, recvbuff, count, api::rawInt(datatype));
     checkRoot(root, c);
     a.root = root;
@@ -81,7 +81,7 @@ HORA_API horaResult_t horaBroadcast(const void* sendbuff, void* recvbuff, size_t
       needBuffer(sendbuff, bytes, "sendbuff (on the root)");
       checkOverlap(sendbuff, bytes, recvbuff, bytes, recvbuff);
     }
-    group::submit(c, a);
+    group::submit(c, a, hs, "horaBroadcast");
   });
 }
 
@@ -89,7 +89,7 @@ HORA_API horaResult_t horaReduce(const void* sendbuff, void* recvbuff, size_t co
                                  horaRedOp_t op, int root, horaComm_t comm, horaStream_t stream) {
   return guard("horaReduce", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    api::checkStream(stream);
+    HostStream* hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::Reduce, c, sendbuff, recvbuff, count, api::rawInt(datatype));
     c->resolveOp(api::rawInt(op), a.dtype, a);
     checkRoot(root, c);
@@ -100,7 +100,7 @@ HORA_API horaResult_t horaReduce(const void* sendbuff, void* recvbuff, size_t co
       needBuffer(recvbuff, bytes, "recvbuff (on the root)");
       checkOverlap(sendbuff, bytes, recvbuff, bytes, recvbuff);
     }
-    group::submit(c, a);
+    group::submit(c, a, hs, "horaReduce");
   });
 }
 
@@ -108,7 +108,7 @@ HORA_API horaResult_t horaAllGather(const void* sendbuff, void* recvbuff, size_t
                                     horaComm_t comm, horaStream_t stream) {
   return guard("horaAllGather", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    api::checkStream(stream);
+    HostStream* hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::AllGather, c, sendbuff, recvbuff, sendcount, api::rawInt(datatype));
     size_t bytes = checkedBytes(sendcount, a.dtype, 1);
     size_t total = checkedBytes(sendcount, a.dtype, static_cast<size_t>(c->nranks));
@@ -116,7 +116,7 @@ HORA_API horaResult_t horaAllGather(const void* sendbuff, void* recvbuff, size_t
     needBuffer(recvbuff, total, "recvbuff");
     const void* mine = recvbuff ? static_cast<uint8_t*>(recvbuff) + bytes * static_cast<size_t>(c->rank) : nullptr;
     checkOverlap(sendbuff, bytes, recvbuff, total, mine);
-    group::submit(c, a);
+    group::submit(c, a, hs, "horaAllGather");
   });
 }
 
@@ -125,7 +125,7 @@ HORA_API horaResult_t horaReduceScatter(const void* sendbuff, void* recvbuff, si
                                         horaStream_t stream) {
   return guard("horaReduceScatter", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    api::checkStream(stream);
+    HostStream* hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::ReduceScatter, c, sendbuff, recvbuff, recvcount, api::rawInt(datatype));
     c->resolveOp(api::rawInt(op), a.dtype, a);
     size_t bytes = checkedBytes(recvcount, a.dtype, 1);
@@ -136,7 +136,7 @@ HORA_API horaResult_t horaReduceScatter(const void* sendbuff, void* recvbuff, si
     // In place: recvbuff is this rank's slice of sendbuff.
     if (recvbuff != mine && overlaps(sendbuff, total, recvbuff, bytes))
       fail(Errc::InvalidArgument, "sendbuff and recvbuff overlap without being in place");
-    group::submit(c, a);
+    group::submit(c, a, hs, "horaReduceScatter");
   });
 }
 
@@ -144,14 +144,14 @@ HORA_API horaResult_t horaSend(const void* sendbuff, size_t count, horaDataType_
                                horaComm_t comm, horaStream_t stream) {
   return guard("horaSend", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    api::checkStream(stream);
+    HostStream* hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::Send, c, sendbuff, nullptr, count, api::rawInt(datatype));
     if (peer < 0 || peer >= c->nranks) fail(Errc::InvalidArgument, "peer %d is out of range [0, %d)", peer, c->nranks);
     a.peer = peer;
     needBuffer(sendbuff, checkedBytes(count, a.dtype, 1), "sendbuff");
     if (peer == c->rank && !group::active())
       fail(Errc::InvalidUsage, "a send to this rank itself must be inside a group with its receive");
-    group::submit(c, a);
+    group::submit(c, a, hs, "horaSend");
   });
 }
 
@@ -159,14 +159,14 @@ HORA_API horaResult_t horaRecv(void* recvbuff, size_t count, horaDataType_t data
                                horaStream_t stream) {
   return guard("horaRecv", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    api::checkStream(stream);
+    HostStream* hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::Recv, c, nullptr, recvbuff, count, api::rawInt(datatype));
     if (peer < 0 || peer >= c->nranks) fail(Errc::InvalidArgument, "peer %d is out of range [0, %d)", peer, c->nranks);
     a.peer = peer;
     needBuffer(recvbuff, checkedBytes(count, a.dtype, 1), "recvbuff");
     if (peer == c->rank && !group::active())
       fail(Errc::InvalidUsage, "a receive from this rank itself must be inside a group with its send");
-    group::submit(c, a);
+    group::submit(c, a, hs, "horaRecv");
   });
 }
 
@@ -174,21 +174,21 @@ HORA_API horaResult_t horaAllToAll(const void* sendbuff, void* recvbuff, size_t 
                                    horaComm_t comm, horaStream_t stream) {
   return guard("horaAllToAll", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    api::checkStream(stream);
+    HostStream* hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::AllToAll, c, sendbuff, recvbuff, count, api::rawInt(datatype));
     size_t total = checkedBytes(count, a.dtype, static_cast<size_t>(c->nranks));
     needBuffer(sendbuff, total, "sendbuff");
     needBuffer(recvbuff, total, "recvbuff");
     checkOverlap(sendbuff, total, recvbuff, total, recvbuff);
-    group::submit(c, a);
+    group::submit(c, a, hs, "horaAllToAll");
   });
 }
 
 HORA_API horaResult_t horaBarrier(horaComm_t comm, horaStream_t stream) {
   return guard("horaBarrier", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    api::checkStream(stream);
+    HostStream* hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::Barrier, c, nullptr, nullptr, 0, horaUint8);
-    group::submit(c, a);
+    group::submit(c, a, hs, "horaBarrier");
   });
 }

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "comm/comm.h"
+#include "comm/stream.h"
 #include "hora.h"
 
 #define HORA_API extern "C" __attribute__((visibility("default")))
@@ -82,7 +83,8 @@ int rawInt(const E& e) {
 
 // Argument checks shared by the entry points; each throws Errc::InvalidArgument.
 horaComm* checkComm(horaComm_t comm);
-void checkStream(horaStream_t stream);
+// The host stream behind stream (nullptr for NULL); throws for anything else.
+HostStream* checkStream(horaStream_t stream);
 DataType checkType(int t);  // pass rawInt(datatype)
 
 }  // namespace hora::api

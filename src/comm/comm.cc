@@ -242,6 +242,11 @@ bool horaComm::abort() noexcept {
   aborting.store(true);
   uint64_t one = 1;
   if (wakeFd.valid()) (void)!::write(wakeFd.get(), &one, sizeof one);
+  // Work queued on host streams fails at once now; wait until it has all left the queues.
+  {
+    std::unique_lock<std::mutex> lock(streamMu);
+    streamIdle.wait(lock, [this] { return streamWork.load() == 0; });
+  }
   // Calls in other threads see the flag at their next idle round; the links are theirs until
   // they have left.
   try {

@@ -8,6 +8,7 @@
 // A bad argument is not a failure: the call returns an error and the communicator stays usable.
 #pragma once
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -109,6 +110,10 @@ struct horaComm {
   std::chrono::microseconds spinFor{0};
   uint64_t collectives = 0;  // groups with a collective run so far: the call number announced on the host
   uint64_t shmSeq = 0;  // chunks through the shared stage so far (coll/shm.cc)
+  // Calls queued on host streams and not yet done (comm/stream.h); changed under streamMu.
+  std::mutex streamMu;
+  std::condition_variable streamIdle;
+  std::atomic<int> streamWork{0};
 
  private:
   horaComm() = default;
