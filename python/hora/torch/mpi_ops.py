@@ -152,7 +152,12 @@ def init(comm=None, process_sets=None):
         if path and world.rank == 0:
             mark = os.environ.get("HORA_TIMELINE_MARK_CYCLES", "0") not in ("", "0")
             timeline = Timeline(path, mark)
-        _engine = E.Engine(world, timeline)
+        try:
+            _engine = E.Engine(world, timeline)
+        except BaseException:
+            if timeline is not None:
+                timeline.close()
+            raise
         _layout = layout
         _owned_comm = owned
         global_process_set.process_set_id = 0
