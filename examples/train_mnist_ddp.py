@@ -11,6 +11,7 @@ One process per rank, configured from the environment:
     hora-run -n 4 /usr/bin/python3 examples/train_mnist_ddp.py --backend hora
 """
 import argparse
+import gc
 import hashlib
 import os
 import sys
@@ -134,6 +135,12 @@ def main():
         if args.save:
             torch.save(model.module.state_dict(), args.save)
             print("saved the model to %s" % args.save, flush=True)
+    # Tear down in order, with no work in flight: the model (and DDP's reducer, which holds the
+    # group) first, then the group. torch 1.13's gloo group joins its worker threads in its
+    # destructor without releasing the GIL, which deadlocks if a worker is still freeing a tensor
+    # when the last reference goes at an arbitrary point (pytorch/pytorch#56297).
+    del model, optimizer
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()  # the file store's file goes with its last user
 

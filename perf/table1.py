@@ -20,6 +20,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -43,6 +44,8 @@ def parse_args():
                    help="path of hora-run (default: $HORA_RUN, PATH, /work/lib/hora-run)")
     p.add_argument("--data-dir", default=None, help="Fashion-MNIST directory (the demo's default if unset)")
     p.add_argument("--timeout", type=float, default=900, help="seconds one run may take")
+    p.add_argument("--exit-grace", type=float, default=60,
+                   help="seconds a run may take to exit after printing its result before it is stopped")
     p.add_argument("--json", metavar="PATH", help="also write every run's numbers here")
     return p.parse_args()
 
@@ -87,15 +90,44 @@ def run_one(args, variant, n):
     if script.endswith("_ddp.py"):
         env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(free_port())
     start = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out, stalled, rc = _run_until_result(cmd, env, args.timeout, args.exit_grace)
     wall = time.perf_counter() - start
-    m = RESULT.search(proc.stdout)
-    if proc.returncode != 0 or not m:
-        sys.stderr.write(proc.stdout[-4000:])
+    m = RESULT.search(out)
+    if (rc != 0 and not stalled) or not m:
+        sys.stderr.write(out[-4000:])
         raise SystemExit("table1: %s on %d process(es) failed (status %d): %s"
-                         % (name, n, proc.returncode, " ".join(cmd)))
+                         % (name, n, rc, " ".join(cmd)))
+    if stalled:
+        print("# %s on %d process(es) reported its result but did not exit within %.0f s; stopped it"
+              % (name, n, args.exit_grace), file=sys.stderr, flush=True)
     return {"variant": name, "procs": n, "epoch_s": float(m.group(3)), "accuracy": float(m.group(4)),
-            "wall_s": wall}
+            "wall_s": wall, "exit_stalled": stalled}
+
+
+def _run_until_result(cmd, env, timeout, grace):
+    """Runs a launch; returns (output, stalled, status). A launch that printed its RESULT line
+    but has not exited grace seconds later is stopped (SIGTERM to hora-run, which forwards it to
+    the ranks, then SIGKILL) and counted as stalled: its numbers stand."""
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        deadline, seen = time.monotonic() + timeout + 30, None
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            if seen is None:
+                log.seek(0)
+                if RESULT.search(log.read()):
+                    seen = time.monotonic()
+                    deadline = min(deadline, seen + grace)
+        stalled = proc.poll() is None
+        if stalled:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.seek(0)
+        return log.read(), stalled and seen is not None, proc.returncode
 
 
 def main():
