@@ -9,7 +9,7 @@ Prints a Markdown table: per-epoch training time (the mean over the epochs of a 
 over repetitions) and the final test accuracy (averaged over the ranks, as the demo reports it).
 
     PYTHONPATH=python HORA_LIBRARY=/work/lib/libhora.so LD_LIBRARY_PATH=/work/lib \\
-        /usr/bin/python3 perf/table1.py [--epochs 3] [--batch-size 64] [--procs 1,2,4] [--repeat 2]
+        /usr/bin/python3 perf/table1.py [--epochs 2] [--batch-size 64] [--procs 1,2,4] [--repeat 3]
 """
 import argparse
 import json
@@ -31,11 +31,11 @@ RESULT = re.compile(r"RESULT ranks=(\d+) epochs=(\d+) mean_epoch_s=([0-9.]+) tes
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--procs", default="1,2,4", help="comma-separated process counts")
-    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=64, help="per-rank training batch")
     p.add_argument("--lr", type=float, default=0.01, help="per-rank learning rate (scaled by the size)")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--repeat", type=int, default=2, help="repetitions of the whole interleaved set")
+    p.add_argument("--repeat", type=int, default=3, help="repetitions of the whole interleaved set")
     p.add_argument("--limit-batches", type=int, default=0, help="batches per epoch (0: the whole epoch)")
     p.add_argument("--variants", default="hora,gloo-ddp,hora-ddp",
                    help="which to run: hora (train_mnist.py), gloo-ddp and hora-ddp (train_mnist_ddp.py)")
