@@ -44,6 +44,9 @@ const Variable kVariables[] = {
     {"HORA_FUSION_THRESHOLD", "67108864", "hora.torch: bytes of the tensor-fusion buffer (0: no fusion)"},
     {"HORA_CYCLE_TIME", "1", "hora.torch: ms between fusion cycles of the background thread"},
     {"HORA_TIMELINE", "", "hora.torch: file to write a Chrome-trace timeline to"},
+    {"HORA_TIMELINE_MARK_CYCLES", "0", "hora.torch: 1 marks each engine round that starts work in the timeline"},
+    {"HORA_STALL_CHECK_TIME_SECONDS", "60", "hora.torch: warn about operations some ranks have not submitted after this long (0: never)"},
+    {"HORA_STALL_SHUTDOWN_TIME_SECONDS", "(HORA_TIMEOUT_MS)", "hora.torch: cancel, on every rank, an operation some ranks have not submitted after this long (0: never)"},
 };
 
 [[noreturn]] void bad(const char* name, const std::string& value, const char* expected) {

@@ -8,7 +8,12 @@
 2. A rank dies (os._exit in the middle of an allreduce loop, 3 ranks, a communicator with a
    5 s timeout): the survivors raise HorovodInternalError from the pending operation and from
    every later one; shutdown() then init() over a fresh communicator works.
-3. A rank falls silent (SIGSTOP, 2 ranks started without hora-run, a communicator with a 3 s
+3. Operations some ranks submit and others never do (HORA_STALL_SHUTDOWN_TIME_SECONDS=2, at 2
+   and 3 ranks): different names on different ranks, and one rank skipping one call of a
+   sequence of named allreduces. Every rank raises ValueError naming the ranks that submitted
+   the operation and those that did not; then the engine still works, and the name can be used
+   again.
+4. A rank falls silent (SIGSTOP, 2 ranks started without hora-run, a communicator with a 3 s
    timeout): the other raises HorovodInternalError, then kills it.
 The short timeouts are set on a communicator made once all ranks run (not through
 HORA_TIMEOUT_MS, which would also bound the launch's rendezvous, however slow the start).
@@ -26,6 +31,9 @@ torch = harness.require_torch()
 
 if not harness.in_rank():
     rc = harness.launch_self(__file__, [2, 3], timeout=60, env={"TEST_MODE": "mismatch"})
+    if rc == 0:
+        rc = harness.launch_self(__file__, [2, 3], timeout=60,
+                                 env={"TEST_MODE": "stall", "HORA_STALL_SHUTDOWN_TIME_SECONDS": 2})
     if rc == 0:
         rc = harness.launch_self(__file__, [3], timeout=60, env={"TEST_MODE": "die"})
     if rc == 0:
@@ -76,6 +84,12 @@ if MODE == "mismatch":
     check.raises_(ValueError, lambda: hvd.allreduce(torch.ones(1)), "allreduce before init()")
     hvd.init()
     R, N = hvd.rank(), hvd.size()
+    eng = hvd.mpi_ops._engine
+    limit = float(os.environ.get("HORA_STALL_SHUTDOWN_TIME_SECONDS") or
+                  int(os.environ.get("HORA_TIMEOUT_MS") or 600000) / 1000.0)
+    check(eng.shutdown_s == limit and 0 <= eng.stall_s <= limit,
+          "stalled operations are cancelled after %g s by default (HORA_TIMEOUT_MS), the "
+          "warning comes no later (%g s)" % (eng.shutdown_s, eng.stall_s))
 
     raises_all(ValueError, lambda: hvd.allreduce(torch.ones(R + 1), name="shape"),
                "allreduce with a different shape on every rank", "mismatched shapes")
@@ -138,6 +152,50 @@ if MODE == "mismatch":
                "allgather of a 0-d tensor")
     raises_all(ValueError, lambda: hvd.poll(123456), "poll of an unknown handle")
     healthy("all")
+    hvd.shutdown()
+    sys.exit(check.finish())
+
+if MODE == "stall":
+    hvd.init()
+    R, N = hvd.rank(), hvd.size()
+    check(hvd.mpi_ops._engine.shutdown_s == 2.0, "HORA_STALL_SHUTDOWN_TIME_SECONDS=2 is used")
+    others = [r for r in range(N) if r != R]
+
+    # (a) Rank 1 names its allreduce differently from the others.
+    odd = [1]
+    rest = [r for r in range(N) if r not in odd]
+    name = "stall.other" if R == 1 else "stall.x"
+    mine, theirs = (odd, rest) if R == 1 else (rest, odd)
+    raises_all(ValueError, lambda: hvd.allreduce(torch.ones(3), op=hvd.Sum, name=name),
+               "allreduce %r while rank 1 uses another name" % name,
+               "ranks %s submitted it, ranks %s did not" % (mine, theirs))
+    healthy("different names")
+    got = hvd.allreduce(torch.ones(3) * (R + 1), op=hvd.Sum, name="stall.x")
+    check(torch.equal(got, torch.full((3,), float(N * (N + 1) // 2))),
+          "a later allreduce named 'stall.x' on every rank starts afresh and completes")
+
+    # (b) The last rank skips one call of a sequence of named allreduces.
+    skipper = N - 1
+    names = ["seq.%d" % i for i in range(4) if not (R == skipper and i == 1)]
+    done, err = [], None
+    try:
+        for n in names:
+            got = hvd.allreduce(torch.ones(2), op=hvd.Sum, name=n)
+            check(torch.equal(got, torch.full((2,), float(N))), "%s completes" % n)
+            done.append(n)
+    except ValueError as e:
+        err = e
+    stuck = "seq.2" if R == skipper else "seq.1"
+    check(done == ["seq.0"] and err is not None,
+          "rank %d raises ValueError at %s after seq.0 completed (done %s): %s"
+          % (R, stuck, done, err))
+    if err is not None:
+        text = str(err)
+        who = ([skipper], others) if R == skipper else ([r for r in range(N) if r != skipper],
+                                                         [skipper])
+        check(repr(stuck) in text and "ranks %s submitted it, ranks %s did not" % who in text,
+              "the message names the operation and the ranks")
+    healthy("a skipped call")
     hvd.shutdown()
     sys.exit(check.finish())
 

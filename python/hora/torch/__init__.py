@@ -9,8 +9,10 @@
 Environment: HORA_CYCLE_TIME (ms between engine rounds, default 1), HORA_FUSION_THRESHOLD
 (bytes of a fusion buffer, default 64 MiB, 0 disables fusion), HORA_TIMELINE (a Chrome-trace
 file written by rank 0), HORA_TIMELINE_MARK_CYCLES, HORA_STALL_CHECK_TIME_SECONDS (warn about
-operations some ranks have not submitted after this long, default 60, 0 disables), and the
-library's own (HORA_TIMEOUT_MS, ...).
+operations some ranks have not submitted after this long, default 60, 0 disables),
+HORA_STALL_SHUTDOWN_TIME_SECONDS (cancel such an operation on every rank, with ValueError, after
+this long; default HORA_TIMEOUT_MS/1000, 0 disables), and the library's own (HORA_TIMEOUT_MS,
+...).
 """
 from hora.torch.compression import Compression  # noqa: F401
 from hora.torch.mpi_ops import (  # noqa: F401

@@ -17,6 +17,19 @@ wait out a cycle while gradients arriving during a backward pass still batch up.
 which nobody has anything to say costs one small allgather and no decoding; after a second of
 such rounds, a rank with nothing in flight spaces its rounds 10 ms apart (see QUIET_ROUNDS).
 
+A request that some ranks of its process set announce and others do not (different names on
+different ranks, a rank that skipped a call or raised before making it) cannot become ready.
+After HORA_STALL_CHECK_TIME_SECONDS (default 60, 0: never) the lowest rank that announced it
+prints a warning naming the ranks that have not. After HORA_STALL_SHUTDOWN_TIME_SECONDS
+(default: the library's HORA_TIMEOUT_MS, 600 s unless set, so that a stall lasts no longer than
+a silent peer would; 0: wait forever) it is cancelled on every rank of its process set: the rank
+whose timer expires first names it in its next round's payload, and since every rank reads the
+same payloads in the same round, every rank drops it from its table in that round (a later
+request of that name starts afresh) and fails its pending request of that name, if it has one,
+with ValueError (as for the other disagreements between ranks: the engine keeps working),
+saying which ranks submitted it and which did not. join() is exempt: a rank may legitimately
+wait there for the others to run out of data.
+
 A failing library call (a peer died, fell silent, or the wire broke) stops the engine: every
 pending and later request fails with HorovodInternalError, and the communicators are aborted
 so that the peers fail too instead of waiting. Any rank's shutdown() stops the engines of all
@@ -104,6 +117,16 @@ def _env_int(name, default):
         raise ValueError("%s=%r is not an integer" % (name, v)) from None
 
 
+def _library_timeout_s():
+    """The library's wait timeout (HORA_TIMEOUT_MS, default 600000) in seconds; an unusable
+    value (which the library itself rejects) counts as the default."""
+    try:
+        ms = int(os.environ.get("HORA_TIMEOUT_MS", "").strip() or 600000)
+    except ValueError:
+        ms = 600000
+    return (ms if ms > 0 else 600000) / 1000.0
+
+
 def _numel(shape):
     n = 1
     for s in shape:
@@ -183,7 +206,7 @@ D_SET, D_NAME, D_KIND, D_DTYPE, D_SHAPE, D_OP, D_ROOT, D_PRE, D_POST, D_SPLITS, 
 
 class _Entry:
     """The agreed view of one (process set, name): which ranks announced it, when, and how."""
-    __slots__ = ("key", "descs", "rounds", "t_first", "warned")
+    __slots__ = ("key", "descs", "rounds", "t_first", "warned", "flagged")
 
     def __init__(self, key):
         self.key = key
@@ -191,6 +214,7 @@ class _Entry:
         self.rounds = {}
         self.t_first = time.monotonic()
         self.warned = False
+        self.flagged = False      # named as stalled by this rank (the cancellation is pending)
 
 
 class SetInfo:
@@ -243,6 +267,12 @@ class Engine:
         if self.threshold < 0:
             raise ValueError("HORA_FUSION_THRESHOLD must be >= 0")
         self.stall_s = _env_float("HORA_STALL_CHECK_TIME_SECONDS", 60.0)
+        self.shutdown_s = _env_float("HORA_STALL_SHUTDOWN_TIME_SECONDS", _library_timeout_s())
+        if self.stall_s < 0 or self.shutdown_s < 0:
+            raise ValueError("HORA_STALL_CHECK_TIME_SECONDS and HORA_STALL_SHUTDOWN_TIME_SECONDS "
+                             "must be >= 0 (0 disables)")
+        if self.shutdown_s > 0 and self.stall_s > self.shutdown_s:
+            self.stall_s = self.shutdown_s  # warn no later than the cancellation
         self.stats = collections.Counter(rounds=0, allreduce_calls=0, allreduce_tensors=0,
                                          fused_batches=0)
         self._cv = threading.Condition(threading.Lock())
@@ -260,6 +290,7 @@ class Engine:
         self._stop_reason = None
         self._next_round = 0.0
         self._next_stall = 0.0
+        self._stalled = []        # keys whose stall time ran out here, named in the next round
         self._quiet_rounds = 0    # rounds in a row in which no rank said anything
         self.idle_cycle = max(self.cycle, 0.01)
         self._fusion = None
@@ -434,8 +465,9 @@ class Engine:
         return [bytes(recv[i * most:i * most + lens[i]]) for i in range(n)]
 
     def _round_once(self, reqs, stop):
-        if reqs or stop:
-            payload = json.dumps([1 if stop else 0, [r.desc() for r in reqs]],
+        stalled, self._stalled = self._stalled, []
+        if reqs or stop or stalled:
+            payload = json.dumps([1 if stop else 0, [r.desc() for r in reqs], stalled],
                                  separators=(",", ":")).encode()
         else:
             payload = b""
@@ -445,10 +477,12 @@ class Engine:
         self._quiet_rounds = self._quiet_rounds + 1 if payloads is None else 0
         any_stop = False
         if payloads is not None:
+            flagged = []
             for src, p in enumerate(payloads):
                 if not p:
                     continue
-                flag, descs = json.loads(p)
+                flag, descs, stalls = json.loads(p)
+                flagged.extend(stalls)
                 if flag:
                     any_stop = True
                     if self._stop_reason is None:
@@ -457,13 +491,16 @@ class Engine:
                 for d in descs:
                     self._add(src, d)
             ready = self._collect_ready()
+            if flagged:
+                self._cancel_stalled(flagged)
             if ready:
                 tl = self.timeline
                 if tl is not None and tl.mark_cycles:
                     tl.instant("CYCLE_START")
                 self._execute(ready)
-        if self._table and self.stall_s > 0 and time.monotonic() >= self._next_stall:
-            self._next_stall = time.monotonic() + 1.0
+        if (self._table and (self.stall_s > 0 or self.shutdown_s > 0)
+                and time.monotonic() >= self._next_stall):
+            self._next_stall = time.monotonic() + self._stall_period
             self._stall_check()
         return any_stop
 
@@ -503,10 +540,20 @@ class Engine:
             del self._table[e.key]
         return ready
 
+    @property
+    def _stall_period(self):
+        """Seconds between two stall checks: a second, or less for short stall limits."""
+        limits = [x for x in (self.stall_s, self.shutdown_s) if x > 0]
+        return min([1.0] + [x / 4 for x in limits])
+
     def _stall_check(self):
         now = time.monotonic()
         for key, e in self._table.items():
-            if not e.warned and now - e.t_first > self.stall_s:
+            if (self.shutdown_s > 0 and not e.flagged and key != (0, JOIN_NAME)
+                    and now - e.t_first > self.shutdown_s):
+                e.flagged = True
+                self._stalled.append(list(key))
+            if self.stall_s > 0 and not e.warned and now - e.t_first > self.stall_s:
                 e.warned = True
                 info = self._sets.get(key[0])
                 missing = [r for r in (info.ranks if info else []) if r not in e.descs]
@@ -515,6 +562,29 @@ class Engine:
                           "it, ranks %s have not" % (key[1], key[0], now - e.t_first,
                                                      sorted(e.descs), missing),
                           file=sys.stderr, flush=True)
+
+    def _cancel_stalled(self, flagged):
+        """Fails, on every rank alike, the requests that some rank named as stalled this round
+        and that are still waiting (one that became ready in this round runs)."""
+        for set_id, name in flagged:
+            e = self._table.pop((set_id, name), None)
+            if e is None:
+                continue  # already cancelled (named by several ranks), or ready
+            info = self._sets.get(set_id)
+            ranks = info.ranks if info is not None else sorted(e.descs)
+            kinds = sorted(set(KIND_NAMES[d[D_KIND]] for d in e.descs.values()))
+            missing = [r for r in ranks if r not in e.descs]
+            text = ("%s %r%s stalled: ranks %s submitted it, ranks %s did not within "
+                    "HORA_STALL_SHUTDOWN_TIME_SECONDS=%g s, so it is cancelled on every rank "
+                    "(every rank must make the same operations under the same names: did a rank "
+                    "use another name, skip this call, or fail before it?)"
+                    % ("/".join(kinds), name,
+                       "" if set_id == 0 else " (process set %d)" % set_id, sorted(e.descs),
+                       missing, self.shutdown_s))
+            if self.rank in e.descs:
+                self._fail_entry(e, text)
+            # else a request of that name that this rank has not announced yet (it was
+            # submitted during this round) is not this one: it starts afresh next round.
 
     # ---- agreement -------------------------------------------------------------------------
 

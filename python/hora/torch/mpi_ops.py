@@ -530,7 +530,8 @@ def poll(handle):
 def synchronize(handle):
     """Waits for the operation of handle and returns its output (None for an unknown handle).
     Raises HorovodInternalError if communication failed, ValueError/TypeError if the ranks
-    disagreed about the operation."""
+    disagreed about the operation, ValueError if some ranks of its process set did not submit it
+    within HORA_STALL_SHUTDOWN_TIME_SECONDS (then it is cancelled on every rank)."""
     h = _handles.pop(handle, None)
     if h is None:
         return None
