@@ -142,11 +142,20 @@ if MODE == "mismatch":
     xs = [torch.ones(2), torch.ones(R + 1)]
     raises_all(ValueError, lambda: hvd.grouped_allreduce(xs, name="group.bad"),
                "grouped allreduce with one mismatched member", "mismatched shapes")
-    h = hvd.allreduce_async(torch.ones(2), op=hvd.Sum, name="dup")
-    raises_all(ValueError, lambda: hvd.allreduce_async(torch.ones(2), name="dup"),
+    # A name reused while its operation is in flight. The operation must still be pending when
+    # the second call comes, so some rank must not have submitted it yet: ranks other than 0
+    # submit "dup.a" first, rank 0 submits "dup.b" first, and each submits the other name only
+    # after a barrier, which every rank reaches only once its own check is done.
+    first = "dup.b" if R == 0 else "dup.a"
+    h_first = hvd.allreduce_async(torch.ones(2), op=hvd.Sum, name=first)
+    raises_all(ValueError, lambda: hvd.allreduce_async(torch.ones(2), name=first),
                "a second operation named like one in flight", "already in flight")
-    check(torch.equal(hvd.synchronize(h), torch.full((2,), float(N))),
-          "the first operation of that name completes")
+    hvd.barrier()
+    second = "dup.a" if R == 0 else "dup.b"
+    h_second = hvd.allreduce_async(torch.ones(2), op=hvd.Sum, name=second)
+    check(torch.equal(hvd.synchronize(h_first), torch.full((2,), float(N))) and
+          torch.equal(hvd.synchronize(h_second), torch.full((2,), float(N))),
+          "the first operations of those names complete")
     raises_all(TypeError, lambda: hvd.allreduce([1.0, 2.0]), "allreduce of a list")
     raises_all(ValueError, lambda: hvd.allgather(torch.tensor(1.0), name="gather.scalar"),
                "allgather of a 0-d tensor")
