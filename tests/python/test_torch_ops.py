@@ -335,9 +335,25 @@ h = hvd.allreduce_async(torch.ones(2))
 while not hvd.poll(h):
     pass
 check(hvd.poll(h) and torch.equal(hvd.synchronize(h), torch.ones(2)), "poll turns True")
-for _ in range(3):
+# barrier: every rank leaves a mark, the last one only after seeing all the others'; a rank that
+# left the barrier early would miss the last rank's mark.
+import tempfile  # noqa: E402
+import time  # noqa: E402
+marks = hvd.broadcast_object(tempfile.mkdtemp(prefix="hora-barrier-") if R == 0 else None, 0,
+                             name="barrier.dir")
+for round_ in range(3):
+    if R == N - 1:
+        while len([f for f in os.listdir(marks) if f.startswith("%d." % round_)]) < N - 1:
+            time.sleep(0.01)
+    open(os.path.join(marks, "%d.%d" % (round_, R)), "w").close()
     hvd.barrier()
-check(True, "barrier x3")
+    seen = len([f for f in os.listdir(marks) if f.startswith("%d." % round_)])
+    check(seen == N, "barrier %d: every rank's mark is there once it returns (%d of %d)"
+          % (round_, seen, N))
+hvd.barrier()
+if R == 0:
+    import shutil  # noqa: E402
+    shutil.rmtree(marks)
 
 # ---- join: rank 0 runs out of data first; the others keep reducing
 if R == 0:
@@ -358,6 +374,23 @@ else:
     got = hvd.allgather(data(R, (R, 2), torch.float32), name="after.join.gather")
     check(torch.equal(got, torch.cat([data(r, (r, 2), torch.float32) for r in range(1, N)])),
           "allgather while rank 0 has joined: no rows from it")
+    # Min, Max and Product: the joined rank contributes the op's identity, not zeros
+    others = list(range(1, N))
+    for dtype in (torch.float32, torch.int32, torch.bfloat16):
+        for op, opname in OPS[2:]:
+            got = hvd.allreduce(data(R, (5,), dtype), op=op, name="after.join.%s.%s" % (opname, dtype))
+            check(close(got, expected_allreduce((5,), dtype, op, ranks=others), dtype),
+                  "allreduce %s %s while rank 0 has joined: the other ranks' result" % (opname, dtype))
+    outs = hvd.grouped_allreduce([data(R, (3,), torch.float32), data(R, (4,), torch.int32)],
+                                 op=hvd.Max, prescale_factor=-2.0, name="after.join.grp.max")
+    check(all(close(o, expected_allreduce(s, d, hvd.Max, pre=-2.0, ranks=others), d)
+              for o, (s, d) in zip(outs, [((3,), torch.float32), ((4,), torch.int32)])),
+          "fused Max with a negative prescale while rank 0 has joined (identity after scaling)")
+    outs = hvd.grouped_allreduce([data(R, (3,), torch.float64), data(R, (6,), torch.float64)],
+                                 op=hvd.Min, prescale_factor=-1.5, name="after.join.grp.min")
+    check(all(close(o, expected_allreduce(s, torch.float64, hvd.Min, pre=-1.5, ranks=others),
+                    torch.float64) for o, s in zip(outs, [(3,), (6,)])),
+          "fused Min of one dtype with a negative prescale while rank 0 has joined")
     if R == N - 1:
         got = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="last.one")
         check(torch.equal(got, torch.ones(2)), "allreduce of the last rank alone (others joined)")

@@ -145,6 +145,21 @@ def scale_(t, factor):
         t.copy_(t.to(torch.float64).mul_(factor).trunc_())
 
 
+def op_identity(dtype, op):
+    """The value a joined rank contributes to an allreduce with op: the element that leaves the
+    other ranks' result unchanged (0 for Sum and Average, as Horovod; the dtype's largest value
+    for Min, its lowest for Max, 1 for Product). Horovod contributes zeros whatever the op, which
+    makes a Min over positive values 0."""
+    if op in (MIN, MAX):
+        if dtype == torch.bool:
+            return op == MIN
+        if dtype.is_floating_point:
+            return float("inf") if op == MIN else float("-inf")
+        info = torch.iinfo(dtype)
+        return info.max if op == MIN else info.min
+    return 1 if op == PRODUCT else 0
+
+
 def scaled_copy(dst, src, factor):
     """dst = src * factor (dst and src of one dtype and shape)."""
     if factor == 1.0:
@@ -735,8 +750,8 @@ class Engine:
                 if pre != 1.0:
                     scaled_copy(dst, src, pre)
                     src = dst
-            else:  # a joined rank contributes zeros
-                src = dst = torch.zeros(d0[D_SHAPE], dtype=dtype)
+            else:  # a joined rank contributes the op's identity
+                src = dst = torch.full(d0[D_SHAPE], op_identity(dtype, op), dtype=dtype)
             t0 = time.perf_counter()
             if n:
                 comm.allreduce(src.data_ptr(), dst.data_ptr(), n, code, hop)
@@ -755,16 +770,19 @@ class Engine:
         esize = ELEMENT_SIZE[dtype]
         buf = self._fusion_buffer(total * esize)[:total * esize].view(dtype)
         marks = []
+        joined = []  # slices of tensors this rank has no request for (it called join())
         off = 0
         for r, n in zip(reqs, counts):
             t0 = time.perf_counter()
             if r is not None:
                 buf[off:off + n].copy_(r.tensor.reshape(-1))
             else:
-                buf[off:off + n].zero_()
+                joined.append(buf[off:off + n])
             marks.append((t0, time.perf_counter()))
             off += n
         scale_(buf, pre)
+        for part in joined:  # after the scaling: an identity scaled is no identity
+            part.fill_(op_identity(dtype, op))
         t0 = time.perf_counter()
         comm.allreduce(buf.data_ptr(), buf.data_ptr(), total, code, hop)
         self.stats["allreduce_calls"] += 1
