@@ -3,13 +3,15 @@
 Three launches: the default fusion threshold (with HORA_TIMELINE set, so that rank 0 also writes
 a timeline from init to shutdown), a 1 KiB threshold, and HORA_FUSION_THRESHOLD=0. In each, many
 small tensors of mixed sizes and dtypes are reduced asynchronously and checked against values
-computed here; the engine's count of library allreduce calls shows whether they were fused. A
-grouped allreduce is submitted in one piece, so its fusion does not depend on timing: with the
-default threshold it takes one call per dtype, with 0 one call per tensor. rank 0 records a
+computed here; the engine's count of library allreduce calls shows whether they were fused. So
+that the count does not depend on timing, one burst is submitted inside the engine's hold()
+(every rank's requests enter one round) and a grouped allreduce is submitted in one piece: with
+the default threshold each takes one call per dtype, with 0 one call per tensor. rank 0 records a
 timeline with start_timeline/stop_timeline and checks it is valid JSON with the QUEUE, FUSE,
 ALLREDUCE and UNPACK phases on one row per tensor.
 Run from the repository root: /usr/bin/python3 tests/python/test_torch_fusion.py
 """
+import contextlib
 import json
 import math
 import os
@@ -69,37 +71,64 @@ def close(got, want, dtype):
                           atol=1e-2 if ESIZE[dtype] == 2 else 1e-6)
 
 
+def least_calls(S, threshold):
+    """A lower bound on the fused calls for tensors S ready together: a tensor larger than the
+    threshold takes a call of its own; the others of a dtype need their bytes / threshold."""
+    alone, small = 0, {}
+    for n, d in S:
+        if n * ESIZE[d] > threshold:
+            alone += 1
+        else:
+            small[d] = small.get(d, 0) + n * ESIZE[d]
+    return alone + sum(math.ceil(b / threshold) for b in small.values())
+
+
 # ---- many small tensors, submitted one by one, then synchronized
-S = specs(60)
-before = hvd.mpi_ops._stats()
-handles = []
-inplace = []
-for i, (n, dtype) in enumerate(S):
-    x = data(R, i, n, dtype)
-    if i % 2:
-        handles.append(hvd.allreduce_async_(x, op=hvd.Sum, name="burst.%d" % i))
-        inplace.append(x)
-    else:
-        handles.append(hvd.allreduce_async(x, op=hvd.Sum, name="burst.%d" % i))
-        inplace.append(None)
-ok = True
-for i, (h, (n, dtype)) in enumerate(zip(handles, S)):
-    out = hvd.synchronize(h)
-    if inplace[i] is not None and out is not inplace[i]:
-        ok = False
-    if not close(out, want_sum(i, n, dtype), dtype):
-        ok = False
-        print("tensor %d (%d x %s): %s" % (i, n, dtype, out))
-after = hvd.mpi_ops._stats()
-calls = after["allreduce_calls"] - before["allreduce_calls"]
-check(ok, "60 tensors of mixed sizes and 5 dtypes, allreduce_async and allreduce_async_: right "
-          "values")
+
+
+def burst(tag, held):
+    """Submits 60 tensors one by one (odd ones in place), waits for them, checks their values;
+    returns the number of library allreduce calls they took. held: inside the engine's hold(),
+    so that every rank's 60 requests are negotiated in one round whatever the timing."""
+    S = specs(60)
+    before = hvd.mpi_ops._stats()
+    handles, inplace = [], []
+    eng = hvd.mpi_ops._eng()
+    with (eng.hold() if held else contextlib.nullcontext()):
+        for i, (n, dtype) in enumerate(S):
+            x = data(R, i, n, dtype)
+            if i % 2:
+                handles.append(hvd.allreduce_async_(x, op=hvd.Sum, name="%s.%d" % (tag, i)))
+                inplace.append(x)
+            else:
+                handles.append(hvd.allreduce_async(x, op=hvd.Sum, name="%s.%d" % (tag, i)))
+                inplace.append(None)
+    ok = True
+    for i, (h, (n, dtype)) in enumerate(zip(handles, S)):
+        out = hvd.synchronize(h)
+        if inplace[i] is not None and out is not inplace[i]:
+            ok = False
+        if not close(out, want_sum(i, n, dtype), dtype):
+            ok = False
+            print("tensor %d (%d x %s): %s" % (i, n, dtype, out))
+    check(ok, "%s: 60 tensors of mixed sizes and 5 dtypes, allreduce_async and allreduce_async_: "
+              "right values" % tag)
+    return hvd.mpi_ops._stats()["allreduce_calls"] - before["allreduce_calls"], S
+
+
+# Submitted as fast as Python goes: what fuses depends on the rounds they fall in.
+burst("loose", held=False)
+# Held: all 60 become ready in one round, so the count of calls is exact.
+calls, S = burst("held", held=True)
 if threshold == 0:
     check(calls == len(S), "HORA_FUSION_THRESHOLD=0: one library call per tensor (%d)" % calls)
+elif threshold >= 64 * 1024 * 1024:
+    check(calls == len(DTYPES), "60 tensors ready in one round: one library call per dtype "
+                                "(%d, want %d)" % (calls, len(DTYPES)))
 else:
-    # The tensors arrive within a few cycles of 20 ms, so the rounds are far fewer than the
-    # tensors; the assertion needs only that some round saw two compatible tensors.
-    check(calls < len(S), "fusion: %d library calls for %d tensors" % (calls, len(S)))
+    least = least_calls(S, threshold)
+    check(least <= calls < len(S), "threshold %d: %d calls for 60 tensors ready in one round "
+                                   "(at least %d)" % (threshold, calls, least))
 
 # ---- a grouped allreduce is negotiated in one round: its fusion is exact
 S = specs(40)
@@ -119,11 +148,8 @@ if threshold == 0:
 elif threshold >= 64 * 1024 * 1024:
     want_calls = len(DTYPES)
 else:
-    bytes_per = {}
-    for n, d in S:
-        bytes_per[d] = bytes_per.get(d, 0) + n * ESIZE[d]
     want_calls = None
-    least = sum(math.ceil(b / threshold) for b in bytes_per.values())
+    least = least_calls(S, threshold)
     check(least <= calls < len(S),
           "threshold %d: %d calls for %d tensors (at least %d)" % (threshold, calls, len(S), least))
 if want_calls is not None:

@@ -37,6 +37,7 @@ ranks at the same round.
 """
 import ctypes
 import collections
+import contextlib
 import json
 import os
 import struct
@@ -292,6 +293,8 @@ class Engine:
                                          fused_batches=0)
         self._cv = threading.Condition(threading.Lock())
         self._incoming = []
+        self._held = 0            # > 0: hold() is active, rounds take nothing from _incoming
+        self._waiters = 0         # callers blocked in wait(): rounds need not wait the cycle
         self._local = {}          # (set id, name) -> Request, submitted and not completed
         self._announced = 0       # how many of _local were announced
         self._counters = collections.Counter()
@@ -383,6 +386,20 @@ class Engine:
             if self._announced == 0:
                 self._cv.notify()
 
+    @contextlib.contextmanager
+    def hold(self):
+        """Requests submitted inside the block enter the negotiation together, in the first
+        round after it ends, so what becomes ready together (and is fused) does not depend on
+        how fast the caller submits. Rounds go on meanwhile, so peers are not held up."""
+        with self._cv:
+            self._held += 1
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._held -= 1
+                self._cv.notify()
+
     def announce_error(self, kind, set_id, name, text):
         """Announces a request that failed its local checks, so that the peers' matching
         requests fail as well instead of waiting for this rank."""
@@ -399,11 +416,24 @@ class Engine:
                 self._cv.notify()
 
     def wait(self, req):
-        """Waits for req; returns its result or raises its error."""
-        while not req.event.wait(0.5):
-            if not self._thread.is_alive() and not req.event.is_set():
-                # Cannot happen unless the engine itself has a bug: never hang on it.
-                raise HorovodInternalError("the hora.torch engine thread has ended")
+        """Waits for req; returns its result or raises its error.
+
+        While a caller waits it submits nothing more, so the cycle time (which gathers
+        submissions for fusion) only delays it: rounds then follow each other at once for as
+        long as they carry news (some rank announced something), and fall back to the cycle
+        when they do not (an operation a peer has not submitted), so a stall does not spin."""
+        if not req.event.is_set():
+            with self._cv:
+                self._waiters += 1
+                self._cv.notify()
+            try:
+                while not req.event.wait(0.5):
+                    if not self._thread.is_alive() and not req.event.is_set():
+                        # Cannot happen unless the engine itself has a bug: never hang on it.
+                        raise HorovodInternalError("the hora.torch engine thread has ended")
+            finally:
+                with self._cv:
+                    self._waiters -= 1
         if req.exc is not None:
             e = req.exc
             raise type(e)(*e.args)
@@ -444,10 +474,14 @@ class Engine:
                 now = time.monotonic()
                 if now >= self._next_round:
                     break
-                if self._incoming and self._announced == 0:
+                if not self._held and (self._incoming and self._announced == 0
+                                       or self._waiters and self._quiet_rounds == 0):
                     break
                 self._cv.wait(self._next_round - now)
-            reqs, self._incoming = self._incoming, []
+            if self._held and not self._stopping:
+                reqs = []  # rounds go on (the peers wait for them), taking nothing new
+            else:
+                reqs, self._incoming = self._incoming, []
             self._announced += len(reqs)
             stop = self._stopping
         quiet = (self._quiet_rounds >= self.QUIET_ROUNDS and not reqs and self._announced == 0)
