@@ -122,6 +122,42 @@ TEST_CASE("stream: destroying a stream or a communicator while work is queued", 
   CHECK(failures.empty());
 }
 
+TEST_CASE("stream: destroy while the queued work waits for a peer returns after that work", "[streams]") {
+  std::atomic<bool> destroying{false}, destroyed{false}, go{false};
+  auto failures = runThreads(2, [&](horaComm_t comm, int rank, int) -> std::string {
+    const size_t N = 1 << 20;
+    std::vector<double> x(N, rank + 1.0);
+    if (rank == 1) {
+      while (!go.load()) std::this_thread::yield();  // joins only once rank 0 is inside destroy
+      if (horaAllReduce(x.data(), x.data(), N, horaDouble, horaSum, comm, nullptr) != horaSuccess)
+        return err("rank 1", comm);
+      return x[N - 1] == 3.0 ? "" : "rank 1: wrong result";
+    }
+    horaStream_t s = nullptr;
+    horaStreamCreate(&s);
+    if (horaAllReduce(x.data(), x.data(), N, horaDouble, horaSum, comm, s) != horaSuccess) return err("enqueue", comm);
+    if (horaStreamQuery(s) != horaInProgress) { go = true; return "the queued work was not in progress"; }
+    horaResult_t destroyResult = horaInternalError;
+    std::thread t([&] {
+      destroying = true;
+      destroyResult = horaStreamDestroy(s);
+      destroyed = true;
+    });
+    while (!destroying.load()) std::this_thread::yield();
+    usleep(20000);  // lets destroy start waiting; the check below holds however long this is
+    // The allreduce cannot finish without rank 1, so destroy cannot have returned.
+    const bool early = destroyed.load();
+    go = true;
+    t.join();
+    if (early) return "horaStreamDestroy returned while its work still waited for a peer";
+    if (destroyResult != horaSuccess) return std::string("horaStreamDestroy: ") + horaGetLastError(nullptr);
+    if (x[0] != 3.0 || x[N - 1] != 3.0) return "wrong result after destroy";
+    return "";
+  });
+  INFO(joinAll(failures));
+  CHECK(failures.empty());
+}
+
 TEST_CASE("stream: two streams on two communicators from one thread overlap", "[streams]") {
   auto failures = runThreads(3, [](horaComm_t comm, int rank, int nranks) -> std::string {
     horaComm_t other = nullptr;
@@ -178,14 +214,17 @@ TEST_CASE("stream: bad arguments", "[streams]") {
   CHECK(failures.empty());
 }
 
-TEST_CASE("stream: a failed peer's error reaches synchronize, query and the async error", "[streams][faults]") {
+TEST_CASE("stream: a failed peer's error reaches query, synchronize, destroy and the async error", "[streams][faults]") {
   ProcessOptions o;
   o.timeoutMs = 20000;
-  auto results = runProcesses(3, [](horaComm_t comm, int rank, int) -> std::string {
+  // Rank 3 leaves. Rank 0 learns of it by polling horaStreamQuery, rank 1 by
+  // horaStreamSynchronize, rank 2 by horaStreamDestroy alone; each error is reported once and
+  // stays in the communicator's async error.
+  auto results = runProcesses(4, [](horaComm_t comm, int rank, int) -> std::string {
     std::vector<float> x(1 << 16, 1.0f);
     if (horaAllReduce(x.data(), x.data(), x.size(), horaFloat, horaSum, comm, nullptr) != horaSuccess)
       return err("first allreduce", comm);
-    if (rank == 2) {
+    if (rank == 3) {
       horaCommAbort(comm);  // leaves; stays alive so that only the closed links can tell
       sleep(1);
       _exit(0);
@@ -195,13 +234,21 @@ TEST_CASE("stream: a failed peer's error reaches synchronize, query and the asyn
     if (horaAllReduce(x.data(), x.data(), x.size(), horaFloat, horaSum, comm, s) != horaSuccess)
       return err("enqueueing", comm);
     horaResult_t r;
-    while ((r = horaStreamQuery(s)) == horaInProgress) usleep(1000);
-    if (r == horaSuccess) return "the work of a stream succeeded without a peer";
+    const char* how = rank == 0 ? "horaStreamQuery" : rank == 1 ? "horaStreamSynchronize" : "horaStreamDestroy";
+    if (rank == 0) {
+      while ((r = horaStreamQuery(s)) == horaInProgress) usleep(1000);
+    } else if (rank == 1) {
+      r = horaStreamSynchronize(s);
+    } else {
+      r = horaStreamDestroy(s);
+    }
+    if (r == horaSuccess || r == horaInProgress) return std::string(how) + " did not report the failure of a peer";
     const std::string text = horaGetLastError(comm);
     if (text.find("on a stream") == std::string::npos) return "the last error does not say it ran on a stream: " + text;
     horaResult_t async = horaSuccess;
     horaCommGetAsyncError(comm, &async);
-    if (async == horaSuccess) return "horaCommGetAsyncError says success";
+    if (async == horaSuccess) return std::string("horaCommGetAsyncError says success after ") + how;
+    if (rank == 2) return horaStreamQuery(s) == horaInvalidArgument ? "" : "the stream outlived its destroy";
     // Later work on the failed communicator is refused when it is enqueued.
     if (horaAllReduce(x.data(), x.data(), x.size(), horaFloat, horaSum, comm, s) == horaSuccess)
       return "work after the failure was accepted";
