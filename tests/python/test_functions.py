@@ -158,6 +158,18 @@ def check_optimizer_state(hvd, name, factory, root, empty_ranks=()):
     check(len(set(counts)) == 1, "%s: state tensor counts differ: %s" % (name, counts))
     check(all_equal_bytes(hvd, tensors or [torch.zeros(1)], "opt." + name),
           "%s: optimizer state tensors differ after broadcast_optimizer_state" % name)
+    # The values are the root's: replay the root's own training here and compare.
+    torch.manual_seed(5)
+    ref_model = Net()
+    ref_opt = factory(ref_model.parameters(), root)
+    if root not in empty_ranks:
+        train_locally(ref_model, ref_opt, root, steps=root + 1)
+    ref_tensors, ref_scalars = optimizer_state_items(ref_opt)
+    check(scalars == ref_scalars and len(tensors) == len(ref_tensors)
+          and all(torch.equal(a, b) for a, b in zip(tensors, ref_tensors))
+          and all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
+                                                      ref_model.state_dict().values())),
+          "%s: the state and parameters after the broadcast are not root %d's" % (name, root))
     if root in empty_ranks:
         check(not opt.state_dict()["state"], "%s: the root's state was empty, this rank's "
               "is not" % name)
