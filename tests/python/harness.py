@@ -26,6 +26,8 @@ Stable interface (other tests import it):
   wait_all(procs, timeout) -> list of (exit status, output text); kills what outlives timeout
       (status None then).
   init_hvd() -> hora.torch after hvd.init(), with torch.set_num_threads(1).
+  examples_ready(*env_names) -> None when the variables env_names are set and the Fashion-MNIST
+      files readable; else the exit status to return: 1 (a variable missing) or 77 (skip).
   Checker: check(cond, text) records and prints one check; raises_(exc_types, fn, text)
       checks that fn() raises one of exc_types and returns the exception; finish() -> 0 when
       all passed, else 1 (prints a summary).
@@ -49,6 +51,24 @@ def require_torch():
         print("SKIP: torch cannot be imported (%s)" % e, flush=True)
         sys.exit(77)
     return torch
+
+
+def examples_ready(*env_names):
+    for k in env_names:
+        if not os.environ.get(k):
+            print("FAIL: %s is not set" % k, flush=True)
+            return 1
+    examples = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "examples")
+    if examples not in sys.path:
+        sys.path.insert(0, examples)
+    import fashion_mnist
+    try:
+        fashion_mnist.load(train=False)
+    except (OSError, ValueError) as e:
+        print("SKIP: the Fashion-MNIST files are not readable: %s" % e, flush=True)
+        return 77
+    return None
 
 
 def in_rank():

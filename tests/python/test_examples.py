@@ -1,7 +1,9 @@
 """The Fashion-MNIST examples, briefly: examples/train_mnist.py (the Horovod API of hora.torch) and
 examples/train_mnist_ddp.py --backend hora (DistributedDataParallel on the "hora" backend), each
 with 2 ranks for a few batches. Each must exit 0, report a test accuracy, and (rank 0) save a model
-that loads into the examples' network.
+that loads into the examples' network. Then programs/horovod_synthetic.py, a script written for
+horovod.torch, runs with only its import line changed: its loss must fall, both ranks must end
+with identical parameters, and its checkpoint must hold the model and the optimizer state.
 
 Run from the repository root: /usr/bin/python3 tests/python/test_examples.py (with HORA_RUN,
 PYTHONPATH, HORA_LIBRARY set). Skips (77) when torch or the dataset is missing.
@@ -12,11 +14,10 @@ import subprocess
 import sys
 import tempfile
 
-try:
-    import torch
-except ImportError as e:  # pragma: no cover
-    print("SKIP: torch cannot be imported (%s)" % e)
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+torch = harness.require_torch()
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -66,19 +67,70 @@ def run_example(name, script, extra, tmp):
     return False
 
 
+FINAL = re.compile(r"^\[(\d)\] FINAL rank (\d) of 2 first_loss ([0-9.]+) last_loss ([0-9.]+) "
+                   r"params ([0-9a-f]{64})$", re.M)
+
+
+def run_horovod_program(tmp):
+    """programs/horovod_synthetic.py is written for horovod.torch; only its import line changes."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs",
+                           "horovod_synthetic.py")) as f:
+        original = f.read().splitlines(keepends=True)
+    changed = [l.replace("import horovod.torch as hvd", "import hora.torch as hvd") for l in original]
+    diff = [i for i, (a, b) in enumerate(zip(original, changed)) if a != b]
+    if len(diff) != 1 or any(re.match(r"\s*(import|from)\s+horovod", l) for l in changed):
+        print("FAIL: the Horovod program must differ from its run in exactly its import line")
+        return False
+    script = os.path.join(tmp, "horovod_synthetic.py")
+    with open(script, "w") as f:
+        f.writelines(changed)
+    saved = os.path.join(tmp, "horovod_checkpoint.pt")
+    cmd = [os.environ["HORA_RUN"], "-n", "2", "--timeout", "60", sys.executable, script,
+           "--checkpoint", saved]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PYDIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.pop("HORA_RUN", None)
+    print("running: a horovod.torch program with its import changed", flush=True)
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = proc.stdout
+    problems = []
+    finals = {int(m.group(2)): m for m in FINAL.finditer(out) if m.group(1) == m.group(2)}
+    if proc.returncode != 0:
+        problems.append("exit status %d" % proc.returncode)
+    if sorted(finals) != [0, 1]:
+        problems.append("not every rank printed its FINAL line")
+    else:
+        first, last = float(finals[0].group(3)), float(finals[0].group(4))
+        if not last < 0.5 * first:
+            problems.append("the loss did not fall by half (%.4f -> %.4f)" % (first, last))
+        if finals[0].group(5) != finals[1].group(5):
+            problems.append("the ranks' parameters differ after training")
+        if finals[0].group(3, 4) != finals[1].group(3, 4):
+            problems.append("the averaged losses differ between ranks")
+    if not problems:
+        state = torch.load(saved)
+        if set(state) != {"model", "optimizer"} or not state["optimizer"]["state"]:
+            problems.append("the checkpoint lacks the model or the optimizer state")
+    if problems:
+        print(out[-3000:])
+        print("FAIL: horovod program: %s" % "; ".join(problems), flush=True)
+        return False
+    print("ok: a horovod.torch program with only its import changed trains (loss %s -> %s) and "
+          "leaves identical parameters on both ranks" % (finals[0].group(3), finals[0].group(4)),
+          flush=True)
+    return True
+
+
 def main():
-    if not os.environ.get("HORA_RUN"):
-        print("FAIL: HORA_RUN (the path of hora-run) is not set")
-        return 1
-    try:
-        fashion_mnist.load(train=False)
-    except (OSError, ValueError) as e:
-        print("SKIP: the Fashion-MNIST files are not readable: %s" % e)
-        return 77
+    not_ready = harness.examples_ready("HORA_RUN")
+    if not_ready is not None:
+        return not_ready
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         ok &= run_example("hvd", "train_mnist.py", [], tmp)
         ok &= run_example("ddp", "train_mnist_ddp.py", ["--backend", "hora"], tmp)
+        ok &= run_horovod_program(tmp)
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
