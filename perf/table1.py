@@ -8,8 +8,7 @@ variant, in a rotating order) so that drift in the machine's speed touches all o
 Prints a Markdown table: per-epoch training time (the mean over the epochs of a run, the median
 over repetitions) and the final test accuracy (averaged over the ranks, as the demo reports it).
 
-    PYTHONPATH=python HORA_LIBRARY=/work/lib/libhora.so LD_LIBRARY_PATH=/work/lib \\
-        /usr/bin/python3 perf/table1.py [--epochs 2] [--batch-size 64] [--procs 1,2,4] [--repeat 3]
+    /usr/bin/python3 perf/table1.py [--epochs 2] [--batch-size 64] [--procs 1,2,4] [--repeat 3]
 """
 import argparse
 import json
@@ -41,7 +40,7 @@ def parse_args():
                    help="which to run: hora (train_mnist.py), gloo-ddp and hora-ddp (train_mnist_ddp.py)")
     p.add_argument("--python", default=sys.executable, help="interpreter of the ranks")
     p.add_argument("--hora-run", default=os.environ.get("HORA_RUN") or _default_hora_run(),
-                   help="path of hora-run (default: $HORA_RUN, PATH, /work/lib/hora-run)")
+                   help="path of hora-run (default: $HORA_RUN, else build/tools/hora-run, else PATH)")
     p.add_argument("--data-dir", default=None, help="Fashion-MNIST directory (the demo's default if unset)")
     p.add_argument("--timeout", type=float, default=900, help="seconds one run may take")
     p.add_argument("--exit-grace", type=float, default=60,
@@ -51,13 +50,10 @@ def parse_args():
 
 
 def _default_hora_run():
-    found = shutil.which("hora-run")
-    if found:
-        return found
-    for candidate in (os.path.join(ROOT, "build", "hora-run"), "/work/lib/hora-run"):
-        if os.path.exists(candidate):
-            return candidate
-    return "hora-run"
+    candidate = os.path.join(ROOT, "build", "tools", "hora-run")
+    if os.path.exists(candidate):
+        return candidate
+    return shutil.which("hora-run") or "hora-run"
 
 
 def free_port():
