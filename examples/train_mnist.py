@@ -83,7 +83,9 @@ def main():
     args = parse_args()
     hvd.init()
     torch.manual_seed(args.seed)
-    torch.set_num_threads(1)
+    if torch.cuda.is_available():  # pin this rank to its local GPU, as Horovod's example does
+        torch.cuda.set_device(hvd.local_rank())
+    torch.set_num_threads(1)  # ranks share the cores; hora-run binds each to its own when it can
 
     train_x, train_y = fashion_mnist.tensors(args.data_dir, train=True)
     test_x, test_y = fashion_mnist.tensors(args.data_dir, train=False)
