@@ -90,7 +90,7 @@ def rank_main(iters):
         idle.append(100.0 * (time.process_time() - c0) / (time.monotonic() - w0))
     stats = hvd.mpi_ops._stats()
     hvd.shutdown()
-    if hvd.mpi_ops._env_comm is None:
+    if hvd.basics._env_comm is None:
         comm.destroy()
     if int(os.environ["HORA_RANK"]) == 0:
         n = int(os.environ["HORA_SIZE"])

@@ -1,0 +1,275 @@
+"""Initialisation and the queries of hora.torch: init() and shutdown(), the ranks and sizes of
+the current initialisation, the *_built/*_enabled answers of Horovod's API, and the timeline.
+
+This module holds the state of the current initialisation (the engine, the layout, the
+launcher's communicator); the other modules read it through this module (basics._engine,
+basics._eng()), never through a copy of their own.
+"""
+import atexit
+import ctypes
+import os
+import socket
+import threading
+
+from hora import _core as C
+from hora.torch import _engine as E
+from hora.torch import process_sets as _ps
+from hora.torch.timeline import Timeline
+
+_lock = threading.RLock()
+_engine = None        # the running Engine, between init() and shutdown()
+_layout = None        # rank, size, local and cross ranks of the current initialisation
+_env_comm = None      # the launcher's communicator, kept across shutdown()/init() while healthy
+_owned_comm = None    # a communicator init() made from a list of ranks (destroyed at shutdown)
+
+
+# ---- initialisation ---------------------------------------------------------------------------
+
+def _not_initialized():
+    return ValueError("hora.torch has not been initialized; use hvd.init().")
+
+
+def _eng():
+    e = _engine
+    if e is None:
+        raise _not_initialized()
+    return e
+
+
+def _host_layout(comm):
+    """Local and cross ranks from the host names of all ranks (one allgather)."""
+    name = socket.gethostname().encode()[:63]
+    send = ctypes.create_string_buffer(name.ljust(64, b"\0"), 64)
+    recv = ctypes.create_string_buffer(64 * comm.size)
+    comm.allgather(ctypes.addressof(send), ctypes.addressof(recv), 64, C.UINT8)
+    hosts = [recv.raw[64 * i:64 * (i + 1)] for i in range(comm.size)]
+    local_index = []
+    seen = {}
+    for h in hosts:
+        local_index.append(seen.get(h, 0))
+        seen[h] = seen.get(h, 0) + 1
+    me = comm.rank
+    cross = [r for r in range(comm.size) if local_index[r] == local_index[me]]
+    return {
+        "rank": me, "size": comm.size,
+        "local_rank": local_index[me], "local_size": seen[hosts[me]],
+        "cross_rank": cross.index(me), "cross_size": len(cross),
+        "homogeneous": len(set(seen.values())) == 1,
+    }
+
+
+# Variables by which a launcher tells a process its rank; without any of them, init() runs
+# alone (size 1), as a script started by hand does under Horovod.
+_LAUNCHER_VARS = ("HORA_RANK", "HORA_SIZE", "HORA_ID", "HORA_ROOT", "OMPI_COMM_WORLD_SIZE",
+                  "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID", "WORLD_SIZE", "RANK")
+
+
+def _launcher_comm():
+    try:
+        return C.Comm.from_env()
+    except C.HoraError:
+        if any(v in os.environ for v in _LAUNCHER_VARS):
+            raise
+    return C.Comm.init_rank(1, C.unique_id(), 0)
+
+
+def init(comm=None, process_sets=None):
+    """Starts hora.torch on this rank (collective over all ranks).
+
+    comm: None for the launcher's communicator (hora-run, torchrun, srun, mpirun environments;
+    kept and reused by a later init() after a clean shutdown(); a process started without a
+    launcher runs alone, size 1), a hora._core.Comm to run over,
+    or a list of global ranks to run over a subset of the launcher's ranks.
+    process_sets: ProcessSet objects (or rank lists) to register at once, as add_process_set
+    would; the same on every rank. The string "dynamic" is accepted and ignored: process sets
+    can always be added later.
+    A second init() without a shutdown() in between does nothing.
+    """
+    global _engine, _layout, _env_comm, _owned_comm
+    with _lock:
+        if _engine is not None:
+            return
+        owned = None
+        if comm is None:
+            if _env_comm is None or _env_comm.handle is None:
+                _env_comm = _launcher_comm()
+            world = _env_comm
+        elif isinstance(comm, C.Comm):
+            if comm.handle is None:
+                raise ValueError("init(comm=...): that communicator was destroyed or aborted")
+            world = comm
+        elif isinstance(comm, (list, tuple, range)):
+            if _env_comm is None or _env_comm.handle is None:
+                _env_comm = _launcher_comm()
+            ranks = sorted(set(int(r) for r in comm))
+            if not ranks or ranks[0] < 0 or ranks[-1] >= _env_comm.size:
+                raise ValueError("init(comm=%r): ranks must lie in [0, %d)"
+                                 % (list(comm), _env_comm.size))
+            world = owned = E.subcomm(_env_comm, ranks)
+            if world is None:
+                raise ValueError("init(comm=%r): rank %d is not in that list"
+                                 % (ranks, _env_comm.rank))
+        else:
+            raise TypeError("init(comm=...) takes None, a hora._core.Comm or a list of ranks, "
+                            "not %s" % type(comm).__name__)
+        layout = _host_layout(world)
+        timeline = None
+        path = os.environ.get("HORA_TIMELINE")
+        if path and world.rank == 0:
+            mark = os.environ.get("HORA_TIMELINE_MARK_CYCLES", "0") not in ("", "0")
+            timeline = Timeline(path, mark)
+        try:
+            _engine = E.Engine(world, timeline)
+        except BaseException:
+            if timeline is not None:
+                timeline.close()
+            raise
+        _layout = layout
+        _owned_comm = owned
+        _ps.global_process_set.process_set_id = 0
+        _ps.global_process_set.ranks = list(range(world.size))
+    if process_sets is not None and process_sets != "dynamic":
+        for ps in process_sets:
+            _ps.add_process_set(ps)
+
+
+def shutdown():
+    """Stops hora.torch on this rank, and with it the engines of all ranks (their pending and
+    later operations raise HorovodInternalError). init() may follow."""
+    global _engine, _layout, _env_comm, _owned_comm
+    with _lock:
+        eng, _engine = _engine, None
+        owned, _owned_comm = _owned_comm, None
+        _layout = None
+    if eng is None:
+        return
+    eng.shutdown()
+    if eng.failed is not None:
+        if _env_comm is not None and _env_comm.handle is None:
+            _env_comm = None
+    elif owned is not None:
+        try:
+            owned.destroy()
+        except C.HoraError:
+            pass
+    for ps in list(_ps._registered.values()):
+        ps.process_set_id = None
+    _ps._registered.clear()
+
+
+atexit.register(shutdown)
+
+
+def _stats():
+    """The engine's counters (rounds, allreduce_calls, allreduce_tensors, fused_batches): for
+    tests and diagnostics."""
+    return dict(_eng().stats)
+
+
+def is_initialized():
+    return _engine is not None
+
+
+def _lay(key):
+    lay = _layout
+    if lay is None:
+        raise _not_initialized()
+    return lay[key]
+
+
+def rank():
+    """This process's rank among all ranks."""
+    return _lay("rank")
+
+
+def size():
+    """The number of ranks."""
+    return _lay("size")
+
+
+def local_rank():
+    """This process's rank among the ranks of its host."""
+    return _lay("local_rank")
+
+
+def local_size():
+    """The number of ranks on this process's host."""
+    return _lay("local_size")
+
+
+def cross_rank():
+    """This process's rank among the ranks with its local rank (one per host)."""
+    return _lay("cross_rank")
+
+
+def cross_size():
+    """The number of ranks with this process's local rank (the number of hosts when
+    homogeneous)."""
+    return _lay("cross_size")
+
+
+def is_homogeneous():
+    """True when every host runs the same number of ranks."""
+    return _lay("homogeneous")
+
+
+def mpi_threads_supported():
+    _lay("rank")
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def mpi_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def nccl_built():
+    return 0
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Starts writing the timeline to file_path (on rank 0; other ranks record nothing)."""
+    eng = _eng()
+    if eng.rank != 0:
+        return
+    with _lock:
+        old = eng.timeline
+        eng.timeline = Timeline(file_path, mark_cycles)
+    if old is not None:
+        old.close()
+
+
+def stop_timeline():
+    """Stops and closes the timeline (a valid JSON file from then on)."""
+    eng = _eng()
+    with _lock:
+        old, eng.timeline = eng.timeline, None
+    if old is not None:
+        old.close()
