@@ -1,0 +1,476 @@
+"""The collectives of the torch.distributed backend "hora": the methods of ProcessGroupHora
+(hora.torch.distributed) that check their arguments and queue a job (issue, finish) to the
+group's worker thread through self._submit.
+"""
+import torch
+from torch._C import _distributed_c10d as _c10d
+
+from hora import _core
+from hora.torch._pg_tensors import (
+    _addr2, _addr3, _check_op_dtype, _check_tensor, _consecutive, _exchange, _flat_view,
+    _local_reduce, _op_code, _splits, _Staged, _wire,
+)
+
+
+class Collectives:
+    """The collectives of ProcessGroupHora, a mixin: it relies on the group's _submit, _peer,
+    _rank, _size, _has_alltoall and _has_barrier."""
+
+    # -- collectives --------------------------------------------------------------------------
+
+    def allreduce(self, tensors, opts=None):
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        if not tensors:
+            raise ValueError("allreduce: no tensors")
+        op = _op_code(opts.reduceOp if opts is not None else _c10d.ReduceOp.SUM)
+        for t in tensors:
+            _check_tensor(t)
+            if t.dtype != tensors[0].dtype or t.shape != tensors[0].shape:
+                raise ValueError("allreduce: the tensors of the list differ in dtype or shape")
+        _check_op_dtype(op, tensors[0].dtype)
+        if len(tensors) == 1:
+            staged = [_Staged(tensors[0])]
+            buf = staged[0].buf
+        else:
+            staged = None
+            buf = None
+
+        def issue(comm):
+            nonlocal buf
+            if buf is None:  # several local tensors: combine them first, then across ranks
+                buf = _local_reduce([t.contiguous() for t in tensors], op)
+                comm.allreduce(*_addr2(buf), _core.SUM if op == _core.AVG else op)
+                if op == _core.AVG:
+                    buf.div_(self._size * len(tensors))
+            else:
+                comm.allreduce(*_addr2(buf), op)
+
+        def finish():
+            if staged is not None:
+                staged[0].back()
+            else:
+                for t in tensors:
+                    t.copy_(buf)
+            return list(tensors)
+
+        return self._submit(issue, finish)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        if not tensors:
+            raise ValueError("allreduce_coalesced: no tensors")
+        op = _op_code(opts.reduceOp if opts is not None else _c10d.ReduceOp.SUM)
+        for t in tensors:
+            _check_tensor(t)
+            _check_op_dtype(op, t.dtype)
+        by_dtype = {}
+        for t in tensors:
+            by_dtype.setdefault(t.dtype, []).append(t)
+
+        flats = {}
+
+        def issue(comm):
+            for dtype, ts in by_dtype.items():
+                flat = torch.cat([t.reshape(-1) for t in ts])
+                flats[dtype] = flat
+            with _core.group():
+                for flat in flats.values():
+                    comm.allreduce(*_addr2(flat), op)
+
+        def finish():
+            for dtype, ts in by_dtype.items():
+                off = 0
+                flat = flats[dtype]
+                for t in ts:
+                    n = t.numel()
+                    t.copy_(flat[off:off + n].view_as(t))
+                    off += n
+            return list(tensors)
+
+        return self._submit(issue, finish)
+
+    def broadcast(self, tensors, opts=None):
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        if not tensors:
+            raise ValueError("broadcast: no tensors")
+        root = opts.rootRank if opts is not None else 0
+        root_tensor = opts.rootTensor if opts is not None else 0
+        self._peer(root, "broadcast root")
+        if not 0 <= root_tensor < len(tensors):
+            raise ValueError("broadcast: rootTensor %d is not an index of the %d tensors"
+                             % (root_tensor, len(tensors)))
+        for t in tensors:
+            _check_tensor(t)
+        src = tensors[root_tensor]
+        staged = _Staged(src, copy_in=(self._rank == root))
+        buf = staged.buf
+
+        def issue(comm):
+            comm.broadcast(*_addr3(buf, buf), root)
+
+        def finish():
+            staged.back()
+            for i, t in enumerate(tensors):
+                if i != root_tensor:
+                    t.copy_(src)
+            return list(tensors)
+
+        return self._submit(issue, finish)
+
+    def reduce(self, tensors, opts=None):
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        if len(tensors) != 1:
+            raise ValueError("reduce: the hora backend takes exactly one tensor")
+        t = tensors[0]
+        _check_tensor(t)
+        op = _op_code(opts.reduceOp if opts is not None else _c10d.ReduceOp.SUM)
+        _check_op_dtype(op, t.dtype)
+        root = self._peer(opts.rootRank if opts is not None else 0, "reduce root")
+        staged = _Staged(t)
+        buf = staged.buf
+
+        def issue(comm):
+            addr, n, dt = _wire(buf)
+            comm.reduce(addr, addr, n, dt, op, root)
+
+        def finish():
+            if self._rank == root:
+                staged.back()
+            return [t]
+
+        return self._submit(issue, finish)
+
+    def allgather(self, output_lists, input_tensors, opts=None):
+        if isinstance(input_tensors, torch.Tensor):
+            input_tensors = [input_tensors]
+        if len(input_tensors) != 1 or len(output_lists) != 1:
+            raise ValueError("allgather: the hora backend takes one input tensor and one output list")
+        inp, outs = input_tensors[0], list(output_lists[0])
+        _check_tensor(inp, "input")
+        if len(outs) != self._size:
+            raise ValueError("allgather: the output list has %d tensors for a group of %d"
+                             % (len(outs), self._size))
+        for o in outs:
+            _check_tensor(o, "output")
+            if o.dtype != inp.dtype or o.numel() != inp.numel():
+                raise ValueError("allgather: every output must match the input's dtype and size")
+        src = inp.contiguous()
+        flat = _flat_view(outs) if _consecutive(outs) else None
+        dst = flat if flat is not None else torch.empty((self._size * inp.numel(),), dtype=inp.dtype)
+
+        def issue(comm):
+            addr, n, dt = _wire(src)
+            comm.allgather(addr, _wire(dst)[0], n, dt)
+
+        def finish():
+            if flat is None:
+                chunks = dst.view(self._size, -1)
+                for i, o in enumerate(outs):
+                    o.copy_(chunks[i].view_as(o))
+            return [outs]
+
+        return self._submit(issue, finish)
+
+    def _allgather_base(self, output, input, opts=None):
+        _check_tensor(input, "input")
+        _check_tensor(output, "output")
+        if output.dtype != input.dtype or output.numel() != self._size * input.numel():
+            raise ValueError("_allgather_base: the output must hold size x input elements of its dtype")
+        src = input.contiguous()
+        staged = _Staged(output, copy_in=False)
+
+        def issue(comm):
+            addr, n, dt = _wire(src)
+            comm.allgather(addr, _wire(staged.buf)[0], n, dt)
+
+        def finish():
+            staged.back()
+            return [output]
+
+        return self._submit(issue, finish)
+
+    def allgather_coalesced(self, output_lists, input_tensors, opts=None):
+        if len(output_lists) != len(input_tensors):
+            raise ValueError("allgather_coalesced: one output list per input tensor")
+        if not input_tensors:
+            raise ValueError("allgather_coalesced: no tensors")
+        dtype = input_tensors[0].dtype
+        for t in input_tensors:
+            _check_tensor(t, "input")
+            if t.dtype != dtype:
+                raise ValueError("allgather_coalesced: the inputs must share one dtype")
+        for outs, t in zip(output_lists, input_tensors):
+            if len(outs) != self._size or any(o.numel() != t.numel() or o.dtype != dtype for o in outs):
+                raise ValueError("allgather_coalesced: each output list needs one tensor per rank "
+                                 "shaped like its input")
+        sizes = [t.numel() for t in input_tensors]
+        total = sum(sizes)
+        dst = torch.empty((self._size * total,), dtype=dtype)
+        src = [None]
+
+        def issue(comm):
+            src[0] = torch.cat([t.reshape(-1) for t in input_tensors])
+            addr, n, dt = _wire(src[0])
+            comm.allgather(addr, _wire(dst)[0], n, dt)
+
+        def finish():
+            per_rank = dst.view(self._size, total)
+            for r in range(self._size):
+                off = 0
+                for i, n in enumerate(sizes):
+                    output_lists[i][r].copy_(per_rank[r, off:off + n].view_as(output_lists[i][r]))
+                    off += n
+            return [o for outs in output_lists for o in outs]
+
+        return self._submit(issue, finish)
+
+    def reduce_scatter(self, output_tensors, input_lists, opts=None):
+        if isinstance(output_tensors, torch.Tensor):
+            output_tensors = [output_tensors]
+        if len(output_tensors) != 1 or len(input_lists) != 1:
+            raise ValueError("reduce_scatter: the hora backend takes one output tensor and one input list")
+        out, ins = output_tensors[0], list(input_lists[0])
+        _check_tensor(out, "output")
+        op = _op_code(opts.reduceOp if opts is not None else _c10d.ReduceOp.SUM)
+        _check_op_dtype(op, out.dtype)
+        if len(ins) != self._size:
+            raise ValueError("reduce_scatter: the input list has %d tensors for a group of %d"
+                             % (len(ins), self._size))
+        for t in ins:
+            _check_tensor(t, "input")
+            if t.dtype != out.dtype or t.numel() != out.numel():
+                raise ValueError("reduce_scatter: every input must match the output's dtype and size")
+        flat = _flat_view(ins) if _consecutive(ins) else None
+        staged = _Staged(out, copy_in=False)
+        src = [flat]
+
+        def issue(comm):
+            if src[0] is None:
+                src[0] = torch.cat([t.reshape(-1) for t in ins])
+            addr, n, dt = _wire(staged.buf)
+            comm.reduce_scatter(_wire(src[0])[0], addr, n, dt, op)
+
+        def finish():
+            staged.back()
+            return [out]
+
+        return self._submit(issue, finish)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        _check_tensor(output, "output")
+        _check_tensor(input, "input")
+        op = _op_code(opts.reduceOp if opts is not None else _c10d.ReduceOp.SUM)
+        _check_op_dtype(op, output.dtype)
+        if input.dtype != output.dtype or input.numel() != self._size * output.numel():
+            raise ValueError("_reduce_scatter_base: the input must hold size x output elements of its dtype")
+        src = input.contiguous()
+        staged = _Staged(output, copy_in=False)
+
+        def issue(comm):
+            addr, n, dt = _wire(staged.buf)
+            comm.reduce_scatter(_wire(src)[0], addr, n, dt, op)
+
+        def finish():
+            staged.back()
+            return [output]
+
+        return self._submit(issue, finish)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        _check_tensor(output, "output")
+        _check_tensor(input, "input")
+        if output.dtype != input.dtype:
+            raise ValueError("alltoall_base: input and output differ in dtype")
+        n = self._size
+        in_splits = _splits(input, input_split_sizes, n, "input")
+        out_splits = _splits(output, output_split_sizes, n, "output")
+        src = input.contiguous()
+        staged = _Staged(output, copy_in=False)
+        even = not input_split_sizes and not output_split_sizes
+        use_native = even and self._has_alltoall
+        rank = self._rank
+
+        def issue(comm):
+            if use_native:
+                addr, cnt, dt = _wire(src)
+                comm.alltoall(addr, _wire(staged.buf)[0], cnt // n, dt)
+            else:
+                _exchange(comm, rank, src, in_splits, staged.buf, out_splits)
+
+        def finish():
+            staged.back()
+            return [output]
+
+        return self._submit(issue, finish)
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        n = self._size
+        if len(output_tensors) != n or len(input_tensors) != n:
+            raise ValueError("alltoall: one input and one output tensor per rank")
+        for t in list(output_tensors) + list(input_tensors):
+            _check_tensor(t)
+            if t.dtype != input_tensors[0].dtype:
+                raise ValueError("alltoall: the tensors must share one dtype")
+        srcs = [t.contiguous() for t in input_tensors]
+        staged = [_Staged(t, copy_in=False) for t in output_tensors]
+        rank = self._rank
+
+        def issue(comm):
+            with _core.group():
+                for peer in range(n):
+                    if peer == rank:
+                        staged[peer].buf.copy_(srcs[peer].view_as(staged[peer].buf))
+                        continue
+                    if srcs[peer].numel():
+                        comm.send(*_wire(srcs[peer]), peer)
+                    if staged[peer].buf.numel():
+                        comm.recv(*_wire(staged[peer].buf), peer)
+
+        def finish():
+            for s in staged:
+                s.back()
+            return list(output_tensors)
+
+        return self._submit(issue, finish)
+
+    def gather(self, output_lists, input_tensors, opts=None):
+        if len(input_tensors) != 1:
+            raise ValueError("gather: the hora backend takes one input tensor")
+        inp = input_tensors[0]
+        _check_tensor(inp, "input")
+        root = self._peer(opts.rootRank if opts is not None else 0, "gather root")
+        rank = self._rank
+        if rank == root:
+            if len(output_lists) != 1 or len(output_lists[0]) != self._size:
+                raise ValueError("gather: the root needs one output list with a tensor per rank")
+            outs = list(output_lists[0])
+            for o in outs:
+                _check_tensor(o, "output")
+                if o.dtype != inp.dtype or o.numel() != inp.numel():
+                    raise ValueError("gather: every output must match the input's dtype and size")
+        else:
+            if output_lists and any(len(x) for x in output_lists):
+                raise ValueError("gather: only the root passes output tensors")
+            outs = []
+        src = inp.contiguous()
+        staged = [_Staged(o, copy_in=False) for o in outs]
+
+        def issue(comm):
+            if rank != root:
+                comm.send(*_wire(src), root)
+                return
+            with _core.group():
+                for peer in range(self._size):
+                    if peer == rank:
+                        staged[peer].buf.copy_(src.view_as(staged[peer].buf))
+                    else:
+                        comm.recv(*_wire(staged[peer].buf), peer)
+
+        def finish():
+            for s in staged:
+                s.back()
+            return outs if outs else [inp]
+
+        return self._submit(issue, finish)
+
+    def scatter(self, output_tensors, input_lists, opts=None):
+        if len(output_tensors) != 1:
+            raise ValueError("scatter: the hora backend takes one output tensor")
+        out = output_tensors[0]
+        _check_tensor(out, "output")
+        root = self._peer(opts.rootRank if opts is not None else 0, "scatter root")
+        rank = self._rank
+        if rank == root:
+            if len(input_lists) != 1 or len(input_lists[0]) != self._size:
+                raise ValueError("scatter: the root needs one input list with a tensor per rank")
+            ins = [t.contiguous() for t in input_lists[0]]
+            for t in ins:
+                _check_tensor(t, "input")
+                if t.dtype != out.dtype or t.numel() != out.numel():
+                    raise ValueError("scatter: every input must match the output's dtype and size")
+        else:
+            if input_lists and any(len(x) for x in input_lists):
+                raise ValueError("scatter: only the root passes input tensors")
+            ins = []
+        staged = _Staged(out, copy_in=False)
+
+        def issue(comm):
+            if rank != root:
+                comm.recv(*_wire(staged.buf), root)
+                return
+            with _core.group():
+                for peer in range(self._size):
+                    if peer == rank:
+                        staged.buf.copy_(ins[peer].view_as(staged.buf))
+                    else:
+                        comm.send(*_wire(ins[peer]), peer)
+
+        def finish():
+            staged.back()
+            return [out]
+
+        return self._submit(issue, finish)
+
+    def barrier(self, opts=None):
+        token = torch.zeros(1, dtype=torch.int32)
+        native = self._has_barrier
+
+        def issue(comm):
+            if native:
+                comm.barrier()
+            else:
+                comm.allreduce(*_addr2(token), _core.SUM)
+
+        def finish():
+            return [token]
+
+        return self._submit(issue, finish)
+
+    def send(self, tensors, dst, tag=0):
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        if len(tensors) != 1:
+            raise ValueError("send: the hora backend takes exactly one tensor")
+        t = tensors[0]
+        _check_tensor(t)
+        peer = self._peer(dst, "send destination")
+        if peer == self._rank:
+            raise ValueError("send: a rank cannot send to itself")
+        src = t.contiguous()
+
+        def issue(comm):
+            comm.send(*_wire(src), peer)
+
+        def finish():
+            return [t]
+
+        return self._submit(issue, finish, p2p=True)
+
+    def recv(self, tensors, src, tag=0):
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        if len(tensors) != 1:
+            raise ValueError("recv: the hora backend takes exactly one tensor")
+        t = tensors[0]
+        _check_tensor(t)
+        peer = self._peer(src, "recv source")
+        if peer == self._rank:
+            raise ValueError("recv: a rank cannot receive from itself")
+        staged = _Staged(t, copy_in=False)
+
+        def issue(comm):
+            comm.recv(*_wire(staged.buf), peer)
+
+        def finish():
+            staged.back()
+            return [t]
+
+        return self._submit(issue, finish, p2p=True, src=peer)
+
+    def recv_anysource(self, tensors, tag=0):
+        raise RuntimeError("the hora backend has no receive from any source; name the source rank")
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        self.barrier().wait()

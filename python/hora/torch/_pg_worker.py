@@ -1,0 +1,224 @@
+"""The worker thread and the work objects of the torch.distributed backend "hora"
+(hora.torch.distributed): each process group's one thread that calls its communicator, the jobs
+queued to it, and the work and future objects handed to torch's Python and C++ callers.
+"""
+import atexit
+import datetime
+import os
+import queue
+import sys
+import threading
+import weakref
+
+import torch
+from torch._C import _distributed_c10d as _c10d
+from torch.distributed import distributed_c10d as _dc10d
+
+from hora import _core
+
+
+class GroupFailedError(RuntimeError):
+    """An operation of a process group that an earlier failure (a dead or silent peer) broke."""
+
+
+class _Job:
+    """One operation: issue() makes the library calls, finish() runs after them (and after the
+    group's end when issued inside one) and returns the future's value."""
+    __slots__ = ("issue", "finish", "future", "p2p")
+
+    def __init__(self, issue, finish, future, p2p=False):
+        self.issue, self.finish, self.future, self.p2p = issue, finish, future, p2p
+
+
+class _Engine:
+    """The communicator and the one thread that calls it."""
+
+    def __init__(self, comm, name):
+        self.comm = comm
+        self.error = None
+        self.closed = False
+        self.queue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self.thread.start()
+
+    def submit(self, jobs):
+        if self.closed:
+            raise RuntimeError("the hora process group was shut down")
+        self.queue.put(jobs)
+
+    def _loop(self):
+        torch.set_grad_enabled(False)  # results land in tensors that may require grad
+        while True:
+            jobs = self.queue.get()
+            if jobs is None:
+                break
+            self._run(jobs)
+        self._close()
+
+    def _run(self, jobs):
+        if self.error is None:
+            try:
+                if len(jobs) == 1:
+                    jobs[0].issue(self.comm)
+                else:
+                    with _core.group():
+                        for job in jobs:
+                            job.issue(self.comm)
+            except Exception as e:  # the library, or a bad argument found late
+                if isinstance(e, _core.HoraError) and e.remote:
+                    # the communicator is broken: abort it now, so that the peers fail at once
+                    # too instead of waiting out their timeout on this rank
+                    self.error = e
+                    self._abort()
+                self._fail(jobs, e)
+                return
+        if self.error is not None:
+            self._fail(jobs, GroupFailedError("an earlier operation of this hora process group "
+                                              "failed: %s" % self.error))
+            return
+        for job in jobs:
+            try:
+                value = job.finish()
+            except Exception as e:
+                job.future.set_exception(e)
+            else:
+                job.future.set_result(value)
+
+    @staticmethod
+    def _fail(jobs, exc):
+        for job in jobs:
+            if not job.future.done():
+                job.future.set_exception(exc)
+
+    def _abort(self):
+        comm, self.comm = self.comm, None
+        if comm is not None:
+            try:
+                comm.abort()
+            except _core.HoraError:
+                pass
+
+    def _close(self):
+        comm, self.comm = self.comm, None
+        if comm is None:
+            return
+        try:
+            if self.error is not None:
+                comm.abort()
+            else:
+                comm.destroy()
+        except _core.HoraError:
+            pass
+
+    def shutdown(self, wait_s=None):
+        if not self.closed:
+            self.closed = True
+            self.queue.put(None)
+        if wait_s is not None and self.thread is not threading.current_thread():
+            self.thread.join(wait_s)
+
+
+_ENGINES = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_all():
+    for engine in list(_ENGINES):
+        engine.shutdown(wait_s=10)
+
+
+class _PyWork(_c10d.Work):
+    """Work handed to Python callers: wait() raises the operation's error. (C++ callers such as
+    DistributedDataParallel get torch's future-wrapping work instead, which they check through
+    its future.)"""
+
+    def __init__(self, future, checked, rank=-1):
+        super().__init__()
+        self._future = future
+        self._checked = checked
+        self._src = rank
+
+    def wait(self, timeout=None):
+        if timeout is not None and timeout != _dc10d.default_pg_timeout and not self._future.done():
+            seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout / 1000.0
+            done = threading.Event()
+            self._future.add_done_callback(lambda _f: done.set())
+            if seconds > 0 and not done.wait(seconds):
+                raise RuntimeError("hora work: timed out after %.3f s" % seconds)
+        self._future.wait()
+        return True
+
+    def is_completed(self):
+        return self._future.done()
+
+    def is_success(self):
+        if not self._future.done():
+            return False
+        try:
+            self._future.value()
+        except Exception:
+            return False
+        return True
+
+    def exception(self):
+        if not self._future.done():
+            return None
+        try:
+            self._future.value()
+        except Exception as e:
+            return e
+        return None
+
+    def get_future(self):
+        return self._checked
+
+    def result(self):
+        return self._future.value()
+
+    def synchronize(self):
+        pass
+
+    def source_rank(self):
+        return self._src
+
+    def _source_rank(self):
+        return self._src
+
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_C10D_FILE = os.path.abspath(_dc10d.__file__)
+_caller_kinds = {}
+
+
+def _python_caller(depth):
+    """True when the method was called from Python code that keeps the work object itself: the
+    torch.distributed functions or user code. False when torch's C++ (DistributedDataParallel's
+    reducer, broadcast_coalesced, parameter checks) called it, from inside torch's Python: C++
+    must get a work object it can wait on without Python."""
+    try:
+        frame = sys._getframe(depth + 1)
+    except ValueError:
+        return False
+    name = frame.f_code.co_filename
+    kind = _caller_kinds.get(name)
+    if kind is None:
+        path = os.path.abspath(name)
+        kind = path == _C10D_FILE or not path.startswith(_TORCH_DIR)
+        _caller_kinds[name] = kind
+    return kind
+
+
+def _unwrap(future):
+    """The value of a completed future, raised when it failed. Chained with then(), it makes a
+    future that torch's C++ sees as failed: set_exception alone completes a future with the
+    exception as its value, which C++ code such as DistributedDataParallel's reducer would take
+    for tensors."""
+    return future.value()
+
+
+def _has(symbol):
+    try:
+        getattr(_core.lib, symbol)
+    except AttributeError:
+        return False
+    return True
