@@ -37,19 +37,21 @@ std::vector<std::string> runThreads(int n, const RankFn& fn) {
 
 bool ProcessResult::ok() const { return WIFEXITED(status) && WEXITSTATUS(status) == 0 && output.empty(); }
 
-std::vector<ProcessResult> runRawProcesses(int n, const RawFn& fn, const ProcessOptions& opts) {
-  horaUniqueId id;
-  if (horaGetUniqueId(&id) != horaSuccess)
-    return {ProcessResult{-1, -1, std::string("horaGetUniqueId: ") + horaGetLastError(nullptr)}};
-  return runRawProcessesWithId(id, n, fn, opts);
-}
+namespace {
 
-std::vector<ProcessResult> runRawProcessesWithId(const horaUniqueId& id, int n, const RawFn& fn,
-                                                 const ProcessOptions& opts) {
+// Forks n ranks running fn. With an id, each child gets it at once; without one, the children
+// are forked first and the parent hosts the rendezvous afterwards (horaGetUniqueId starts its
+// listener thread) and sends each child the id through a pipe. Forking while that thread runs
+// could hand a child a lock the thread held at that instant: glibc's malloc guards against it,
+// ASan's allocator does not, and TSan refuses new threads in such a child.
+std::vector<ProcessResult> forkRanks(const horaUniqueId* given, int n, const RawFn& fn,
+                                     const ProcessOptions& opts) {
   std::vector<ProcessResult> results;
+  std::string idError;  // the parent could not host the rendezvous
   struct Child {
     pid_t pid;
-    int fd;
+    int fd;      // the child's report
+    int idFd;    // where the parent writes the id (-1: the child has it)
     std::string out;
     bool eof = false, reaped = false, stopped = false;
     int status = 0;
@@ -58,16 +60,36 @@ std::vector<ProcessResult> runRawProcessesWithId(const horaUniqueId& id, int n, 
   fflush(stdout);
   fflush(stderr);
   for (int r = 0; r < n; ++r) {
-    int p[2];
-    if (pipe(p) != 0) abort();
+    int p[2], q[2] = {-1, -1};
+    if (pipe(p) != 0 || (!given && pipe(q) != 0)) abort();
     pid_t pid = fork();
     if (pid == 0) {
       close(p[0]);
+      for (const Child& k : kids) {  // the earlier children's ends: only the parent's
+        close(k.fd);
+        if (k.idFd >= 0) close(k.idFd);
+      }
+      horaUniqueId id{};
       std::string msg;
-      try {
-        msg = fn(id, r, n);
-      } catch (const std::exception& e) {
-        msg = std::string("exception: ") + e.what();
+      if (given) {
+        id = *given;
+      } else {
+        close(q[1]);
+        size_t got = 0;
+        while (got < sizeof id) {
+          ssize_t k = read(q[0], reinterpret_cast<char*>(&id) + got, sizeof id - got);
+          if (k <= 0) break;
+          got += static_cast<size_t>(k);
+        }
+        close(q[0]);
+        if (got != sizeof id) msg = "no unique id from the parent";
+      }
+      if (msg.empty()) {
+        try {
+          msg = fn(id, r, n);
+        } catch (const std::exception& e) {
+          msg = std::string("exception: ") + e.what();
+        }
       }
       size_t off = 0;
       while (off < msg.size()) {
@@ -78,7 +100,18 @@ std::vector<ProcessResult> runRawProcessesWithId(const horaUniqueId& id, int n, 
       _exit(msg.empty() ? 0 : 1);
     }
     close(p[1]);
-    kids.push_back(Child{pid, p[0], "", false, false, false, 0});
+    if (q[0] >= 0) close(q[0]);
+    kids.push_back(Child{pid, p[0], q[1], "", false, false, false, 0});
+  }
+  if (!given) {
+    horaUniqueId id;
+    const bool ok = horaGetUniqueId(&id) == horaSuccess;
+    for (Child& k : kids) {
+      if (ok && write(k.idFd, &id, sizeof id) != static_cast<ssize_t>(sizeof id)) abort();
+      close(k.idFd);  // without an id the child reads EOF and says so
+      k.idFd = -1;
+    }
+    if (!ok) idError = std::string("horaGetUniqueId: ") + horaGetLastError(nullptr);
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opts.hangGuardSeconds);
   bool killedAll = false;
@@ -127,7 +160,19 @@ std::vector<ProcessResult> runRawProcessesWithId(const horaUniqueId& id, int n, 
     if (killedAll && out.empty()) out = "hung: killed by the test's guard";
     results.push_back(ProcessResult{static_cast<int>(r), kids[r].status, out});
   }
+  if (!idError.empty()) results.push_back(ProcessResult{-1, -1, idError});  // never ok()
   return results;
+}
+
+}  // namespace
+
+std::vector<ProcessResult> runRawProcesses(int n, const RawFn& fn, const ProcessOptions& opts) {
+  return forkRanks(nullptr, n, fn, opts);
+}
+
+std::vector<ProcessResult> runRawProcessesWithId(const horaUniqueId& id, int n, const RawFn& fn,
+                                                 const ProcessOptions& opts) {
+  return forkRanks(&id, n, fn, opts);
 }
 
 std::vector<ProcessResult> runProcesses(int n, const RankFn& fn, const ProcessOptions& opts) {
