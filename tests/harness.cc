@@ -2,9 +2,11 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -50,7 +52,7 @@ constexpr int kGuardScale = 1;
 
 // Forks n ranks running fn. With an id, each child gets it at once; without one, the children
 // are forked first and the parent hosts the rendezvous afterwards (horaGetUniqueId starts its
-// listener thread) and sends each child the id through a pipe. Forking while that thread runs
+// listener thread) and sends each child the id over a socket pair. Forking while that thread runs
 // could hand a child a lock the thread held at that instant: glibc's malloc guards against it,
 // ASan's allocator does not, and TSan refuses new threads in such a child.
 std::vector<ProcessResult> forkRanks(const horaUniqueId* given, int n, const RawFn& fn,
@@ -60,7 +62,7 @@ std::vector<ProcessResult> forkRanks(const horaUniqueId* given, int n, const Raw
   struct Child {
     pid_t pid;
     int fd;      // the child's report
-    int idFd;    // where the parent writes the id (-1: the child has it)
+    int idFd;    // where the parent sends the id (-1: the child has it)
     std::string out;
     bool eof = false, reaped = false, stopped = false;
     int status = 0;
@@ -70,7 +72,7 @@ std::vector<ProcessResult> forkRanks(const horaUniqueId* given, int n, const Raw
   fflush(stderr);
   for (int r = 0; r < n; ++r) {
     int p[2], q[2] = {-1, -1};
-    if (pipe(p) != 0 || (!given && pipe(q) != 0)) abort();
+    if (pipe(p) != 0 || (!given && socketpair(AF_UNIX, SOCK_STREAM, 0, q) != 0)) abort();
     pid_t pid = fork();
     if (pid == 0) {
       close(p[0]);
@@ -87,6 +89,7 @@ std::vector<ProcessResult> forkRanks(const horaUniqueId* given, int n, const Raw
         size_t got = 0;
         while (got < sizeof id) {
           ssize_t k = read(q[0], reinterpret_cast<char*>(&id) + got, sizeof id - got);
+          if (k < 0 && errno == EINTR) continue;
           if (k <= 0) break;
           got += static_cast<size_t>(k);
         }
@@ -116,8 +119,10 @@ std::vector<ProcessResult> forkRanks(const horaUniqueId* given, int n, const Raw
     horaUniqueId id;
     const bool ok = horaGetUniqueId(&id) == horaSuccess;
     for (Child& k : kids) {
-      if (ok && write(k.idFd, &id, sizeof id) != static_cast<ssize_t>(sizeof id)) abort();
-      close(k.idFd);  // without an id the child reads EOF and says so
+      // A child that died before reading costs only its own result (its status says why), not
+      // a SIGPIPE for the whole test binary; one without an id reads EOF and says so.
+      if (ok) (void)send(k.idFd, &id, sizeof id, MSG_NOSIGNAL);
+      close(k.idFd);
       k.idFd = -1;
     }
     if (!ok) idError = std::string("horaGetUniqueId: ") + horaGetLastError(nullptr);

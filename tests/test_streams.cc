@@ -133,10 +133,14 @@ TEST_CASE("stream: destroy while the queued work waits for a peer returns after 
         return err("rank 1", comm);
       return x[N - 1] == 3.0 ? "" : "rank 1: wrong result";
     }
+    struct Release {  // rank 1 waits for go: every way out of here gives it
+      std::atomic<bool>& go;
+      ~Release() { go = true; }
+    } release{go};
     horaStream_t s = nullptr;
-    horaStreamCreate(&s);
+    if (horaStreamCreate(&s) != horaSuccess) return err("horaStreamCreate", nullptr);
     if (horaAllReduce(x.data(), x.data(), N, horaDouble, horaSum, comm, s) != horaSuccess) return err("enqueue", comm);
-    if (horaStreamQuery(s) != horaInProgress) { go = true; return "the queued work was not in progress"; }
+    if (horaStreamQuery(s) != horaInProgress) return "the queued work was not in progress";
     horaResult_t destroyResult = horaInternalError;
     std::thread t([&] {
       destroying = true;

@@ -341,13 +341,19 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 marks = hvd.broadcast_object(tempfile.mkdtemp(prefix="hora-barrier-") if R == 0 else None, 0,
                              name="barrier.dir")
+def marks_of(round_):
+    return len([f for f in os.listdir(marks) if f.startswith("%d." % round_)])
+
+
 for round_ in range(3):
-    if R == N - 1:
-        while len([f for f in os.listdir(marks) if f.startswith("%d." % round_)]) < N - 1:
+    if R == N - 1:  # the others mark before they call barrier(): this wait ends at once
+        give_up = time.monotonic() + 60
+        while marks_of(round_) < N - 1 and time.monotonic() < give_up:
             time.sleep(0.01)
+        check(marks_of(round_) == N - 1, "barrier %d: the other ranks marked before it" % round_)
     open(os.path.join(marks, "%d.%d" % (round_, R)), "w").close()
     hvd.barrier()
-    seen = len([f for f in os.listdir(marks) if f.startswith("%d." % round_)])
+    seen = marks_of(round_)
     check(seen == N, "barrier %d: every rank's mark is there once it returns (%d of %d)"
           % (round_, seen, N))
 hvd.barrier()
