@@ -159,7 +159,29 @@ TEST_CASE("config: HORA_ALGO and HORA_KERNEL_ISA", "[config]") {
   CHECK(parse({{"HORA_ALGO", "auto"}}).algo == "auto");
   CHECK(parse({{"HORA_ALGO", "RING"}}).algo == "ring");
   CHECK(parse({{"HORA_ALGO", " Ring "}}).algo == "ring");
-  for (const char* bad : {"tree", "", "rings", "chain"}) expectInvalid("HORA_ALGO", bad);
+  // A name forces that algorithm for every collective that has it; collective:name for one.
+  CHECK(parse({{"HORA_ALGO", "ring"}}).algoForced[static_cast<size_t>(coll::Kind::AllGather)] ==
+        static_cast<int>(coll::Algo::Ring));
+  CHECK(parse({{"HORA_ALGO", "ring"}}).algoForced[static_cast<size_t>(coll::Kind::Broadcast)] == -1);
+  const Config c = parse({{"HORA_ALGO", "allreduce:slice, Broadcast:chain"}});
+  CHECK(c.algoForced[static_cast<size_t>(coll::Kind::AllReduce)] == static_cast<int>(coll::Algo::Slice));
+  CHECK(c.algoForced[static_cast<size_t>(coll::Kind::Broadcast)] == static_cast<int>(coll::Algo::Chain));
+  CHECK(c.algoForced[static_cast<size_t>(coll::Kind::Reduce)] == -1);
+  for (const char* bad : {"tree", "", "rings", "p2p", "broadcast:ring", "allreduce:", "gather:ring", ","})
+    expectInvalid("HORA_ALGO", bad);
+  // The error names what is available.
+  try {
+    parse({{"HORA_ALGO", "broadcast:ring"}});
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("flat, chain") != std::string::npos);
+  }
+  try {
+    parse({{"HORA_ALGO", "tree"}});
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("flat, slice, rd, ring, direct, chain") != std::string::npos);
+  }
 
   for (const char* isa : {"auto", "scalar", "avx2", "avx512"}) CHECK(parse({{"HORA_KERNEL_ISA", isa}}).kernelIsa == isa);
   CHECK(parse({{"HORA_KERNEL_ISA", "AVX2"}}).kernelIsa == "avx2");

@@ -1,5 +1,5 @@
 // Which transport each pair uses: shared memory between ranks of one host that both allow it,
-// TCP otherwise; decided alike on both ends. The rule as a unit (sharedMemoryGroup), then on
+// TCP otherwise; decided alike on both ends. The rule as a unit (chooseTransports), then on
 // real communicators as processes, and nothing left in /dev/shm afterwards.
 #include <catch2/catch.hpp>
 #include <dirent.h>
@@ -20,13 +20,32 @@ using namespace hora::test;
 
 namespace {
 
-PeerInfo peer(int rank, const std::string& host, bool shm) {
+PeerInfo peer(int rank, const std::string& host, bool near) {
   PeerInfo p;
   p.rank = rank;
+  p.host = host;
   p.hostId = host;
-  p.shmSocket = shm ? "hora-socket-" + std::to_string(rank) : "";
+  p.record.set("far", "x");
+  if (near) p.record.set("near", "x");
   return p;
 }
+
+// Stand-ins for a memory transport (one host only, preferred) and a network one (anywhere).
+struct FakeTransport : transport::Transport {
+  bool sameHostOnly;
+  int priority;
+  FakeTransport(bool s, int p) : sameHostOnly(s), priority(p) {}
+  std::string field() override { return "x"; }
+  int canConnect(const transport::PeerView& self, const transport::PeerView& peer) const override {
+    if (self.rank == peer.rank) return 0;
+    return sameHostOnly && self.hostId != peer.hostId ? 0 : priority;
+  }
+  std::vector<std::unique_ptr<transport::Connection>> connect(const transport::PeerView&,
+                                                             const std::vector<transport::PeerView>&,
+                                                             transport::ConnectContext&) override {
+    return {};
+  }
+};
 
 std::set<std::string> devShm() {
   std::set<std::string> names;
@@ -45,23 +64,39 @@ bool shmAllowed() {
 
 }  // namespace
 
-TEST_CASE("transport choice: the shared-memory group of each rank", "[transport]") {
-  // Ranks 0, 1, 3 on host A; 2 and 4 on host B; rank 3 does not allow shared memory.
+TEST_CASE("transport choice: the highest priority that both records allow, alike on both ends", "[transport]") {
+  // Ranks 0, 1, 3 on host A; 2 and 4 on host B; rank 3 has the near transport switched off.
   std::vector<PeerInfo> peers = {peer(0, "A", true), peer(1, "A", true), peer(2, "B", true), peer(3, "A", false),
                                  peer(4, "B", true)};
-  CHECK(sharedMemoryGroup(peers, 0) == std::vector<int>{0, 1});
-  CHECK(sharedMemoryGroup(peers, 1) == std::vector<int>{0, 1});
-  CHECK(sharedMemoryGroup(peers, 2) == std::vector<int>{2, 4});
-  CHECK(sharedMemoryGroup(peers, 4) == std::vector<int>{2, 4});
-  CHECK(sharedMemoryGroup(peers, 3).empty());
-  // Both ends of every pair agree: a pair is in shared memory for one iff for the other.
-  for (int a = 0; a < 5; ++a)
-    for (int b = 0; b < 5; ++b) {
-      auto ga = sharedMemoryGroup(peers, a), gb = sharedMemoryGroup(peers, b);
-      bool ab = std::find(ga.begin(), ga.end(), b) != ga.end();
-      bool ba = std::find(gb.begin(), gb.end(), a) != gb.end();
-      CHECK(ab == ba);
-    }
+  FakeTransport near(true, 2), far(false, 1);
+  // "self" stands for the loopback transport: only a rank's link to itself.
+  struct Self : FakeTransport {
+    Self() : FakeTransport(false, 1) {}
+    int canConnect(const transport::PeerView& a, const transport::PeerView& b) const override { return a.rank == b.rank; }
+  } self;
+  for (PeerInfo& p : peers) p.record.set("self", "x");
+  const std::vector<TransportOffer> offers = {{"self", &self}, {"near", &near}, {"far", &far}};
+  std::vector<std::vector<size_t>> choice;
+  for (int r = 0; r < 5; ++r) choice.push_back(chooseTransports(offers, peers, r));
+  CHECK(choice[0] == std::vector<size_t>{0, 1, 2, 2, 2});
+  CHECK(choice[1] == std::vector<size_t>{1, 0, 2, 2, 2});
+  CHECK(choice[2] == std::vector<size_t>{2, 2, 0, 2, 1});
+  CHECK(choice[3] == std::vector<size_t>{2, 2, 2, 0, 2});
+  CHECK(choice[4] == std::vector<size_t>{2, 2, 1, 2, 0});
+  for (size_t a = 0; a < 5; ++a)
+    for (size_t b = 0; b < 5; ++b) CHECK(choice[a][b] == choice[b][a]);
+  // A peer that no offer reaches is an error that names it and what was tried.
+  peers[4].record = Record();
+  peers[4].record.set("near", "x");
+  try {
+    chooseTransports(offers, peers, 0);
+    FAIL("no error");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("rank 4") != std::string::npos);
+    CHECK(what.find("far (off on that rank)") != std::string::npos);
+    CHECK(what.find("near (cannot reach it)") != std::string::npos);
+  }
 }
 
 TEST_CASE("transport choice on real communicators: shm on one host unless excluded", "[transport][processes]") {
@@ -74,8 +109,10 @@ TEST_CASE("transport choice on real communicators: shm on one host unless exclud
       bool isTcp = dynamic_cast<tcp::Connection*>(c) != nullptr;
       if (shm && !isShm) return "rank " + std::to_string(p) + " is not reached through shared memory";
       if (!shm && !isTcp) return "rank " + std::to_string(p) + " is not reached through TCP";
+      if (comm->linkNames[static_cast<size_t>(p)] != (shm ? "shm" : "tcp")) return "the link's name is wrong";
     }
-    if (shm != (comm->shmWorld != nullptr)) return "the shared-memory world does not match the setting";
+    if (comm->linkNames[static_cast<size_t>(rank)] != "loopback") return "the link to itself is not loopback";
+    if (shm != (comm->stage != nullptr)) return "the shared stage does not match the setting";
     int64_t x = rank;
     if (horaAllReduce(&x, &x, 1, horaInt64, horaSum, comm, nullptr) != horaSuccess || x != 3) return "allreduce failed";
     return "";

@@ -23,7 +23,8 @@ void runAll(MemWorld& w, const std::vector<std::vector<coll::Args>>& calls, cons
   for (int r = 0; r < n; ++r)
     for (const coll::Args& a : calls[static_cast<size_t>(r)]) {
       progs.emplace_back();
-      coll::build(a, coll::Topo{r, n}, plan, pool[static_cast<size_t>(r)], progs.back());
+      const coll::Topo topo{r, n};
+      coll::build(a, topo, planFor(a, topo, plan), pool[static_cast<size_t>(r)], progs.back());
       owner.push_back(r);
     }
   std::vector<core::Job> jobs(progs.size());

@@ -16,6 +16,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "coll/algorithm.h"
 #include "coll/collective.h"
 #include "core/program.h"
 #include "kernels/cpu/reduce.h"
@@ -322,6 +323,20 @@ inline const coll::Plan kSmall = plan(64, 4);       // 16 int32 per chunk: many 
 inline const coll::Plan kOneSlot = plan(64, 1);     // the least staging: every chunk waits for the last
 inline const coll::Plan kOdd = plan(12, 2);         // 3 int32 per chunk
 inline const coll::Plan kDefault = coll::Plan{};    // 512 KiB
+
+// The plan's algorithm when it implements the call's collective (the ring by default, or one a
+// test names), else the first of the registry that implements it and runs without a shared
+// stage: the in-memory transport has none.
+inline coll::Plan planFor(const coll::Args& a, const coll::Topo& t, coll::Plan p) {
+  if (coll::algorithm(p.algo).implements(a.kind)) return p;
+  for (const coll::Algorithm* algo : coll::algorithms())
+    if (algo->implements(a.kind) && !algo->unfit(a, t, false)) {
+      p.algo = algo->id();
+      return p;
+    }
+  FAIL("no algorithm implements " << coll::kindName(a.kind));
+  return p;
+}
 
 // Every collective runs with rendezvous sends (a send completes only once its receive is
 // posted), the strictest a transport may be; the switch stays to try eager sends by hand.

@@ -283,7 +283,7 @@ horaComm* splitComm(horaComm* c, int color, int key, const CommOptions& o) {
                    [&](int x, int y) { return all[2 * static_cast<size_t>(x) + 1] < all[2 * static_cast<size_t>(y) + 1]; });
   std::vector<uint8_t> id(kUniqueIdBytes, 0), ids(kUniqueIdBytes * static_cast<size_t>(n));
   if (!members.empty() && members[0] == c->rank) {
-    SockAddr bind = c->peers[static_cast<size_t>(c->rank)].tcpAddr;
+    SockAddr bind = c->address;
     bind.setPort(0);
     newId(bind).encode(id.data());
   }

@@ -34,7 +34,9 @@ struct Secret {
   uint8_t bytes[kSecretBytes];
 };
 
-enum class LinkKind : uint16_t { Bootstrap = 1, Data = 2, Shm = 3 };
+// What a link is for (it separates the acceptors of one job): the rendezvous, a data link
+// between two ranks, or a link between ranks of one host that swaps descriptors.
+enum class LinkKind : uint16_t { Bootstrap = 1, Data = 2, Local = 3 };
 
 // Fills buf with bytes from the kernel's random source (libsodium).
 void randomBytes(void* buf, size_t n);

@@ -1,5 +1,5 @@
-// AllToAll and Barrier as programs (the shared-stage flat path in shm.cc takes small ones on
-// one host).
+// AllToAll and Barrier as programs (the shared stage's flat algorithm, stage.cc, takes small
+// ones on one host).
 //
 // AllToAll, pairwise: in step k = 1..n-1 rank r sends block (r+k) mod n to that rank and
 // receives block (r-k) mod n from that rank, so every rank has one message in and one out per
@@ -12,6 +12,7 @@
 // r+2^k once it has heard in every round before, and waits for one from rank r-2^k; a rank
 // leaves the last round only after hearing, directly or through the rounds before, from
 // every other rank.
+#include "coll/algorithm.h"
 #include "coll/common.h"
 
 namespace hora::coll {
@@ -75,6 +76,44 @@ void disseminationBarrier(const Topo& t, core::Scratch& scratch, core::ProgramBu
     sent = b.send(mod(r + d, n), token, 1, Deps{heard, sent});
     heard = b.recv(mod(r - d, n), scratch.get(1), 1);
   }
+}
+
+namespace {
+class Pairwise final : public Algorithm {
+ public:
+  Algo id() const override { return Algo::Pairwise; }
+  bool implements(Kind k) const override { return k == Kind::AllToAll; }
+  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+    const double block = static_cast<double>(a.count * dataTypeSize(a.dtype));
+    const LinkCost& l = c.link(t.slowestLink);
+    return c.base("pairwise") + waitUs(l, t, c) + (t.nranks - 1) * bytesUs(block, l.gbps, t);
+  }
+  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
+    pairwiseAllToAll(a, t, p, s, b);
+  }
+};
+
+class Dissemination final : public Algorithm {
+ public:
+  Algo id() const override { return Algo::Dissemination; }
+  bool implements(Kind k) const override { return k == Kind::Barrier; }
+  double predictUs(const Args&, const Topo& t, const Costs& c) const override {
+    return std::ceil(std::log2(std::max(2, t.nranks))) * waitUs(c.link(t.slowestLink), t, c);
+  }
+  void build(const Args&, const Topo& t, const Plan&, core::Scratch& s, core::ProgramBuilder& b) const override {
+    disseminationBarrier(t, s, b);
+  }
+};
+}  // namespace
+
+const Algorithm& algorithmPairwise() {
+  static const Pairwise a;
+  return a;
+}
+
+const Algorithm& algorithmDissemination() {
+  static const Dissemination a;
+  return a;
 }
 
 }  // namespace hora::coll

@@ -13,6 +13,7 @@
 // bytes in and out per rank, n-1 + N/C - 1 steps; every element is reduced in one fixed order.
 // Partial sums of non-root ranks live in `slots` staging buffers (their result buffer is not
 // theirs to use); a slot is refilled only after the send that forwarded it has completed.
+#include "coll/algorithm.h"
 #include "coll/common.h"
 
 namespace hora::coll {
@@ -82,6 +83,32 @@ void chainReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& scr
                                reduceAction(dst, dst, sl.ptr, k.size(), red.spec(true, true))));
     }
   }
+}
+
+namespace {
+// The pipelined chain: n-1 + chunks-1 steps of one chunk each.
+class Chain final : public Algorithm {
+ public:
+  Algo id() const override { return Algo::Chain; }
+  bool implements(Kind k) const override { return k == Kind::Broadcast || k == Kind::Reduce; }
+  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+    const double N = static_cast<double>(a.count * dataTypeSize(a.dtype)), C = 512.0 * 1024;
+    const double chunk = std::min(N, C), steps = t.nranks - 1 + std::max(1.0, std::ceil(N / C)) - 1;
+    const LinkCost& l = c.link(t.slowestLink);
+    const double move = t.stage ? bytesUs(6 * chunk, c.memoryGBps, t) + bytesUs(chunk, c.stage.gbps, t)
+                                : bytesUs(chunk, l.gbps, t);
+    return c.base("chain") + steps * (waitUs(l, t, c) + move);
+  }
+  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) const override {
+    if (a.kind == Kind::Broadcast) chainBroadcast(a, t, p, s, b);
+    else chainReduce(a, t, p, s, b);
+  }
+};
+}  // namespace
+
+const Algorithm& algorithmChain() {
+  static const Chain a;
+  return a;
 }
 
 }  // namespace hora::coll

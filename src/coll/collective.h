@@ -9,7 +9,7 @@
 #include "base/types.h"
 #include "core/program.h"
 #include "kernels/cpu/reduce.h"
-#include "transports/shm/world.h"
+#include "transports/stage.h"
 
 namespace hora::coll {
 
@@ -38,9 +38,14 @@ struct Args {
   int peer = -1;                // Send, Recv
 };
 
-enum class Algo : uint8_t { Ring, Direct, RecursiveDoubling, ShmFlat, ShmSlice };
+// The algorithms' names, one typed table (algorithms.def; the objects are in algorithm.h).
+enum class Algo : uint8_t {
+#define HORA_ALGORITHM(id, name) id,
+#include "coll/algorithms.def"
+#undef HORA_ALGORITHM
+};
 
-// How to run it: chosen by the planner (tuner.h).
+// How to run it: chosen by the planner (planner.h).
 struct Plan {
   Algo algo = Algo::Ring;
   size_t chunkBytes = 512 * 1024;
@@ -50,21 +55,25 @@ struct Plan {
 struct Topo {
   int rank = 0;
   int nranks = 1;
-  // Every rank on this host, sharing memory (the Shm* algorithms); null otherwise.
-  const shm::World* world = nullptr;
-  uint64_t* shmSeq = nullptr;  // the host's chunk sequence: the Shm* algorithms advance it
+  // The shared stage, when every rank of the communicator is a member of it (the stage
+  // algorithms); null otherwise.
+  const transport::SharedStage* stage = nullptr;
+  uint64_t* stageSeq = nullptr;  // the stage's chunk sequence: the stage algorithms advance it
+  // What the planner's predictions need: how the ranks spread over hosts, the cores of the
+  // busiest host, and the slowest transport between two ranks (its name in Costs::links).
+  int hosts = 1;
+  int ranksPerHost = 1;  // on the host with the most
+  int coresPerHost = 1;  // of that host
+  std::string slowestLink = "loopback";
 };
 
-// One small collective (not send/recv) among ranks that share memory, run at once through the
-// shared stage rather than built into a program (its latency is a few hundred instructions
-// less, and it takes one step where the ring takes n-1). await(counter, value, only, check)
-// waits until every rank of the host (or only rank `only`, if not -1) has set the counter to at
-// least value, and then (with check) compares the call with theirs.
+// For an algorithm that runs a lone call at once through the shared stage (algorithm.h):
+// await(counter, value, only, check) waits until every member of the stage (or only member
+// `only`, if not -1) has set the counter to at least value, and then (with check) compares the
+// call with theirs.
 using AwaitFn = std::function<void(int counter, uint64_t value, int only, bool check)>;
-bool shmFlatNowApplies(const Args& a, const Topo& t, const Plan& p);
-void shmFlatNow(const Args& a, const Topo& t, const AwaitFn& await);
 
-// Appends this rank's ops for `a` to `out` and sets its tag.
+// Appends this rank's ops for `a`, by the plan's algorithm, to `out` and sets its tag.
 void build(const Args& a, const Topo& t, const Plan& plan, core::Scratch& scratch, core::Program& out);
 
 // The tag every message of the call carries, and its description.

@@ -67,8 +67,9 @@ struct Reducer {
 };
 
 // Per-algorithm builders (ring.cc, chain.cc, p2p.cc).
-void shmAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
-size_t shmSlotBytes(const shm::World& w);
+void stageAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await);
+size_t stageSlotBytes(const transport::SharedStage& st);
 void rdAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void directAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void ringAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);

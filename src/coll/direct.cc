@@ -5,6 +5,7 @@
 // plus one n-way reduction. Each rank sends and receives (n-1) * N*E bytes, against the ring's
 // 2(n-1)/n * N*E, so it only pays while a message costs its latency, not its bytes. PreMulSum
 // sends the input already scaled (a peer does not know this rank's scalar).
+#include "coll/algorithm.h"
 #include "coll/common.h"
 
 namespace hora::coll {
@@ -87,6 +88,62 @@ void rdAllReduce(const Args& a, const Topo& t, const Plan&, core::Scratch& scrat
     acc = a.recvbuf;
   }
   if (r < n - p) b.send(r + p, a.recvbuf, bytes, Deps{ready});
+}
+
+namespace {
+// Direct: one step, but n-1 messages of N out and n-1 in, all at once (they queue on the link
+// and for the cores), then an n-way reduction of (n+1)N of memory traffic.
+class Direct final : public Algorithm {
+ public:
+  Algo id() const override { return Algo::Direct; }
+  bool implements(Kind k) const override { return k == Kind::AllReduce; }
+  const char* unfit(const Args&, const Topo& t, bool) const override {
+    return t.nranks > kernels::kMaxSources ? "it reduces every input at once, 16 ranks at most" : nullptr;
+  }
+  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+    const double N = static_cast<double>(a.count * dataTypeSize(a.dtype)), n = t.nranks;
+    const LinkCost& l = c.link(t.slowestLink);
+    const double message = t.stage ? bytesUs(3 * N, c.memoryGBps, t) + bytesUs(N, c.stage.gbps, t) : bytesUs(N, l.gbps, t);
+    return c.base("direct") + (n - 1) * (waitUs(l, t, c) + message) + bytesUs((n + 1) * N, c.memoryGBps, t);
+  }
+  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
+    directAllReduce(a, t, p, s, b);
+  }
+};
+
+// Recursive doubling: log2(p) steps (+2 when n is not a power of two), each N out, N in, and
+// a reduction of 2N into N (3N of memory traffic).
+class RecursiveDoubling final : public Algorithm {
+ public:
+  Algo id() const override { return Algo::RecursiveDoubling; }
+  bool implements(Kind k) const override { return k == Kind::AllReduce; }
+  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+    const double N = static_cast<double>(a.count * dataTypeSize(a.dtype));
+    int p = 1, steps = 0;
+    while (p * 2 <= t.nranks) p *= 2, ++steps;
+    if (p != t.nranks) steps += 2;
+    const LinkCost& l = c.link(t.slowestLink);
+    // Over memory a message is copied in and out of a ring: 3N of local traffic and N read
+    // from the peer's; over a network N crosses the wire.
+    const bool memory = t.stage != nullptr;
+    const double perStep = memory ? bytesUs(6 * N, c.memoryGBps, t) + bytesUs(N, c.stage.gbps, t)
+                                  : bytesUs(N, l.gbps, t) + bytesUs(3 * N, c.memoryGBps, t);
+    return c.base("rd") + steps * (waitUs(l, t, c) + perStep);
+  }
+  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
+    rdAllReduce(a, t, p, s, b);
+  }
+};
+}  // namespace
+
+const Algorithm& algorithmDirect() {
+  static const Direct a;
+  return a;
+}
+
+const Algorithm& algorithmRecursiveDoubling() {
+  static const RecursiveDoubling a;
+  return a;
 }
 
 }  // namespace hora::coll

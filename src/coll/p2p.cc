@@ -2,6 +2,7 @@
 // large one keeps every socket of the connection busy; both sides cut it the same way, and a
 // mismatch in count or datatype shows up as a length or tag mismatch on the first chunk.
 // Bytes moved: N*E out (Send) or in (Recv); no staging, no copy.
+#include "coll/algorithm.h"
 #include "coll/common.h"
 
 namespace hora::coll {
@@ -15,6 +16,26 @@ void p2p(const Args& a, const Topo&, const Plan& p, core::ProgramBuilder& b) {
     if (a.kind == Kind::Send) b.send(a.peer, at(a.sendbuf, k.begin, E), k.size() * E);
     else b.recv(a.peer, at(a.recvbuf, k.begin, E), k.size() * E);
   }
+}
+
+namespace {
+class P2P final : public Algorithm {
+ public:
+  Algo id() const override { return Algo::P2P; }
+  bool implements(Kind k) const override { return k == Kind::Send || k == Kind::Recv; }
+  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+    const LinkCost& l = c.link(t.slowestLink);
+    return waitUs(l, t, c) + bytesUs(static_cast<double>(a.count * dataTypeSize(a.dtype)), l.gbps, t);
+  }
+  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch&, core::ProgramBuilder& b) const override {
+    p2p(a, t, p, b);
+  }
+};
+}  // namespace
+
+const Algorithm& algorithmP2P() {
+  static const P2P a;
+  return a;
 }
 
 }  // namespace hora::coll

@@ -25,6 +25,7 @@
 // completed, which bounds the pipeline's depth.
 #include <vector>
 
+#include "coll/algorithm.h"
 #include "coll/common.h"
 
 namespace hora::coll {
@@ -184,6 +185,42 @@ void ringReduceScatter(const Args& a, const Topo& t, const Plan& p, core::Scratc
       }
     }
   }
+}
+
+namespace {
+// The ring: 2(n-1) steps for AllReduce, n-1 for the others, each moving a block of N/n (the
+// result's N for AllGather) in chunks; every message waits for one on the link.
+class Ring final : public Algorithm {
+ public:
+  Algo id() const override { return Algo::Ring; }
+  bool implements(Kind k) const override {
+    return k == Kind::AllReduce || k == Kind::AllGather || k == Kind::ReduceScatter;
+  }
+  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+    const double n = t.nranks, E = static_cast<double>(dataTypeSize(a.dtype));
+    // Bytes of the block each step moves, and the steps.
+    const double block = a.kind == Kind::AllReduce ? a.count * E / n : a.count * E;
+    const double steps = (a.kind == Kind::AllReduce ? 2 : 1) * (n - 1);
+    const double reducing = a.kind == Kind::AllGather ? 0 : n - 1;  // steps that reduce
+    const LinkCost& l = c.link(t.slowestLink);
+    const double chunks = std::max(1.0, std::ceil(block / static_cast<double>(512 * 1024)));
+    const bool memory = t.stage != nullptr;
+    const double move = memory ? bytesUs(6 * block, c.memoryGBps, t) + bytesUs(block, c.stage.gbps, t)
+                               : bytesUs(block, l.gbps, t);
+    return c.base("ring") + steps * chunks * waitUs(l, t, c) +
+           c.factor("ring") * (steps * move + reducing * bytesUs(3 * block, c.memoryGBps, t));
+  }
+  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) const override {
+    if (a.kind == Kind::AllReduce) ringAllReduce(a, t, p, s, b);
+    else if (a.kind == Kind::AllGather) ringAllGather(a, t, p, s, b);
+    else ringReduceScatter(a, t, p, s, b);
+  }
+};
+}  // namespace
+
+const Algorithm& algorithmRing() {
+  static const Ring a;
+  return a;
 }
 
 }  // namespace hora::coll

@@ -6,83 +6,89 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/host.h"
 #include "base/log.h"
 #include "comm/config.h"
-#include "transports/loopback/loopback.h"
-#include "transports/shm/connection.h"
-#include "transports/shm/endpoint.h"
-#include "transports/tcp/endpoint.h"
 
 namespace hora {
 
-std::vector<int> sharedMemoryGroup(const std::vector<PeerInfo>& peers, int rank) {
-  std::vector<int> group;
-  const PeerInfo& me = peers[static_cast<size_t>(rank)];
-  if (me.shmSocket.empty()) return group;
-  for (const PeerInfo& p : peers)
-    if (!p.shmSocket.empty() && p.hostId == me.hostId) group.push_back(p.rank);
-  return group;
+std::string PeerInfo::name() const { return format("rank %d (%s, pid %d)", rank, host.c_str(), pid); }
+
+transport::PeerView PeerInfo::view(const char* transportName) const {
+  return transport::PeerView{rank, name(), hostId, record.get(transportName)};
 }
 
-std::string PeerInfo::name() const { return format("rank %d (%s, pid %d)", rank, host.c_str(), pid); }
+std::vector<size_t> chooseTransports(const std::vector<TransportOffer>& offers, const std::vector<PeerInfo>& peers,
+                                     int rank) {
+  const PeerInfo& me = peers[static_cast<size_t>(rank)];
+  std::vector<size_t> choice(peers.size());
+  for (const PeerInfo& p : peers) {
+    int best = 0;
+    for (size_t i = 0; i < offers.size(); ++i) {
+      const char* n = offers[i].name.c_str();
+      if (!me.record.get(n) || !p.record.get(n)) continue;
+      const int prio = offers[i].transport->canConnect(me.view(n), p.view(n));
+      if (prio > best) {
+        best = prio;
+        choice[static_cast<size_t>(p.rank)] = i;
+      }
+    }
+    if (best == 0) {
+      std::string tried;
+      for (const TransportOffer& o : offers) {
+        const char* n = o.name.c_str();
+        tried += format("%s%s (%s)", tried.empty() ? "" : ", ", n,
+                        !me.record.get(n) ? "off on this rank" : !p.record.get(n) ? "off on that rank" : "cannot reach it");
+      }
+      fail(Errc::InvalidUsage, "no transport reaches %s from %s: %s; HORA_TRANSPORTS chooses among %s",
+           p.name().c_str(), me.name().c_str(), tried.c_str(), transport::optionalTransportNames().c_str());
+    }
+  }
+  return choice;
+}
 
 namespace {
 
-// What every rank tells every other at init: identity, address, and the settings that must
-// agree across ranks.
-struct InfoWire {
-  uint32_t magic;
-  uint32_t rank;
-  uint32_t pid;
-  uint32_t nsocks;
-  uint64_t chunkBytes;
-  char host[64];
-  uint8_t tcpAddr[SockAddr::kPackedBytes];
-  uint32_t shm;          // 1: this rank may use shared memory
-  char hostId[33];       // shm::hostIdentity()
-  char shmSocket[64];    // its abstract Unix socket
-};
-constexpr uint32_t kInfoMagic = 0x4f464e49;  // "INFO"
+// The "core" field of the peer record: who this rank is, and the settings that must agree
+// across ranks.
+constexpr uint32_t kCoreMagic = 0x45524f43;  // "CORE"
+constexpr size_t kMaxHostName = 255;
 
-std::string encodeInfo(int rank, const Config& cfg, const SockAddr& tcp, const std::string& hostId,
-                       const std::string& shmSocket) {
-  InfoWire w{};
-  w.shm = shmSocket.empty() ? 0 : 1;
-  strncpy(w.hostId, hostId.c_str(), sizeof w.hostId - 1);
-  strncpy(w.shmSocket, shmSocket.c_str(), sizeof w.shmSocket - 1);
-  w.magic = kInfoMagic;
-  w.rank = static_cast<uint32_t>(rank);
-  w.pid = static_cast<uint32_t>(getpid());
-  w.nsocks = static_cast<uint32_t>(cfg.nsocksPerPeer);
-  w.chunkBytes = cfg.chunkBytes;
-  strncpy(w.host, log::hostName(), sizeof w.host - 1);
-  tcp.pack(w.tcpAddr);
-  return std::string(reinterpret_cast<const char*>(&w), sizeof w);
+std::string coreField(int rank, const Config& cfg) {
+  return FieldWriter()
+      .u32(kCoreMagic)
+      .u32(static_cast<uint32_t>(rank))
+      .u32(static_cast<uint32_t>(getpid()))
+      .u64(cfg.chunkBytes)
+      .str(log::hostName())
+      .str(hostIdentity())
+      .take();
 }
 
-PeerInfo decodeInfo(const std::string& blob, int expectRank, const Config& cfg) {
-  InfoWire w;
-  if (blob.size() != sizeof w) hora::fail(Errc::Remote, "rank %d sent a peer record of %zu bytes", expectRank, blob.size());
-  memcpy(&w, blob.data(), sizeof w);
-  w.host[sizeof w.host - 1] = '\0';
-  w.hostId[sizeof w.hostId - 1] = '\0';
-  w.shmSocket[sizeof w.shmSocket - 1] = '\0';
-  if (w.magic != kInfoMagic || static_cast<int>(w.rank) != expectRank)
-    hora::fail(Errc::Remote, "rank %d sent a malformed peer record", expectRank);
+PeerInfo decodePeer(const std::string& blob, int expectRank, const Config& cfg) {
   PeerInfo p;
   p.rank = expectRank;
-  p.pid = static_cast<int>(w.pid);
-  p.host = w.host;
-  p.hostId = w.hostId;
-  p.shmSocket = w.shm ? w.shmSocket : "";
-  if (!SockAddr::unpack(w.tcpAddr, &p.tcpAddr)) hora::fail(Errc::Remote, "%s sent no valid address", p.name().c_str());
-  if (static_cast<int>(w.nsocks) != cfg.nsocksPerPeer)
-    hora::fail(Errc::InvalidUsage, "HORA_NSOCKS_PERPEER differs across ranks: %s has %u, this rank %d",
-         p.name().c_str(), w.nsocks, cfg.nsocksPerPeer);
-  if (w.chunkBytes != cfg.chunkBytes)
+  std::string why;
+  if (!Record::decode(blob, &p.record, &why)) hora::fail(Errc::Remote, "rank %d sent a malformed peer record: %s", expectRank, why.c_str());
+  const std::string* core = p.record.get("core");
+  if (!core) hora::fail(Errc::Remote, "rank %d sent a peer record without its identity", expectRank);
+  FieldReader r(*core);
+  uint32_t magic = 0, rank = 0, pid = 0;
+  uint64_t chunkBytes = 0;
+  if (!r.u32(&magic) || magic != kCoreMagic || !r.u32(&rank) || !r.u32(&pid) || !r.u64(&chunkBytes) ||
+      !r.str(&p.host, kMaxHostName) || !r.str(&p.hostId, 64) || !r.atEnd() || static_cast<int>(rank) != expectRank)
+    hora::fail(Errc::Remote, "rank %d sent a malformed peer record", expectRank);
+  for (char& c : p.host)
+    if (c < 0x20 || c > 0x7e) c = '?';
+  p.pid = static_cast<int>(pid);
+  if (chunkBytes != cfg.chunkBytes)
     hora::fail(Errc::InvalidUsage, "HORA_CHUNK_BYTES differs across ranks: %s has %llu, this rank %zu",
-         p.name().c_str(), static_cast<unsigned long long>(w.chunkBytes), cfg.chunkBytes);
+               p.name().c_str(), static_cast<unsigned long long>(chunkBytes), cfg.chunkBytes);
   return p;
+}
+
+bool enabled(const transport::Registration& r, const Config& cfg) {
+  return !r.optional || std::find(cfg.transports.begin(), cfg.transports.end(), r.name) != cfg.transports.end();
 }
 
 }  // namespace
@@ -98,13 +104,9 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
   c->rank = rank;
   c->nranks = nranks;
   c->opts = opts;
-  c->tuner.chunkBytes = cfg.chunkBytes;
-  c->tuner.force = cfg.algo == "ring"     ? coll::TunerSettings::Force::Ring
-                   : cfg.algo == "direct" ? coll::TunerSettings::Force::Direct
-                   : cfg.algo == "rd"     ? coll::TunerSettings::Force::RecursiveDoubling
-                   : cfg.algo == "shmflat" ? coll::TunerSettings::Force::ShmFlat
-                   : cfg.algo == "shmslice" ? coll::TunerSettings::Force::ShmSlice
-                                          : coll::TunerSettings::Force::Auto;
+  c->planner.chunkBytes = cfg.chunkBytes;
+  c->planner.forced = cfg.algoForced;
+  c->planner.costs = cfg.costs;
   log::RankScope scope(rank);
   c->wakeFd = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!c->wakeFd.valid()) hora::fail(Errc::System, "eventfd: %s", errnoText(errno).c_str());
@@ -113,58 +115,57 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
   Waiter w(opts.timeout, &c->aborting, [&] { return stage; });
   BootstrapClient bs(id, rank, nranks, w);
   try {
-    SockAddr bindAddr = cfg.socketIfname.empty() ? bs.localAddress()
-                                                 : chooseInterface(cfg.socketIfname, id.root.family());
-    bindAddr.setPort(0);
-    tcp::Options topts;
-    topts.nsocks = cfg.nsocksPerPeer;
-    topts.handshakeTimeout = std::min(opts.timeout, milliseconds(30000));
-    tcp::Endpoint ep(bindAddr, id.secret, id.commId(), rank, nranks, topts);
-    const bool shmOn = std::find(cfg.transports.begin(), cfg.transports.end(), "shm") != cfg.transports.end();
-    const bool tcpOn = std::find(cfg.transports.begin(), cfg.transports.end(), "tcp") != cfg.transports.end();
-    std::unique_ptr<shm::Endpoint> sep;
-    if (shmOn) {
-      shm::Options so;
-      so.ringBytes = kShmRingBytes;
-      so.stageBytes = 4 * cfg.chunkBytes;
-      so.handshakeTimeout = topts.handshakeTimeout;
-      sep = std::make_unique<shm::Endpoint>(id.secret, id.commId(), rank, nranks, so);
+    c->address = cfg.socketIfname.empty() ? bs.localAddress() : chooseInterface(cfg.socketIfname, id.root.family());
+    c->address.setPort(0);
+    transport::Settings ts;
+    ts.secret = id.secret;
+    ts.commId = id.commId();
+    ts.rank = rank;
+    ts.nranks = nranks;
+    ts.bindAddr = c->address;
+    ts.socketsPerPeer = cfg.nsocksPerPeer;
+    ts.chunkBytes = cfg.chunkBytes;
+    ts.handshakeTimeout = std::min(opts.timeout, milliseconds(30000));
+    // Every enabled transport of the build, in registry order; each adds its field.
+    std::vector<std::unique_ptr<transport::Transport>> owned;
+    std::vector<TransportOffer> offers;
+    Record mine;
+    mine.set("core", coreField(rank, cfg));
+    for (const transport::Registration& reg : transport::registry()) {
+      if (!enabled(reg, cfg)) continue;
+      owned.push_back(reg.make(ts));
+      offers.push_back(TransportOffer{reg.name, owned.back().get()});
+      std::string field = owned.back()->field();
+      if (!field.empty()) mine.set(reg.name, std::move(field));
     }
-    static const std::string hostId = shm::hostIdentity();
 
     stage = "every rank's peer record (bootstrap allgather)";
-    std::vector<std::string> blobs =
-        bs.allgather(encodeInfo(rank, cfg, ep.address(), hostId, sep ? sep->socketName() : std::string()), w);
-    for (int r = 0; r < nranks; ++r) c->peers.push_back(decodeInfo(blobs[static_cast<size_t>(r)], r, cfg));
+    std::vector<std::string> blobs = bs.allgather(mine.encode(), w);
+    for (int r = 0; r < nranks; ++r) c->peers.push_back(decodePeer(blobs[static_cast<size_t>(r)], r, cfg));
 
-    // The transport of each pair, decided alike on both sides: shared memory between ranks of
-    // one host that both allow it, TCP otherwise.
-    std::vector<int> local = sharedMemoryGroup(c->peers, rank);
+    // The transport of each peer, chosen alike on both ends; then each transport connects the
+    // peers it won, in registry order (so no two ranks wait on each other in different ones).
+    const std::vector<size_t> choice = chooseTransports(offers, c->peers, rank);
     c->conns.resize(static_cast<size_t>(nranks));
-    if (local.size() > 1) {
-      stage = "shared memory with this host's ranks";
-      std::vector<shm::LocalPeer> lp;
-      for (int r : local)
-        if (r != rank) lp.push_back(shm::LocalPeer{r, c->peers[static_cast<size_t>(r)].shmSocket, c->peers[static_cast<size_t>(r)].name()});
-      c->shmWorld = sep->connectAll(local, lp, w, bs.fd(), [&] { bs.checkForFailure(); });
-      for (uint32_t i = 0; i < c->shmWorld->nlocal; ++i)
-        if (i != c->shmWorld->localIndex)
-          c->conns[static_cast<size_t>(local[i])] = std::make_unique<shm::Connection>(*c->shmWorld, i);
-    }
-    sep.reset();
-    std::vector<tcp::PeerAddress> remote;
-    for (const PeerInfo& p : c->peers)
-      if (p.rank != rank && !c->conns[static_cast<size_t>(p.rank)]) {
-        if (!tcpOn)
-          hora::fail(Errc::InvalidUsage, "%s is not reachable with HORA_TRANSPORTS=%s (it is on another host, or "
-                     "does not allow shared memory)", p.name().c_str(), "shm");
-        remote.push_back(tcp::PeerAddress{p.rank, p.tcpAddr, p.name()});
+    c->linkNames.resize(static_cast<size_t>(nranks));
+    const PeerInfo& me = c->peers[static_cast<size_t>(rank)];
+    transport::ConnectContext ctx{w, bs.fd(), [&] { bs.checkForFailure(); }};
+    for (size_t i = 0; i < offers.size(); ++i) {
+      const char* n = offers[i].name.c_str();
+      std::vector<transport::PeerView> won;
+      for (const PeerInfo& p : c->peers)
+        if (choice[static_cast<size_t>(p.rank)] == i) won.push_back(p.view(n));
+      if (won.empty()) continue;
+      stage = format("connecting to %zu rank(s) over %s", won.size(), n);
+      std::vector<std::unique_ptr<transport::Connection>> links = offers[i].transport->connect(me.view(n), won, ctx);
+      if (links.size() != won.size()) hora::fail(Errc::Internal, "transport %s made %zu links for %zu peers", n, links.size(), won.size());
+      for (size_t k = 0; k < won.size(); ++k) {
+        c->conns[static_cast<size_t>(won[k].rank)] = std::move(links[k]);
+        c->linkNames[static_cast<size_t>(won[k].rank)] = n;
       }
-    stage = "TCP connections to every other host's ranks";
-    std::vector<std::unique_ptr<transport::Connection>> tcpConns = ep.connectAll(remote, w, bs.fd(), [&] { bs.checkForFailure(); });
-    for (const tcp::PeerAddress& p : remote) c->conns[static_cast<size_t>(p.rank)] = std::move(tcpConns[static_cast<size_t>(p.rank)]);
-    c->conns[static_cast<size_t>(rank)] =
-        std::make_unique<loopback::Connection>(c->peers[static_cast<size_t>(rank)].name());
+      if (auto st = offers[i].transport->stage()) c->stage = std::move(st);
+    }
+    owned.clear();
     for (auto& p : c->conns) c->connPtrs.push_back(p.get());
     stage = "every rank to finish connecting (bootstrap barrier)";
     bs.barrier(w);
@@ -191,12 +192,39 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
     // each, a wait's spin costs no peer its core, and a yield would be a syscall per wait.
     long sameHost = 0;
     for (const PeerInfo& p : c->peers) sameHost += p.hostId == c->peers[static_cast<size_t>(rank)].hostId;
-    if (sameHost <= sysconf(_SC_NPROCESSORS_ONLN)) c->spinFor = Waiter::kSpinWhenAlone;
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (sameHost <= cores) c->spinFor = Waiter::kSpinWhenAlone;
+    // The job's shape, for the planner's predictions: hosts, the busiest host's ranks, and
+    // the slowest link any pair uses (the one with the highest latency in the cost model).
+    std::vector<std::string> hosts;
+    int busiest = 0;
+    for (const PeerInfo& p : c->peers) {
+      if (std::find(hosts.begin(), hosts.end(), p.hostId) == hosts.end()) hosts.push_back(p.hostId);
+      int k = 0;
+      for (const PeerInfo& q : c->peers) k += q.hostId == p.hostId;
+      busiest = std::max(busiest, k);
+    }
+    c->shape.rank = rank;
+    c->shape.nranks = nranks;
+    c->shape.hosts = static_cast<int>(hosts.size());
+    c->shape.ranksPerHost = busiest;
+    c->shape.coresPerHost = static_cast<int>(std::max(1L, cores));
+    for (const std::string& l : c->linkNames)
+      if (c->planner.costs.link(l).latencyUs > c->planner.costs.link(c->shape.slowestLink).latencyUs)
+        c->shape.slowestLink = l;
   }
-  const int viaShm = c->shmWorld ? static_cast<int>(c->shmWorld->nlocal) - 1 : 0;
-  HORA_INFO(log::kInit, "communicator %016llx%s%s: rank %d of %d ready: %d peer(s) over shared memory, %d over TCP",
-            static_cast<unsigned long long>(id.commId()), opts.name.empty() ? "" : " ", opts.name.c_str(), rank, nranks,
-            viaShm, nranks - 1 - viaShm);
+  if (log::enabled(log::Level::Info, log::kInit)) {
+    std::string links;
+    for (const transport::Registration& reg : transport::registry()) {
+      int k = 0;
+      for (int r = 0; r < nranks; ++r) k += r != rank && c->linkNames[static_cast<size_t>(r)] == reg.name;
+      if (k) links += format("%s%d over %s", links.empty() ? "" : ", ", k, reg.name);
+    }
+    HORA_INFO(log::kInit, "communicator %016llx%s%s: rank %d of %d ready (listening on %s): peers %s%s",
+              static_cast<unsigned long long>(id.commId()), opts.name.empty() ? "" : " ", opts.name.c_str(), rank, nranks,
+              c->address.str().c_str(), links.empty() ? "none" : links.c_str(),
+              c->stage ? format("; a shared stage of %d ranks", c->stage->size()).c_str() : "");
+  }
   return c;
 }
 
@@ -223,7 +251,7 @@ void horaComm::fail(const Error& e) noexcept {
                           errorText_.c_str());
   }
   HORA_WARN(log::kColl, "%s", reason.c_str());
-  if (shmWorld) shmWorld->markFailed(reason);  // before the rings close: peers look here then
+  if (stage) stage->markFailed(reason);  // before the links close: peers look here then
   for (auto& c : conns)
     if (c) c->shutdown(reason);
 }

@@ -15,36 +15,45 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/record.h"
 #include "base/socket.h"
 #include "base/wait.h"
 #include "coll/collective.h"
-#include "coll/tuner.h"
+#include "coll/planner.h"
 #include "comm/bootstrap.h"
 #include "core/program.h"
-#include "transports/shm/world.h"
+#include "transports/registry.h"
+#include "transports/stage.h"
 #include "transports/transport.h"
 
 struct horaComm;
 
 namespace hora {
 
+// What a rank told every other at init: its identity (the record's "core" field, read here) and
+// the record itself, whose other fields belong to the transports (and the topology).
 struct PeerInfo {
   int rank = -1;
   int pid = 0;
   std::string host;
-  SockAddr tcpAddr;
-  std::string hostId;     // equal for ranks that can share memory
-  std::string shmSocket;  // empty: shared memory not allowed
+  std::string hostId;  // equal for ranks of one host (base/host.h)
+  Record record;
   std::string name() const;  // "rank 3 (host, pid 123)"
+  transport::PeerView view(const char* transportName) const;
 };
 
-// The ranks (ascending) that `rank` reaches through shared memory, itself included: those of
-// its host (same hostId) that allow shared memory, if it does; empty if it does not. Every rank
-// of the group computes the same group, so both ends of a pair agree on their transport.
-std::vector<int> sharedMemoryGroup(const std::vector<PeerInfo>& peers, int rank);
+// A transport offered to the choice of links: its name and its object on this rank.
+struct TransportOffer {
+  std::string name;
+  transport::Transport* transport = nullptr;
+};
 
-// Bytes of each shared-memory ring (one per direction of each pair on a host).
-inline constexpr uint64_t kShmRingBytes = 1 << 20;
+// The transport of each peer (an index into `offers`), chosen alike on both ends of each pair:
+// among the offers whose field both records carry, the one whose canConnect gives the highest
+// priority (the earlier offer on a tie). Throws, naming the peer and every offer, when none
+// reaches a peer.
+std::vector<size_t> chooseTransports(const std::vector<TransportOffer>& offers, const std::vector<PeerInfo>& peers,
+                                     int rank);
 
 struct CommOptions {
   milliseconds timeout{600000};
@@ -95,10 +104,18 @@ struct horaComm {
   int rank = 0;
   int nranks = 1;
   hora::CommOptions opts;
-  hora::coll::TunerSettings tuner;
+  hora::coll::PlannerSettings planner;
+  // What the planner knows of the job (coll::Topo's hosts, ranks per host, cores, slowest link).
+  hora::coll::Topo shape;
+  // The collectives and size classes whose choice has been explained at INFO (kind << 8 | log2).
+  std::vector<uint32_t> explained;
   std::vector<hora::PeerInfo> peers;
-  std::shared_ptr<hora::shm::World> shmWorld;  // this host's ranks (before conns: outlives them)
-  std::vector<std::unique_ptr<hora::transport::Connection>> conns;  // by rank; self: loopback
+  std::vector<std::string> linkNames;  // the transport of each peer, by rank
+  hora::SockAddr address;  // where this rank listens for its peers (its network address)
+  // The shared stage offered by a transport to some of this rank's peers (before conns:
+  // outlives them); null when none is.
+  std::shared_ptr<hora::transport::SharedStage> stage;
+  std::vector<std::unique_ptr<hora::transport::Connection>> conns;  // by rank, this one's included
   std::vector<hora::transport::Connection*> connPtrs;
   std::atomic<bool> aborting{false};
   std::atomic<bool> busy{false};  // a call is running on it
@@ -109,7 +126,7 @@ struct horaComm {
   // Waits spin a little before yielding when this host has a CPU for each of its ranks.
   std::chrono::microseconds spinFor{0};
   uint64_t collectives = 0;  // groups with a collective run so far: the call number announced on the host
-  uint64_t shmSeq = 0;  // chunks through the shared stage so far (coll/shm.cc)
+  uint64_t stageSeq = 0;  // chunks through the shared stage so far (coll/stage.cc)
   // Calls queued on host streams and not yet done (comm/stream.h); changed under streamMu.
   std::mutex streamMu;
   std::condition_variable streamIdle;

@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "base/error.h"
 #include "kernels/cpu/reduce.h"
+#include "transports/registry.h"
 
 extern char** environ;
 
@@ -27,8 +30,9 @@ const Variable kVariables[] = {
     {"HORA_DEBUG_SUBSYS", "ALL", "comma list of INIT, BOOTSTRAP, NET, COLL, ENV, ALL; ^X excludes X"},
     {"HORA_TIMEOUT_MS", "600000", "ms without progress before a wait fails with horaTimeout"},
     {"HORA_SOCKET_IFNAME", "(the route to the rendezvous)", "interfaces for TCP: prefixes, =exact, ^excluded"},
-    {"HORA_TRANSPORTS", "shm,tcp", "transports to use: shm (ranks of one host), tcp; ^X excludes X"},
-    {"HORA_ALGO", "auto", "AllReduce algorithm: auto, ring, rd, direct, shmflat or shmslice"},
+    {"HORA_TRANSPORTS", "(every transport built in)", "transports to use, of those built in (shm, tcp); ^X excludes X"},
+    {"HORA_ALGO", "auto", "algorithm: auto, a name (flat, slice, rd, ring, direct, chain, pairwise, dissemination) for every collective that has it, or collective:name,..."},
+    {"HORA_TUNE_FILE", "", "the planner's cost model, as hora-tune writes it (default: built-in costs)"},
     {"HORA_NSOCKS_PERPEER", "1", "TCP sockets per peer, 1..16"},
     {"HORA_CHUNK_BYTES", "524288", "pipeline chunk in bytes, 4096..64M (K, M suffixes)"},
     {"HORA_KERNEL_ISA", "auto", "reduction kernels: auto, scalar, avx2 or avx512"},
@@ -164,33 +168,48 @@ Config parseConfig(const EnvLookup& env) {
       bad("HORA_SOCKET_IFNAME", *v, "interface names (prefix, =exact, ^exclude)");
     c.socketIfname = trim(*v);
   }
-  if (auto v = env("HORA_TRANSPORTS")) {
-    static const char* known[] = {"shm", "tcp"};
-    std::vector<std::string> include, exclude;
-    if (splitList(*v).empty()) bad("HORA_TRANSPORTS", *v, "a comma list of transports built in: shm, tcp (^X excludes X)");
-    for (const std::string& it : splitList(*v)) {
-      bool neg = it[0] == '^';
-      std::string n = neg ? it.substr(1) : it;
-      if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return n == k; }) ==
-          std::end(known))
-        bad("HORA_TRANSPORTS", *v, "a comma list of transports built in: shm, tcp (^X excludes X)");
-      (neg ? exclude : include).push_back(n);
+  {
+    // The transports of this build (transports/registry.h) that HORA_TRANSPORTS may name.
+    std::vector<std::string> known;
+    for (const transport::Registration& r : transport::registry())
+      if (r.optional) known.push_back(r.name);
+    c.transports = known;
+    if (auto v = env("HORA_TRANSPORTS")) {
+      const std::string expected =
+          "a comma list of transports built in: " + transport::optionalTransportNames() + " (^X excludes X)";
+      std::vector<std::string> include, exclude;
+      if (splitList(*v).empty()) bad("HORA_TRANSPORTS", *v, expected.c_str());
+      for (const std::string& it : splitList(*v)) {
+        bool neg = it[0] == '^';
+        std::string n = neg ? it.substr(1) : it;
+        if (std::find(known.begin(), known.end(), n) == known.end()) bad("HORA_TRANSPORTS", *v, expected.c_str());
+        (neg ? exclude : include).push_back(n);
+      }
+      std::vector<std::string> result;
+      for (const std::string& k : known) {
+        bool in = include.empty() || std::find(include.begin(), include.end(), k) != include.end();
+        bool out = std::find(exclude.begin(), exclude.end(), k) != exclude.end();
+        if (in && !out) result.push_back(k);
+      }
+      if (result.empty())
+        bad("HORA_TRANSPORTS", *v, ("a list that leaves at least one transport (" + transport::optionalTransportNames() + ")").c_str());
+      c.transports = result;
     }
-    std::vector<std::string> result;
-    for (const char* k : known) {
-      bool in = include.empty() || std::find(include.begin(), include.end(), k) != include.end();
-      bool out = std::find(exclude.begin(), exclude.end(), k) != exclude.end();
-      if (in && !out) result.push_back(k);
-    }
-    if (result.empty()) bad("HORA_TRANSPORTS", *v, "a list that leaves at least one transport (shm, tcp)");
-    c.transports = result;
   }
   if (auto v = env("HORA_ALGO")) {
-    std::string a = trim(*v);
-    for (char& ch : a) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
-    if (a != "auto" && a != "ring" && a != "direct" && a != "rd" && a != "shmflat" && a != "shmslice")
-      bad("HORA_ALGO", *v, "auto, ring, rd, direct, shmflat or shmslice");
-    c.algo = a;
+    c.algoForced = coll::parseForced(*v);  // throws, naming what is available
+    c.algo = trim(*v);
+    for (char& ch : c.algo) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
+  }
+  if (auto v = env("HORA_TUNE_FILE")) {
+    c.tuneFile = trim(*v);
+    FILE* f = fopen(c.tuneFile.c_str(), "re");
+    if (!f) fail(Errc::InvalidArgument, "HORA_TUNE_FILE='%s' cannot be read: %s", v->c_str(), strerror(errno));
+    std::string text;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0 && text.size() < (1u << 20);) text.append(buf, n);
+    fclose(f);
+    c.costs = coll::parseCosts(text, "HORA_TUNE_FILE " + c.tuneFile);
   }
   if (auto v = env("HORA_NSOCKS_PERPEER"))
     c.nsocksPerPeer = static_cast<int>(parseInt("HORA_NSOCKS_PERPEER", *v, 1, 16, "an integer from 1 to 16"));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "coll/planner.h"
 
 namespace hora {
 
@@ -19,8 +20,11 @@ struct Config {
   uint32_t debugSubsys = log::kAll;
   std::chrono::milliseconds timeout{600000};
   std::string socketIfname;  // empty: the address that reaches the rendezvous
-  std::vector<std::string> transports{"shm", "tcp"};
-  std::string algo = "auto";
+  std::vector<std::string> transports;  // HORA_TRANSPORTS; by default every optional transport built in
+  std::string algo = "auto";                       // HORA_ALGO as given (lower case)
+  std::array<int, coll::kKinds> algoForced = coll::PlannerSettings().forced;  // ... parsed
+  std::string tuneFile;                            // HORA_TUNE_FILE
+  coll::Costs costs;                               // ... loaded, or the defaults
   int nsocksPerPeer = 1;
   size_t chunkBytes = 512 * 1024;
   std::string kernelIsa = "auto";

@@ -38,14 +38,15 @@ struct ThreadState {
   std::vector<Deferred> deferred;
   std::vector<coll::Args> adjusted;
   std::vector<uint64_t> tags;
+  std::vector<coll::Plan> plans;
 };
 thread_local ThreadState tState;
 
 coll::Topo topoOf(horaComm* c) {
-  coll::Topo topo{c->rank, c->nranks};
-  if (c->shmWorld && static_cast<int>(c->shmWorld->nlocal) == c->nranks) {
-    topo.world = c->shmWorld.get();
-    topo.shmSeq = &c->shmSeq;
+  coll::Topo topo = c->shape;
+  if (c->stage && c->stage->size() == c->nranks) {
+    topo.stage = c->stage.get();
+    topo.stageSeq = &c->stageSeq;
   }
   return topo;
 }
@@ -59,22 +60,47 @@ core::Job jobOf(horaComm* c, const core::Program* program) {
   j.wakeFd = c->wakeFd.get();
   j.describe = describeComm;
   j.describeCtx = c;
-  j.world = c->shmWorld.get();
+  j.stage = c->stage.get();
   return j;
 }
 
-// A lone small collective among ranks that share memory runs without a program. Returns false
-// if the call is not one.
-bool runAtOnce(horaComm* c, const coll::Args& a, core::Executor& executor) {
-  const coll::Topo topo = topoOf(c);
-  if (!topo.world || a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv) return false;
-  const coll::Plan plan = coll::plan(a, topo, c->tuner);
-  if (!coll::shmFlatNowApplies(a, topo, plan)) return false;
+// The plan of a call, explained at INFO the first time a communicator makes one for its
+// collective and size class (a power of two), and logged at TRACE every time.
+coll::Plan planOf(horaComm* c, const coll::Args& a, const coll::Topo& topo, bool alone) {
+  if (a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv) {
+    coll::Plan p;
+    p.algo = coll::Algo::P2P;
+    p.chunkBytes = c->planner.chunkBytes;
+    return p;
+  }
+  coll::Choice why;
+  const coll::Plan p = coll::plan(a, topo, c->planner, alone, &why);
+  if (log::enabled(log::Level::Info, log::kColl)) {
+    const size_t bytes = a.count * dataTypeSize(a.dtype);
+    uint32_t cls = 0;
+    while ((size_t(1) << cls) < bytes) ++cls;
+    const uint32_t key = static_cast<uint32_t>(a.kind) << 8 | cls;
+    if (std::find(c->explained.begin(), c->explained.end(), key) == c->explained.end()) {
+      c->explained.push_back(key);
+      HORA_INFO(log::kColl, "%s", coll::explain(a, topo, p, why).c_str());
+    }
+  }
+  return p;
+}
+
+// A lone call whose algorithm runs it at once through the shared stage, without a program.
+// Returns false if the call is not one.
+bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const coll::Plan& plan,
+               core::Executor& executor) {
+  const coll::Algorithm& algo = coll::algorithm(plan.algo);
+  if (!topo.stage || !algo.runsNow(a, topo)) return false;
   ++c->calls;
+  HORA_TRACE(log::kColl, "%s: %s by %s, at once through the shared stage", c->describeCall().c_str(),
+             coll::describe(a).c_str(), algo.name());
   core::Job j = jobOf(c, nullptr);
   j.callNo = ++c->collectives;
   j.callTag = coll::makeTag(a);
-  c->shmWorld->announce(j.callNo, j.callTag);
+  c->stage->announce(j.callNo, j.callTag);
   try {
     // One pointer captured: std::function keeps it without allocating.
     struct Ctx {
@@ -82,7 +108,7 @@ bool runAtOnce(horaComm* c, const coll::Args& a, core::Executor& executor) {
       const core::Job& job;
       horaComm* c;
     } ctx{executor, j, c};
-    coll::shmFlatNow(a, topo, [x = &ctx](int counter, uint64_t value, int only, bool check) {
+    algo.runNow(a, topo, [x = &ctx](int counter, uint64_t value, int only, bool check) {
       x->executor.awaitCounter(x->job, counter, value, only, check, x->c->opts.timeout, x->c->spinFor);
     });
   } catch (const Error& e) {
@@ -131,7 +157,11 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     deferred.push_back(Deferred{a.recvbuf, stage, bytes});
     adjusted.back().recvbuf = stage;
   }
-  if (calls.size() == 1 && runAtOnce(calls[0].first, adjusted[0], ts.executor)) return;
+  // Each call is planned once, here.
+  std::vector<coll::Plan>& plans = ts.plans;
+  plans.clear();
+  for (size_t i = 0; i < calls.size(); ++i) plans.push_back(planOf(calls[i].first, adjusted[i], topoOf(calls[i].first), calls.size() == 1));
+  if (calls.size() == 1 && runAtOnce(calls[0].first, adjusted[0], topoOf(calls[0].first), plans[0], ts.executor)) return;
   milliseconds timeout = milliseconds::max();
   std::chrono::microseconds spinFor = std::chrono::microseconds::max();
   for (size_t i = 0; i < calls.size(); ++i) {
@@ -139,10 +169,11 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     const coll::Args& a = adjusted[i];
     const coll::Topo topo = topoOf(c);
     programs[i].clear();
-    coll::build(a, topo, coll::plan(a, topo, c->tuner), c->scratch, programs[i]);
+    const coll::Plan& plan = plans[i];
+    coll::build(a, topo, plan, c->scratch, programs[i]);
     ++c->calls;
-    HORA_TRACE(log::kColl, "%s: %s, %zu ops", c->describeCall().c_str(), coll::describe(a).c_str(),
-               programs[i].ops.size());
+    HORA_TRACE(log::kColl, "%s: %s by %s, chunk %zu bytes, %zu ops", c->describeCall().c_str(),
+               coll::describe(a).c_str(), coll::algoName(plan.algo), plan.chunkBytes, programs[i].ops.size());
     jobs.push_back(jobOf(c, &programs[i]));
     timeout = std::min(timeout, c->opts.timeout);
     spinFor = std::min(spinFor, c->spinFor);
@@ -150,7 +181,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
   // Announce each communicator's collectives on its host, for a cheap mismatch check.
   std::vector<uint64_t>& tags = ts.tags;
   for (horaComm* c : guard.comms) {
-    if (!c->shmWorld) continue;
+    if (!c->stage) continue;
     tags.clear();
     core::Job* first = nullptr;
     for (size_t i = 0; i < calls.size(); ++i) {
@@ -162,7 +193,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     if (!first) continue;
     first->callNo = ++c->collectives;
     first->callTag = coll::groupTag(tags);
-    c->shmWorld->announce(first->callNo, first->callTag);
+    c->stage->announce(first->callNo, first->callTag);
   }
   try {
     executor.run(jobs, timeout, spinFor);

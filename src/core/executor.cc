@@ -1,11 +1,11 @@
 #include "core/executor.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstring>
 
 #include "base/error.h"
 #include "base/socket.h"
-#include "transports/shm/segment.h"
 
 namespace hora::core {
 
@@ -24,26 +24,18 @@ bool Executor::ready(uint32_t g) const {
   return true;
 }
 
-void Executor::runAction(const Action& a, const Program& p) {
-  if (!a.active || a.count == 0) return;
-  const kernels::ReduceSpec& s = a.spec;
-  if (a.nsrcList) {
-    void* dsts[1] = {a.dst};
-    kernels::reduce(dsts, 1, p.srcLists.data() + a.srcList, static_cast<int>(a.nsrcList), a.count, s);
-    return;
-  }
-  if (!a.src1 && !s.premulFirst && !s.divide) {
-    if (a.dst != a.src0) memcpy(a.dst, a.src0, a.count * dataTypeSize(s.dtype));
-    return;
-  }
-  const void* srcs[2] = {a.src0, a.src1};
-  void* dsts[1] = {a.dst};
-  kernels::reduce(dsts, 1, srcs, a.src1 ? 2 : 1, a.count, s);
+ComputeEngine& Executor::engineOf(uint32_t g) const {
+  ComputeEngine* e = jobs_->at(refs_[g].job).engine;
+  return e ? *e : const_cast<CpuEngine&>(cpu_);
 }
 
+// A finished message: a receive's action is posted to its engine, which completes the op.
 void Executor::complete(uint32_t g) {
   const Op& o = op(g);
-  if (o.kind == OpKind::Recv) runAction(o.action, *jobs_->at(refs_[g].job).program);
+  if (o.kind == OpKind::Recv && o.action.active && o.action.count) {
+    engineOf(g).post(o.action, *jobs_->at(refs_[g].job).program, g);
+    return;
+  }
   done_[g] = 1;
   ++ndone_;
 }
@@ -73,24 +65,9 @@ std::string Executor::describeWait() const {
   return s;
 }
 
-// Every rank of the host, this one included: a rank's own post comes after its own use of
-// the slots, so waiting for it too orders a slot's reuse after this rank's last read of it.
-bool Executor::counterReached(const shm::World& w, int counter, uint64_t value, int only) {
-  if (only >= 0) {
-    const auto p = static_cast<uint32_t>(only);
-    const shm::Segment& seg = p == w.localIndex ? w.own : w.peers[p].segment;
-    return seg.header()->counters[counter].load(std::memory_order_acquire) >= value;
-  }
-  for (uint32_t p = 0; p < w.nlocal; ++p) {
-    const shm::Segment& seg = p == w.localIndex ? w.own : w.peers[p].segment;
-    if (seg.header()->counters[counter].load(std::memory_order_acquire) < value) return false;
-  }
-  return true;
-}
-
 bool Executor::waitSatisfied(uint32_t g) const {
   const Op& o = op(g);
-  return counterReached(*jobs_->at(refs_[g].job).world, o.peer, o.bytes);
+  return jobs_->at(refs_[g].job).stage->reached(o.counter, o.value, -1);
 }
 
 void Executor::peerStopped(const std::string& why, bool relayed) {
@@ -98,38 +75,10 @@ void Executor::peerStopped(const std::string& why, bool relayed) {
   fail(Errc::Remote, "%s", why.c_str());
 }
 
-std::string Executor::armWorld(const shm::World& w, int only, bool& relayed) {
-  w.arm();
-  std::string gone;
-  relayed = false;
-  for (uint32_t p = 0; p < w.nlocal && !relayed; ++p) {
-    if (p == w.localIndex || (only >= 0 && p != static_cast<uint32_t>(only))) continue;
-    // A rank that failed says why before it closes its rings or exits: that text names where
-    // the failure began, and wins over any symptom (relayed unchanged, as abort frames are).
-    std::string why = w.failureOf(p);
-    if (!why.empty()) {
-      gone = why;
-      relayed = true;
-    } else if (!gone.empty()) {
-      continue;
-    } else if (!shm::processAlive(w.peers[p].pid, w.peers[p].pidfd.get())) {
-      gone = format("%s exited or crashed (its process is gone); while waiting for it in shared memory",
-                    w.peers[p].name.c_str());
-    } else if (w.peers[p].segment.ctl(w.localIndex)->senderClosed.load(std::memory_order_acquire)) {
-      // A rank that left closes its rings: it will not post again.
-      gone = format("%s closed its communicator; while waiting for it in shared memory", w.peers[p].name.c_str());
-    }
-  }
-  fds_.push_back(pollfd{w.doorbell.get(), POLLIN, 0});
-  for (uint32_t p = 0; p < w.nlocal; ++p)
-    if (p != w.localIndex && w.peers[p].pidfd.valid()) fds_.push_back(pollfd{w.peers[p].pidfd.get(), POLLIN, 0});
-  return gone;
-}
-
 void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int only, bool check, milliseconds timeout,
                             std::chrono::microseconds spinFor) {
-  const shm::World& w = *job.world;
-  if (!counterReached(w, counter, value, only)) {
+  const transport::SharedStage& st = *job.stage;
+  if (!st.reached(counter, value, only)) {
     // The description captures one pointer, so that std::function keeps it without allocating.
     struct What {
       const Job& job;
@@ -137,52 +86,48 @@ void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int onl
       uint64_t value;
     } what{job, counter, value};
     Waiter wt(timeout, job.abortFlag, [w = &what] {
-      return format("every rank of this host to reach chunk %llu of counter %d%s%s",
+      return format("every rank of the shared stage to reach chunk %llu of counter %d%s%s",
                     static_cast<unsigned long long>(w->value), w->counter, w->job.describe ? " in " : "",
                     w->job.describe ? w->job.describe(w->job.describeCtx).c_str() : "");
     }, spinFor);
-    while (!counterReached(w, counter, value, only))
+    while (!st.reached(counter, value, only))
       wt.idle([&](milliseconds most) {
         checkCall(job);
         fds_.clear();
         bool relayed = false;
-        const std::string gone = armWorld(w, only, relayed);
+        const std::string gone = st.arm(only, &relayed, fds_);
         if (job.wakeFd >= 0) fds_.push_back(pollfd{job.wakeFd, POLLIN, 0});
         // A peer posts before it leaves: look again before taking its leaving for an error.
-        if (!counterReached(w, counter, value, only)) {
+        if (!st.reached(counter, value, only)) {
           if (!gone.empty()) {
-            w.disarm();
+            st.disarm();
             peerStopped(gone, relayed);
           }
           pollFor(fds_.data(), fds_.size(), static_cast<int>(most.count()));
         }
-        w.disarm();
+        st.disarm();
       });
   }
   if (check) checkCall(job);
 }
 
-void Executor::post(uint32_t g) {
-  const Op& o = op(g);
-  jobs_->at(refs_[g].job).world->own.header()->counters[o.peer].store(o.bytes, std::memory_order_release);
-}
-
 void Executor::checkCall(const Job& j) {
-  if (!j.world || !j.callTag) return;
+  if (!j.stage || !j.callTag) return;
   uint64_t theirs = 0;
-  int p = j.world->mismatch(j.callNo, j.callTag, &theirs);
+  int p = j.stage->mismatch(j.callNo, j.callTag, &theirs);
   if (p >= 0)
-    fail(Errc::InvalidUsage, "mismatched calls: %s is in %s, this rank in %s", j.world->peers[p].name.c_str(),
+    fail(Errc::InvalidUsage, "mismatched calls: %s is in %s, this rank in %s", j.stage->memberName(p).c_str(),
          transport::describeTag(theirs).c_str(), transport::describeTag(j.callTag).c_str());
 }
 
-void Executor::enqueue(std::vector<CounterQueue>& qs, size_t& n, const shm::World* w, int counter, uint32_t g) {
+void Executor::enqueue(std::vector<CounterQueue>& qs, size_t& n, const transport::SharedStage* st, int counter,
+                       uint32_t g) {
   size_t qi = 0;
-  while (qi < n && !(qs[qi].world == w && qs[qi].counter == counter)) ++qi;
+  while (qi < n && !(qs[qi].stage == st && qs[qi].counter == counter)) ++qi;
   if (qi == n) {
     if (qs.size() <= n) qs.emplace_back();
     CounterQueue& q = qs[n++];
-    q.world = w;
+    q.stage = st;
     q.counter = counter;
     q.ops.clear();
     q.next = 0;
@@ -197,12 +142,12 @@ bool Executor::armWaits() {
   for (size_t qi = 0; qi < nwaits_; ++qi) {
     const CounterQueue& wq = waits_[qi];
     if (wq.atEnd()) continue;
-    // Once per host: ask for the doorbell, and watch the peers' processes.
+    // Once per stage: ask to be woken, and watch the peers.
     bool first = true;
-    for (size_t k = 0; k < qi; ++k) first &= waits_[k].atEnd() || waits_[k].world != wq.world;
+    for (size_t k = 0; k < qi; ++k) first &= waits_[k].atEnd() || waits_[k].stage != wq.stage;
     if (first) {
       bool r = false;
-      std::string why = armWorld(*wq.world, -1, r);
+      std::string why = wq.stage->arm(-1, &r, fds_);
       if (gone.empty()) {
         gone = why;
         relayed = r;
@@ -225,7 +170,7 @@ bool Executor::armWaits() {
 
 void Executor::disarmWaits() {
   for (size_t qi = 0; qi < nwaits_; ++qi)
-    if (!waits_[qi].atEnd()) waits_[qi].world->disarm();
+    if (!waits_[qi].atEnd()) waits_[qi].stage->disarm();
 }
 
 void Executor::block(milliseconds most) {
@@ -250,8 +195,14 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
   refs_.clear();
   locals_.clear();
   checked_.assign(jobs.size(), 0);
-  nposts_ = nwaits_ = 0;
+  nsignals_ = nwaits_ = 0;
   ndone_ = 0;
+  cpu_.reset();
+  engines_.clear();
+  for (const Job& j : jobs) {
+    ComputeEngine* e = j.engine ? j.engine : &cpu_;
+    if (std::find(engines_.begin(), engines_.end(), e) == engines_.end()) engines_.push_back(e);
+  }
   size_t nq = 0;
   for (uint32_t j = 0; j < jobs.size(); ++j) {
     base_.push_back(static_cast<uint32_t>(refs_.size()));
@@ -264,11 +215,11 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
         locals_.push_back(g);
         continue;
       }
-      if (o.kind == OpKind::Post || o.kind == OpKind::Wait) {
-        if (!jobs[j].world || o.peer < 0 || o.peer >= shm::kCounters)
-          fail(Errc::Internal, "a program uses shared-memory counters it does not have");
-        if (o.kind == OpKind::Post) enqueue(posts_, nposts_, jobs[j].world, o.peer, g);
-        else enqueue(waits_, nwaits_, jobs[j].world, o.peer, g);
+      if (o.kind == OpKind::Signal || o.kind == OpKind::Wait) {
+        if (!jobs[j].stage || o.counter < 0 || o.counter >= transport::SharedStage::kCounters)
+          fail(Errc::Internal, "a program uses shared-stage counters it does not have");
+        if (o.kind == OpKind::Signal) enqueue(signals_, nsignals_, jobs[j].stage, o.counter, g);
+        else enqueue(waits_, nwaits_, jobs[j].stage, o.counter, g);
         continue;
       }
       if (o.peer < 0 || o.peer >= jobs[j].nranks || !jobs[j].conns[o.peer])
@@ -296,6 +247,7 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
   size_t doneAtScan = SIZE_MAX;  // local ops become ready only when something completes
   for (;;) {
     bool moved = false;
+    // Post: messages whose dependencies are done, in each direction's order.
     for (Queue& q : queues_) {
       while (q.nextSend < q.sends.size() && ready(q.sends[q.nextSend])) {
         uint32_t g = q.sends[q.nextSend++];
@@ -310,6 +262,7 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
         moved = true;
       }
     }
+    // Post: actions whose dependencies are done.
     const bool scan = doneAtScan != ndone_;
     doneAtScan = ndone_;
     for (size_t i = 0; scan && i < locals_.size();) {
@@ -318,29 +271,41 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
         ++i;
         continue;
       }
-      runAction(op(g).action, *jobs_->at(refs_[g].job).program);
-      done_[g] = 1;
-      ++ndone_;
+      engineOf(g).post(op(g).action, *jobs_->at(refs_[g].job).program, g);
       locals_[i] = locals_.back();
       locals_.pop_back();
       moved = true;
     }
-    for (size_t qi = 0; qi < nposts_; ++qi) {
-      CounterQueue& pq = posts_[qi];
-      const size_t first = pq.next;
-      for (; !pq.atEnd() && ready(pq.head()); ++pq.next) {
-        post(pq.head());
-        done_[pq.head()] = 1;
+    // Test and complete: actions.
+    for (ComputeEngine* e : engines_) {
+      if (!e->busy()) continue;
+      completed_.clear();
+      moved |= e->progress(completed_);
+      for (transport::Cookie c : completed_) {
+        done_[c] = 1;
+        ++ndone_;
+      }
+    }
+    // Signals complete as they are posted.
+    for (size_t qi = 0; qi < nsignals_; ++qi) {
+      CounterQueue& sq = signals_[qi];
+      const size_t first = sq.next;
+      for (; !sq.atEnd() && ready(sq.head()); ++sq.next) {
+        const Op& o = op(sq.head());
+        sq.stage->post(o.counter, o.value);
+        done_[sq.head()] = 1;
         ++ndone_;
         moved = true;
       }
-      // One wake-up for the posts of this pass (on their host), after the last of them.
-      if (pq.next != first) {
+      // One wake-up for the signals of this pass (on their stage), after the last of them.
+      if (sq.next != first) {
         bool later = false;
-        for (size_t k = qi + 1; k < nposts_; ++k) later |= posts_[k].world == pq.world && !posts_[k].atEnd() && ready(posts_[k].head());
-        if (!later) pq.world->wakeAll();
+        for (size_t k = qi + 1; k < nsignals_; ++k)
+          later |= signals_[k].stage == sq.stage && !signals_[k].atEnd() && ready(signals_[k].head());
+        if (!later) sq.stage->wakeAll();
       }
     }
+    // Test and complete: waits.
     for (size_t qi = 0; qi < nwaits_; ++qi)
       for (CounterQueue& wq = waits_[qi]; !wq.atEnd() && ready(wq.head()) && waitSatisfied(wq.head()); ++wq.next) {
         const uint32_t g = wq.head();
@@ -353,6 +318,7 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
         ++ndone_;
         moved = true;
       }
+    // Test and complete: messages (a receive's action goes to its engine).
     for (Queue& q : queues_) {
       if (!q.conn->busy()) continue;
       completed_.clear();
@@ -365,7 +331,10 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
       }
       for (transport::Cookie c : completed_) complete(c);
     }
-    if (ndone_ == total) return;
+    if (ndone_ == total) {
+      if (std::none_of(engines_.begin(), engines_.end(), [](ComputeEngine* e) { return e->busy(); })) return;
+      continue;
+    }
     if (moved) {
       w.progressed();
       continue;

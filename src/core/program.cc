@@ -30,30 +30,58 @@ int32_t ProgramBuilder::localAll(Action a, const std::vector<int32_t>& deps, con
   a.srcList = static_cast<uint32_t>(p_.srcLists.size());
   a.nsrcList = static_cast<uint32_t>(srcs.size());
   p_.srcLists.insert(p_.srcLists.end(), srcs.begin(), srcs.end());
-  Op op{OpKind::Local, -1, nullptr, 0, {-1, -1}, static_cast<uint32_t>(p_.depLists.size()),
-        static_cast<uint32_t>(deps.size()), a};
+  Op op{OpKind::Local};
+  op.depList = static_cast<uint32_t>(p_.depLists.size());
+  op.ndepList = static_cast<uint32_t>(deps.size());
+  op.action = a;
   p_.depLists.insert(p_.depLists.end(), deps.begin(), deps.end());
   return add(op);
 }
 
+namespace {
+Op make(OpKind kind, Deps d) {
+  Op op{kind};
+  op.dep[0] = d.a;
+  op.dep[1] = d.b;
+  return op;
+}
+}  // namespace
+
 int32_t ProgramBuilder::send(int peer, const void* buf, size_t bytes, Deps d) {
-  return add(Op{OpKind::Send, peer, const_cast<void*>(buf), bytes, {d.a, d.b}, 0, 0, Action{}});
+  Op op = make(OpKind::Send, d);
+  op.peer = peer;
+  op.buf = const_cast<void*>(buf);
+  op.bytes = bytes;
+  return add(op);
 }
 
 int32_t ProgramBuilder::recv(int peer, void* buf, size_t bytes, Deps d, const Action& then) {
-  return add(Op{OpKind::Recv, peer, buf, bytes, {d.a, d.b}, 0, 0, then});
+  Op op = make(OpKind::Recv, d);
+  op.peer = peer;
+  op.buf = buf;
+  op.bytes = bytes;
+  op.action = then;
+  return add(op);
 }
 
-int32_t ProgramBuilder::post(int counter, uint64_t value, Deps d) {
-  return add(Op{OpKind::Post, counter, nullptr, value, {d.a, d.b}, 0, 0, Action{}});
+int32_t ProgramBuilder::signal(int counter, uint64_t value, Deps d) {
+  Op op = make(OpKind::Signal, d);
+  op.counter = counter;
+  op.value = value;
+  return add(op);
 }
 
 int32_t ProgramBuilder::wait(int counter, uint64_t value, Deps d) {
-  return add(Op{OpKind::Wait, counter, nullptr, value, {d.a, d.b}, 0, 0, Action{}});
+  Op op = make(OpKind::Wait, d);
+  op.counter = counter;
+  op.value = value;
+  return add(op);
 }
 
 int32_t ProgramBuilder::local(const Action& a, Deps d) {
-  return add(Op{OpKind::Local, -1, nullptr, 0, {d.a, d.b}, 0, 0, a});
+  Op op = make(OpKind::Local, d);
+  op.action = a;
+  return add(op);
 }
 
 SlotPool::SlotPool(Scratch& scratch, int nslots, size_t slotBytes)

@@ -2,17 +2,21 @@
 // the executor (executor.h) runs on any transport. Algorithms (src/coll) build programs; they
 // never touch a wire.
 //
-//   Send  peer, buffer, bytes            the next message to `peer`
-//   Recv  peer, buffer, bytes, action    the next message from `peer`; then `action`
-//   Local action                          a reduction or copy on this rank
-//   Post  counter, value                  (shared memory) sets one of this rank's counters
-//   Wait  counter, value                  (shared memory) until every rank of the host, this
-//                                         one included, has set that counter to at least value
+//   Send   peer, buffer, bytes           the next message to `peer`
+//   Recv   peer, buffer, bytes, action   the next message from `peer`; then `action`
+//   Local  action                        a reduction or copy on this rank (compute.h)
+//   Signal counter, value                sets one of this rank's counters of the shared stage
+//                                        (transports/stage.h)
+//   Wait   counter, value                until every member of the stage, this rank included,
+//                                        has set that counter to at least value
 //
-// An op starts when its (up to two) dependencies have completed; messages to one peer start in
-// the order they were added, and so do messages from one peer, which is how the k-th send of one
-// rank meets the k-th receive of the other. A Recv's action (for example "reduce the chunk that
-// just arrived into the result") runs when its bytes are in; the op completes after it.
+// Every op is asynchronous: the executor posts it once its (up to two, or a list of)
+// dependencies have completed, tests it, and completes it; a send or receive is carried by a
+// transport, an action by a compute engine, a signal or wait by the shared stage. Messages to
+// one peer start in the order they were added, and so do messages from one peer, which is how
+// the k-th send of one rank meets the k-th receive of the other. A Recv's action (for example
+// "reduce the chunk that just arrived into the result") is posted when its bytes are in; the op
+// completes after it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -23,7 +27,7 @@
 
 namespace hora::core {
 
-enum class OpKind : uint8_t { Send, Recv, Local, Post, Wait };
+enum class OpKind : uint8_t { Send, Recv, Local, Signal, Wait };
 
 // dst = src0 (+) src1 (or a copy / scaling of src0 when src1 is null), per kernels::reduce;
 // with nsrcList > 0 the sources are instead Program::srcLists[srcList .. srcList+nsrcList).
@@ -39,10 +43,12 @@ struct Action {
 
 struct Op {
   OpKind kind;
-  int32_t peer;  // rank (Send, Recv); the counter (Post, Wait); -1 for Local
-  void* buf;
-  size_t bytes;  // the message's (Send, Recv); the counter's value (Post, Wait)
-  int32_t dep[2];
+  int32_t peer = -1;     // Send, Recv: the rank
+  int32_t counter = -1;  // Signal, Wait: the stage's counter
+  void* buf = nullptr;   // Send, Recv
+  size_t bytes = 0;      // Send, Recv: the message's length
+  uint64_t value = 0;    // Signal, Wait: the counter's value
+  int32_t dep[2] = {-1, -1};
   uint32_t depList = 0, ndepList = 0;  // more dependencies: Program::depLists[depList ..]
   Action action;
 };
@@ -84,7 +90,7 @@ class ProgramBuilder {
   int32_t send(int peer, const void* buf, size_t bytes, Deps d = {});
   int32_t recv(int peer, void* buf, size_t bytes, Deps d = {}, const Action& then = {});
   int32_t local(const Action& a, Deps d = {});
-  int32_t post(int counter, uint64_t value, Deps d = {});
+  int32_t signal(int counter, uint64_t value, Deps d = {});
   int32_t wait(int counter, uint64_t value, Deps d = {});
   // A local op that depends on every op in deps and reduces every buffer in srcs.
   int32_t localAll(Action a, const std::vector<int32_t>& deps, const std::vector<const void*>& srcs);

@@ -35,3 +35,34 @@ bool Connection::progress(std::vector<transport::Cookie>& completed) {
 }
 
 }  // namespace hora::loopback
+
+// The registration: always on, and the only transport from a rank to itself.
+#include "transports/registry.h"
+
+namespace hora::loopback {
+
+namespace {
+class LoopbackTransport final : public transport::Transport {
+ public:
+  std::string field() override { return "self"; }
+  int canConnect(const transport::PeerView& self, const transport::PeerView& peer) const override {
+    return self.rank == peer.rank ? 1 : 0;
+  }
+  std::vector<std::unique_ptr<transport::Connection>> connect(const transport::PeerView&,
+                                                             const std::vector<transport::PeerView>& peers,
+                                                             transport::ConnectContext&) override {
+    std::vector<std::unique_ptr<transport::Connection>> out;
+    for (const transport::PeerView& p : peers) out.push_back(std::make_unique<Connection>(p.name));
+    return out;
+  }
+};
+}  // namespace
+
+transport::Registration registration() {
+  return {"loopback", "a rank's messages to itself", false,
+          [](const transport::Settings&) -> std::unique_ptr<transport::Transport> {
+            return std::make_unique<LoopbackTransport>();
+          }};
+}
+
+}  // namespace hora::loopback

@@ -156,14 +156,14 @@ bool Connection::canRecv() const {
 }
 
 bool Connection::armWakeup() {
-  world_.arm();
+  world_.armDoorbell();
   if (canSend() || canRecv()) return false;
   const Peer& p = world_.peers[peer_];
   if (!processAlive(p.pid, p.pidfd.get())) peerGone();
   return true;
 }
 
-void Connection::disarmWakeup() { world_.disarm(); }
+void Connection::disarmWakeup() { world_.disarmDoorbell(); }
 
 void Connection::addPollFds(std::vector<pollfd>& fds) const {
   fds.push_back(pollfd{world_.doorbell.get(), POLLIN, 0});

@@ -98,7 +98,7 @@ Endpoint::Endpoint(const Secret& secret, uint64_t commId, int rank, int nranks, 
   randomBytes(nonce, sizeof nonce);
   socketName_ = format("hora-%016llx-%d-%02x%02x%02x%02x%02x%02x%02x%02x", static_cast<unsigned long long>(commId), rank,
                        nonce[0], nonce[1], nonce[2], nonce[3], nonce[4], nonce[5], nonce[6], nonce[7]);
-  acceptor_ = std::make_unique<Acceptor>(listenSocket(SockAddr::abstractUnix(socketName_), 64), secret, LinkKind::Shm,
+  acceptor_ = std::make_unique<Acceptor>(listenSocket(SockAddr::abstractUnix(socketName_), 64), secret, LinkKind::Local,
                                          opts.handshakeTimeout, log::kNet);
 }
 
@@ -118,7 +118,7 @@ std::shared_ptr<World> Endpoint::connectAll(std::vector<int> localRanks, const s
   if (!wd.doorbell.valid()) fail(Errc::System, "eventfd: %s", errnoText(errno).c_str());
   wd.peers.resize(wd.nlocal);
   MeshSpec spec;
-  spec.kind = LinkKind::Shm;
+  spec.kind = LinkKind::Local;
   spec.secret = secret_;
   spec.commId = commId_;
   spec.rank = rank_;

@@ -10,7 +10,8 @@
 //   RingCtl[L]   for each local receiver j: head (bytes r has published to j), tail (bytes j
 //                has consumed; written by j), closed flags of both ends
 //   ring[L]      ringBytes of frame data from r to j (transports/frame.h frames)
-//   stage        stageBytes for the direct algorithms (coll/shm_*.cc)
+//   stage        stageBytes: this rank's region of the shared stage (transports/stage.h,
+//                src/coll/stage.cc)
 //
 // The sender of a ring owns it; its receiver writes only `tail` and `receiverClosed`.
 #pragma once
@@ -94,11 +95,6 @@ class Segment {
   uint8_t* base_ = nullptr;
   size_t size_ = 0;
 };
-
-// What identifies "the same host" for shared memory: the kernel's boot id, the host name,
-// /dev/shm's device, and the pid and network namespaces (pidfds and abstract Unix sockets
-// work only within them). 32 hex digits.
-std::string hostIdentity();
 
 // A pollable descriptor that becomes readable when process `pid` exits (pidfd_open), or an
 // invalid Fd where the kernel has none (then liveness is checked with kill(pid, 0)).

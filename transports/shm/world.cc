@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstring>
 
+#include "base/error.h"
+
 namespace hora::shm {
 
 namespace {
@@ -29,12 +31,12 @@ void World::wakeAll() const {
     if (p != localIndex) ringIfSleeping(peers[p]);
 }
 
-void World::arm() const {
+void World::armDoorbell() const {
   own.header()->sleeping.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
-void World::disarm() const {
+void World::disarmDoorbell() const {
   own.header()->sleeping.store(0, std::memory_order_relaxed);
   uint64_t v;
   (void)!::read(doorbell.get(), &v, sizeof v);  // nonblocking: clears a ring, if any
@@ -47,6 +49,49 @@ void World::markFailed(const std::string& why) const {
   memcpy(f.text, why.data(), n);
   f.text[n] = '\0';
   f.failed.store(1, std::memory_order_release);
+}
+
+bool World::reached(int counter, uint64_t value, int only) const {
+  // Every rank of the host, this one included: a rank's own post comes after its own use of
+  // the slots, so waiting for it too orders a slot's reuse after this rank's last read of it.
+  if (only >= 0) {
+    const auto p = static_cast<uint32_t>(only);
+    const Segment& seg = p == localIndex ? own : peers[p].segment;
+    return seg.header()->counters[counter].load(std::memory_order_acquire) >= value;
+  }
+  for (uint32_t p = 0; p < nlocal; ++p) {
+    const Segment& seg = p == localIndex ? own : peers[p].segment;
+    if (seg.header()->counters[counter].load(std::memory_order_acquire) < value) return false;
+  }
+  return true;
+}
+
+std::string World::arm(int only, bool* relayed, std::vector<pollfd>& fds) const {
+  armDoorbell();
+  std::string gone;
+  *relayed = false;
+  for (uint32_t p = 0; p < nlocal && !*relayed; ++p) {
+    if (p == localIndex || (only >= 0 && p != static_cast<uint32_t>(only))) continue;
+    // A rank that failed says why before it closes its rings or exits: that text names where
+    // the failure began, and wins over any symptom (relayed unchanged, as abort frames are).
+    std::string why = failureOf(p);
+    if (!why.empty()) {
+      gone = why;
+      *relayed = true;
+    } else if (!gone.empty()) {
+      continue;
+    } else if (!processAlive(peers[p].pid, peers[p].pidfd.get())) {
+      gone = format("%s exited or crashed (its process is gone); while waiting for it in shared memory",
+                    peers[p].name.c_str());
+    } else if (peers[p].segment.ctl(localIndex)->senderClosed.load(std::memory_order_acquire)) {
+      // A rank that left closes its rings: it will not post again.
+      gone = format("%s closed its communicator; while waiting for it in shared memory", peers[p].name.c_str());
+    }
+  }
+  fds.push_back(pollfd{doorbell.get(), POLLIN, 0});
+  for (uint32_t p = 0; p < nlocal; ++p)
+    if (p != localIndex && peers[p].pidfd.valid()) fds.push_back(pollfd{peers[p].pidfd.get(), POLLIN, 0});
+  return gone;
 }
 
 std::string World::failureOf(uint32_t peer) const {

@@ -1,6 +1,8 @@
 // Everything a rank shares with the other ranks of its host: its own segment and doorbell, and
 // each local peer's mapped segment, doorbell and liveness descriptor. Made by shm::Endpoint;
-// the communicator owns it, and the shared-memory connections and direct algorithms use it.
+// the shared-memory connections use it, and it is the shared stage (transports/stage.h) that
+// this transport offers to the shared-stage algorithms: each segment's stage is its owner's
+// region, and the segment header's counters, announcement and failure text are the stage's.
 //
 // Doorbells. A rank that has nothing to do blocks in poll() on its own doorbell (an eventfd).
 // Before it does, it sets `sleeping` in its segment and looks once more for work; a rank that
@@ -14,6 +16,7 @@
 
 #include "base/socket.h"
 #include "transports/shm/segment.h"
+#include "transports/stage.h"
 
 namespace hora::shm {
 
@@ -26,7 +29,8 @@ struct Peer {
   Fd pidfd;
 };
 
-struct World {
+class World final : public transport::SharedStage {
+ public:
   uint32_t nlocal = 1;
   uint32_t localIndex = 0;
   std::vector<int> localRanks;  // comm ranks by local index
@@ -36,24 +40,34 @@ struct World {
 
   // Rings `peer`'s doorbell if it is sleeping; call after publishing something it may wait for.
   void wake(uint32_t peer) const;
-  // The same for every peer, with one fence.
-  void wakeAll() const;
   // Marks this rank as about to sleep / awake again (drains the doorbell).
-  void arm() const;
-  void disarm() const;
+  void armDoorbell() const;
+  void disarmDoorbell() const;
 
-  // Collectives on one host check that every rank is in the same call without a message: each
-  // rank announces (call number, tag) as it starts a collective, and compares with the peers'
-  // once it has seen them all post (they announced before) or has waited a while. A peer may
-  // already be one call further, so the previous call's tag is kept too. Returns the local
-  // index of a peer whose call `no` has another tag (its tag in *theirs), or -1.
-  void announce(uint64_t no, uint64_t tag) const;
+  // The shared stage.
+  int size() const override { return static_cast<int>(nlocal); }
+  int index() const override { return static_cast<int>(localIndex); }
+  const std::vector<int>& ranks() const override { return localRanks; }
+  const std::string& memberName(int member) const override { return peers[static_cast<size_t>(member)].name; }
+  size_t regionBytes() const override { return static_cast<size_t>(own.header()->stageBytes); }
+  uint8_t* region(int member) const override {
+    return static_cast<uint32_t>(member) == localIndex ? own.stage() : peers[static_cast<size_t>(member)].segment.stage();
+  }
+  void post(int counter, uint64_t value) const override {
+    own.header()->counters[counter].store(value, std::memory_order_release);
+  }
+  bool reached(int counter, uint64_t value, int only) const override;
+  void wakeAll() const override;  // every sleeping peer, with one fence
+  std::string arm(int only, bool* relayed, std::vector<pollfd>& fds) const override;
+  void disarm() const override { disarmDoorbell(); }
+  void announce(uint64_t no, uint64_t tag) const override;
+  int mismatch(uint64_t no, uint64_t tag, uint64_t* theirs) const override;
+  void markFailed(const std::string& why) const override;
 
-  // Publishes why this rank failed, for peers waiting on its counters (once; the first wins).
-  void markFailed(const std::string& why) const;
   // The text a peer published, printable and bounded, or "" if it has not failed.
   std::string failureOf(uint32_t peer) const;
-  int mismatch(uint64_t no, uint64_t tag, uint64_t* theirs) const;
 };
+
+static_assert(transport::SharedStage::kCounters == kCounters, "the segment holds the stage's counters");
 
 }  // namespace hora::shm

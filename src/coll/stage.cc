@@ -1,12 +1,13 @@
-// AllReduce through shared memory, when every rank of the communicator is on this host.
+// The shared-stage algorithms, when every rank of the communicator is a member of one shared
+// stage (transports/stage.h; shared memory among the ranks of one host today).
 //
-// Each rank's segment has a stage of four slots of C bytes (in[0], in[1], out[0], out[1]) and
+// Each rank's region of the stage has four slots of C bytes (in[0], in[1], out[0], out[1]) and
 // four counters that only it writes and every other rank reads:
 //
 //   InReady   the chunk whose input is in my in-slot       OutReady  ... whose slice is in my out-slot
 //   InFree    the chunk whose in-slots I have read         OutFree   ... whose out-slots I have read
 //
-// Chunks are numbered by one sequence shared by every call on the host (Topo::shmSeq), and
+// Chunks are numbered by one sequence shared by every call on the host (Topo::stageSeq), and
 // chunk s uses slots s%2, so chunk s+1 fills the other slots while chunk s is still being read.
 //
 // Flat (small buffers, one chunk): copy my input in, post InReady, wait for everyone's, then
@@ -23,8 +24,8 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "coll/algorithm.h"
 #include "coll/common.h"
-#include "coll/tuner.h"
 #include "kernels/cpu/reduce.h"
 
 namespace hora::coll {
@@ -33,13 +34,10 @@ namespace {
 enum Counter { kInReady = 0, kOutReady = 1, kInFree = 2, kOutFree = 3 };
 
 struct Slots {
-  const shm::World& w;
+  const transport::SharedStage& st;
   size_t C;  // bytes per slot
-  uint8_t* in(int rank, uint64_t s) const { return stage(rank) + (s % 2) * C; }
-  uint8_t* out(int rank, uint64_t s) const { return stage(rank) + (2 + s % 2) * C; }
-  uint8_t* stage(int rank) const {
-    return static_cast<uint32_t>(rank) == w.localIndex ? w.own.stage() : w.peers[static_cast<size_t>(rank)].segment.stage();
-  }
+  uint8_t* in(int rank, uint64_t s) const { return st.region(rank) + (s % 2) * C; }
+  uint8_t* out(int rank, uint64_t s) const { return st.region(rank) + (2 + s % 2) * C; }
 };
 
 // Waiting for a counter to reach s-2 or less is waiting for nothing.
@@ -48,33 +46,33 @@ int32_t waitFor(core::ProgramBuilder& b, Counter c, uint64_t s, core::Deps d = {
 }
 }  // namespace
 
-size_t shmSlotBytes(const shm::World& w) { return static_cast<size_t>(w.own.header()->stageBytes / 4); }
+size_t stageSlotBytes(const transport::SharedStage& st) { return st.regionBytes() / 4; }
 
-void shmAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch&, core::ProgramBuilder& b) {
+void stageAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch&, core::ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   const Reducer red{a, n};
   if (red.single(a.sendbuf, b) || N == 0) return;
-  const Slots slots{*t.world, shmSlotBytes(*t.world)};
+  const Slots slots{*t.stage, stageSlotBytes(*t.stage)};
   const size_t C = std::max<size_t>(1, slots.C / E);  // elements per chunk
-  const bool flat = p.algo == Algo::ShmFlat && N <= C;
+  const bool flat = p.algo == Algo::Flat;
   std::vector<const void*> srcs(static_cast<size_t>(n));
   for (size_t k = 0; k * C < N; ++k) {
     const Range chunk{k * C, std::min(N, (k + 1) * C)};
-    const uint64_t s = ++*t.shmSeq;
+    const uint64_t s = ++*t.stageSeq;
     // My input in.
     int32_t freeIn = waitFor(b, kInFree, s);
     int32_t in = b.local(core::reduceAction(slots.in(r, s), at(a.sendbuf, chunk.begin, E), nullptr, chunk.size(),
                                             red.spec(true, false)),
                          core::Deps{freeIn});
-    int32_t all = b.wait(kInReady, s, core::Deps{b.post(kInReady, s, core::Deps{in})});
+    int32_t all = b.wait(kInReady, s, core::Deps{b.signal(kInReady, s, core::Deps{in})});
     if (flat) {
       for (int j = 0; j < n; ++j) srcs[static_cast<size_t>(j)] = slots.in(j, s);
       int32_t done = b.localAll(core::reduceAction(at(a.recvbuf, chunk.begin, E), nullptr, nullptr, chunk.size(),
                                                    red.spec(false, true)),
                                 {all}, srcs);
       // Nothing to read from out-slots: keep the other counters in step for later chunks.
-      for (Counter c : {kInFree, kOutReady, kOutFree}) b.post(c, s, core::Deps{done});
+      for (Counter c : {kInFree, kOutReady, kOutFree}) b.signal(c, s, core::Deps{done});
       continue;
     }
     // My slice of the chunk, reduced from every in-slot into my out-slot.
@@ -85,8 +83,8 @@ void shmAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch&, c
                                                                   mine.size(), red.spec(false, true)),
                                                {all, freeOut}, srcs)
                                   : b.local(core::Action{}, core::Deps{all, freeOut});
-    b.post(kInFree, s, core::Deps{reduced});
-    int32_t gathered = b.wait(kOutReady, s, core::Deps{b.post(kOutReady, s, core::Deps{reduced})});
+    b.signal(kInFree, s, core::Deps{reduced});
+    int32_t gathered = b.wait(kOutReady, s, core::Deps{b.signal(kOutReady, s, core::Deps{reduced})});
     // Every slice out into my result.
     for (int j = 0; j < n; ++j) {
       const Range theirs = segment(chunk.size(), n, j);
@@ -95,23 +93,7 @@ void shmAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch&, c
                                             nullptr, theirs.size(), red.spec(false, false)),
                          core::Deps{gathered});
     }
-    b.post(kOutFree, s, core::Deps{gathered});
-  }
-}
-
-bool shmFlatNowApplies(const Args& a, const Topo& t, const Plan& p) {
-  if (!t.world || t.nranks < 2 || t.nranks > kernels::kMaxSources) return false;
-  if (a.kind == Kind::Barrier) return true;
-  if (a.count == 0) return false;
-  // What each rank puts in its slot: its input (all n blocks of it for ReduceScatter and AllToAll).
-  const bool blocks = a.kind == Kind::ReduceScatter || a.kind == Kind::AllToAll;
-  const size_t in = a.count * dataTypeSize(a.dtype) * (blocks ? static_cast<size_t>(t.nranks) : 1);
-  if (in > shmSlotBytes(*t.world)) return false;
-  switch (a.kind) {
-    case Kind::AllReduce: return p.algo == Algo::ShmFlat;
-    case Kind::Send:
-    case Kind::Recv: return false;
-    default: return in <= shmFlatLimit(t.nranks);
+    b.signal(kOutFree, s, core::Deps{gathered});
   }
 }
 
@@ -138,13 +120,12 @@ void reduceSlots(void* dst, const Slots& slots, int n, uint64_t s, size_t offset
 
 // Every collective but send/recv, in one step: each rank puts what it shares in its slot and
 // posts; once every rank has posted, each takes what it needs straight out of the slots.
-void shmFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
+void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count, bytes = N * E;
   const Reducer red{a, n};
-  const Slots slots{*t.world, shmSlotBytes(*t.world)};
-  std::atomic<uint64_t>* mine = t.world->own.header()->counters;
-  const uint64_t s = ++*t.shmSeq;
+  const Slots slots{*t.stage, stageSlotBytes(*t.stage)};
+  const uint64_t s = ++*t.stageSeq;
   if (s >= 3) await(kInFree, s - 2, -1, false);
   uint8_t* slot = slots.in(r, s);
   switch (a.kind) {
@@ -157,10 +138,10 @@ void shmFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
       if (r == a.root) memcpy(slot, a.sendbuf, bytes);
       break;
     case Kind::Barrier: break;
-    default: fail(Errc::Internal, "shmFlatNow: %s", kindName(a.kind));
+    default: fail(Errc::Internal, "stageFlatNow: %s", kindName(a.kind));
   }
-  mine[kInReady].store(s, std::memory_order_release);
-  t.world->wakeAll();
+  t.stage->post(kInReady, s);
+  t.stage->wakeAll();
   // Whom this rank waits for: everyone, the root only (Broadcast), or no one (Reduce on a rank
   // that is not the root, Broadcast on the root). A rank that waits for no one leaves the
   // check of the call to those that do; every rank still waits for every other's InFree
@@ -199,8 +180,94 @@ void shmFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
   // rank that waits for these values (at slot reuse, two calls on) has seen every rank post
   // InReady of the call between, which each did after these stores. After a rooted one a rank
   // may be ahead (a Broadcast's root) and asleep: wake it (a fence, so only then).
-  for (Counter c : {kInFree, kOutReady, kOutFree}) mine[c].store(s, std::memory_order_release);
-  if (rooted) t.world->wakeAll();
+  for (Counter c : {kInFree, kOutReady, kOutFree}) t.stage->post(c, s);
+  if (rooted) t.stage->wakeAll();
+}
+
+namespace {
+// What each rank puts in its slot: its input (all n blocks of it for ReduceScatter and AllToAll).
+size_t flatInput(const Args& a, const Topo& t) {
+  const bool blocks = a.kind == Kind::ReduceScatter || a.kind == Kind::AllToAll;
+  return a.count * dataTypeSize(a.dtype) * (blocks ? static_cast<size_t>(t.nranks) : 1);
+}
+
+// The largest input (bytes per rank) with which the flat algorithm beats the ring or chain for
+// the collectives other than AllReduce: perf/*_perf -S 1 -a 3 on 2 cores (so 4 and 8 ranks are
+// oversubscribed), flat against the ring and chain: up to 4 KiB at 2 ranks, 32 KiB at 3 to 7,
+// 16 KiB at 8 or more.
+size_t flatLimit(int nranks) {
+  if (nranks == 2) return size_t(4) << 10;
+  return nranks >= 8 ? size_t(16) << 10 : size_t(32) << 10;
+}
+
+const char* needsStage(const Topo& t) {
+  if (!t.stage) return "it needs every rank in one shared stage (the ranks of one host, with shared memory on)";
+  if (t.nranks > kernels::kMaxSources) return "it reduces every rank's slot at once, 16 ranks at most";
+  return nullptr;
+}
+
+// Flat: one wait, then every rank takes what it needs straight out of the n slots. Traffic per
+// rank: its input in (2N), the n inputs read (N its own, (n-1)N from peers), its result out (N).
+class Flat final : public Algorithm {
+ public:
+  Algo id() const override { return Algo::Flat; }
+  bool implements(Kind k) const override { return k != Kind::Send && k != Kind::Recv; }
+  const char* unfit(const Args& a, const Topo& t, bool alone) const override {
+    if (const char* why = needsStage(t)) return why;
+    if (a.kind == Kind::AllReduce) return nullptr;  // as a program, in chunks of a slot
+    // The others run only at once, through one slot, and where they beat the ring or chain.
+    if (!alone) return "it runs this collective only as a lone call, not in a group";
+    if (a.kind == Kind::Barrier) return nullptr;
+    if (a.count == 0) return "there is nothing to move";
+    const size_t in = flatInput(a, t);
+    if (in > stageSlotBytes(*t.stage)) return "the input is larger than a slot of the stage (HORA_CHUNK_BYTES)";
+    if (in > flatLimit(t.nranks)) return "the input is above the size where it was measured to beat the ring and chain";
+    return nullptr;
+  }
+  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+    if (a.kind == Kind::Barrier) return waitUs(c.stage, t, c);
+    const double N = static_cast<double>(flatInput(a, t)), n = t.nranks;
+    const double perRank = a.kind == Kind::ReduceScatter || a.kind == Kind::AllToAll ? N / n : N;
+    const double peers = a.kind == Kind::Broadcast ? perRank : (n - 1) * perRank;
+    return waitUs(c.stage, t, c) +
+           c.factor("flat") * (bytesUs(2 * N + 2 * perRank, c.memoryGBps, t) + bytesUs(peers, c.stage.gbps, t));
+  }
+  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
+    stageAllReduce(a, t, p, s, b);
+  }
+  bool runsNow(const Args& a, const Topo& t) const override {
+    if (a.kind == Kind::Barrier) return true;
+    return a.count > 0 && flatInput(a, t) <= stageSlotBytes(*t.stage);
+  }
+  void runNow(const Args& a, const Topo& t, const AwaitFn& await) const override { stageFlatNow(a, t, await); }
+};
+
+// Slice: per chunk two waits; traffic per rank 3N + 3N/n locally and 2(n-1)N/n from peers.
+class Slice final : public Algorithm {
+ public:
+  Algo id() const override { return Algo::Slice; }
+  bool implements(Kind k) const override { return k == Kind::AllReduce; }
+  const char* unfit(const Args&, const Topo& t, bool) const override { return needsStage(t); }
+  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+    const double N = static_cast<double>(a.count * dataTypeSize(a.dtype)), n = t.nranks;
+    const double chunks = t.stage ? std::max(1.0, std::ceil(N / static_cast<double>(stageSlotBytes(*t.stage)))) : 1;
+    return c.base("slice") + 2 * chunks * waitUs(c.stage, t, c) + bytesUs(3 * N + 3 * N / n, c.memoryGBps, t) +
+           bytesUs(2 * (n - 1) * N / n, c.stage.gbps, t);
+  }
+  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
+    stageAllReduce(a, t, p, s, b);
+  }
+};
+}  // namespace
+
+const Algorithm& algorithmFlat() {
+  static const Flat a;
+  return a;
+}
+
+const Algorithm& algorithmSlice() {
+  static const Slice a;
+  return a;
 }
 
 }  // namespace hora::coll

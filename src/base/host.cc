@@ -1,0 +1,60 @@
+#include "base/host.h"
+
+#include <fcntl.h>
+#include <sodium.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+
+namespace hora {
+
+namespace {
+
+std::string readLine(const char* path) {
+  // open/read rather than an ifstream: this runs in forked children and under sanitizers,
+  // and needs nothing of iostreams.
+  char buf[256];
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::string();
+  ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  std::string s(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  size_t nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+std::string readLink(const char* path) {
+  char buf[256];
+  ssize_t n = readlink(path, buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+std::string computeHostIdentity() {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  struct stat st {};
+  stat("/dev/shm", &st);
+  std::string id = readLine("/proc/sys/kernel/random/boot_id") + "|" + host + "|" +
+                   std::to_string(static_cast<unsigned long long>(st.st_dev)) + "|" +
+                   readLink("/proc/self/ns/pid") + "|" + readLink("/proc/self/ns/net");
+  uint8_t digest[16];
+  crypto_generichash(digest, sizeof digest, reinterpret_cast<const uint8_t*>(id.data()), id.size(), nullptr, 0);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (uint8_t b : digest) {
+    out += hex[b >> 4];
+    out += hex[b & 15];
+  }
+  return out;
+}
+
+
+}  // namespace
+
+const std::string& hostIdentity() {
+  static const std::string id = computeHostIdentity();
+  return id;
+}
+
+}  // namespace hora

@@ -1,0 +1,70 @@
+// The planner's cost model: what a message, a wait and a byte cost on this job's links, from
+// which every algorithm predicts its time (algorithm.h), as NCCL's tuning model does with its
+// latency and bandwidth tables. The defaults were measured on a 2-core VM (perf/allreduce_perf
+// with each algorithm forced, HORA_ALGO=allreduce:<name>, 2 to 8 ranks over shared memory and
+// TCP on loopback) and fitted so that the predicted crossovers fall where the measured ones did;
+// `hora-tune` measures them on another machine and writes a file that HORA_TUNE_FILE loads.
+//
+// Units: microseconds and GB/s (bytes per nanosecond).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "coll/collective.h"
+
+namespace hora::coll {
+
+struct LinkCost {
+  double latencyUs = 1;  // one message, or one flag, from post to seen
+  double gbps = 1;       // bytes per ns one rank moves over it
+};
+
+struct Costs {
+  // The shared stage: a flag's latency, and reading a peer's region (cache lines that live in
+  // another core's cache cost more than local memory).
+  LinkCost stage{0.3, 36};
+  // Bytes of local memory traffic (reads plus writes) per ns: copies and reductions.
+  double memoryGBps = 40;
+  // A wait that needs another rank to be scheduled, when a host's ranks outnumber its cores,
+  // costs this much more per doubling of ranks per core (8 ranks on 2 cores: 2 doublings).
+  double oversubscribedUs = 4.2;
+  // Messages, by transport name (transports/registry.h).
+  std::map<std::string, LinkCost> links{{"loopback", {0.1, 20}}, {"shm", {0.56, 20}}, {"tcp", {4.7, 3.1}}};
+  // The fixed cost of each algorithm beyond its waits (building and running its program), by
+  // algorithm name. Direct's n-1 simultaneous messages contend for the link and the cores more
+  // than its count of waits says: at 3 ranks over TCP it took 43 us against recursive
+  // doubling's 40 at 8 bytes, and 81 against 67 at 32 KiB.
+  std::map<std::string, double> baseUs{{"rd", 0.45}, {"ring", 4.7}, {"slice", 4.1}, {"direct", 10}, {"chain", 0.5}};
+  // Where the measured time of an algorithm parts from its traffic count, a factor on its
+  // bytes' cost, by algorithm name (1 when absent): the flat algorithm's n-way reduction out of
+  // n peers' cache lines costs 1.75 times what its traffic says; the ring, whose chunks are
+  // reduced as they arrive, while still in cache, 0.6 times (at 2 ranks and 128 MiB: 17 ms for
+  // the ring, 27 ms for the slice algorithm, against a traffic count that favours the slice).
+  std::map<std::string, double> byteFactor{{"flat", 1.75}, {"ring", 0.6}};
+
+  double base(const char* algo) const;
+  double factor(const char* algo) const;
+  const LinkCost& link(const std::string& transport) const;
+};
+
+// Ranks per core on the busiest host (at least 1): how much the cores are shared.
+inline double sharing(const Topo& t) {
+  return std::max(1.0, static_cast<double>(t.ranksPerHost) / std::max(1, t.coresPerHost));
+}
+// One wait on a link, when the rank waited for may first have to be scheduled.
+inline double waitUs(const LinkCost& l, const Topo& t, const Costs& c) {
+  return l.latencyUs + c.oversubscribedUs * std::log2(sharing(t));
+}
+// Microseconds to move `bytes` at `gbps`, slowed by cores shared among ranks.
+inline double bytesUs(double bytes, double gbps, const Topo& t) { return sharing(t) * bytes / gbps / 1000.0; }
+
+// The text a tune file holds: one setting per line, `key value...`, '#' comments:
+//   stage LATENCY_US GBPS | memory GBPS | oversubscribed US | link NAME LATENCY_US GBPS |
+//   base ALGO US | bytes ALGO FACTOR
+// Throws Errc::InvalidArgument naming the line on anything else.
+Costs parseCosts(const std::string& text, const std::string& source);
+std::string formatCosts(const Costs& c);
+
+}  // namespace hora::coll

@@ -1,0 +1,184 @@
+// The planner: every algorithm's constraints and predictions, the choice they make on the shapes
+// the defaults were measured on (the crossovers quoted in coll/cost.h), HORA_ALGO's forcing, the
+// explanation logged at INFO, and tune files.
+#include <catch2/catch.hpp>
+
+#include "base/error.h"
+#include "coll/planner.h"
+
+using namespace hora;
+using namespace hora::coll;
+
+namespace {
+
+// A shared stage that is only a shape: the planner reads its size and region.
+struct ShapeOnlyStage : transport::SharedStage {
+  int n;
+  std::vector<int> members;
+  std::string name = "rank ?";
+  explicit ShapeOnlyStage(int n) : n(n) {
+    for (int i = 0; i < n; ++i) members.push_back(i);
+  }
+  int size() const override { return n; }
+  int index() const override { return 0; }
+  const std::vector<int>& ranks() const override { return members; }
+  const std::string& memberName(int) const override { return name; }
+  size_t regionBytes() const override { return 4 * 512 * 1024; }
+  uint8_t* region(int) const override { return nullptr; }
+  void post(int, uint64_t) const override {}
+  bool reached(int, uint64_t, int) const override { return true; }
+  void wakeAll() const override {}
+  std::string arm(int, bool*, std::vector<pollfd>&) const override { return ""; }
+  void disarm() const override {}
+  void announce(uint64_t, uint64_t) const override {}
+  int mismatch(uint64_t, uint64_t, uint64_t*) const override { return -1; }
+  void markFailed(const std::string&) const override {}
+};
+
+Topo oneHost(int n, const ShapeOnlyStage& st) {
+  Topo t;
+  t.nranks = n;
+  t.stage = &st;
+  t.ranksPerHost = n;
+  t.coresPerHost = 2;
+  t.slowestLink = "shm";
+  return t;
+}
+
+Topo overTcp(int n) {
+  Topo t;
+  t.nranks = n;
+  t.hosts = n;
+  t.ranksPerHost = 1;
+  t.coresPerHost = 2;
+  t.slowestLink = "tcp";
+  return t;
+}
+
+Args allReduce(size_t bytes) {
+  Args a;
+  a.kind = Kind::AllReduce;
+  a.dtype = DataType::Uint8;
+  a.count = bytes;
+  return a;
+}
+
+std::string chosen(const Args& a, const Topo& t, bool alone = true) {
+  return algoName(plan(a, t, PlannerSettings(), alone).algo);
+}
+
+}  // namespace
+
+TEST_CASE("planner: the registry's names are one table", "[planner]") {
+  CHECK(algorithmNames() == "flat, slice, rd, ring, direct, chain, pairwise, dissemination, p2p");
+  for (const Algorithm* a : algorithms()) {
+    CHECK(findAlgorithm(a->name()) == a);
+    CHECK(&algorithm(a->id()) == a);
+  }
+  const Kind bc = Kind::Broadcast;
+  CHECK(algorithmNames(&bc) == "flat, chain");
+}
+
+TEST_CASE("planner: AllReduce on one host of 2 cores takes the algorithms measured fastest", "[planner]") {
+  // 2 ranks: flat up to a few KiB, then recursive doubling, then the ring; from 3 ranks (4 and 8
+  // share the 2 cores) flat up to a few tens of KiB, then the slice algorithm at every size.
+  ShapeOnlyStage s2(2), s4(4), s8(8);
+  CHECK(chosen(allReduce(8), oneHost(2, s2)) == "flat");
+  CHECK(chosen(allReduce(2048), oneHost(2, s2)) == "flat");
+  CHECK(chosen(allReduce(32 << 10), oneHost(2, s2)) == "rd");
+  CHECK(chosen(allReduce(2 << 20), oneHost(2, s2)) == "ring");
+  CHECK(chosen(allReduce(256 << 20), oneHost(2, s2)) == "ring");
+  for (ShapeOnlyStage* s : {&s4, &s8}) {
+    INFO(s->n << " ranks");
+    CHECK(chosen(allReduce(8), oneHost(s->n, *s)) == "flat");
+    CHECK(chosen(allReduce(8 << 10), oneHost(s->n, *s)) == "flat");
+    CHECK(chosen(allReduce(2 << 20), oneHost(s->n, *s)) == "slice");
+    CHECK(chosen(allReduce(256 << 20), oneHost(s->n, *s)) == "slice");
+  }
+}
+
+TEST_CASE("planner: across hosts, recursive doubling for small buffers and the ring above", "[planner]") {
+  for (int n : {2, 3, 4, 8}) {
+    INFO(n << " ranks");
+    CHECK(chosen(allReduce(8), overTcp(n)) == "rd");
+    CHECK(chosen(allReduce(4 << 10), overTcp(n)) == "rd");
+    CHECK(chosen(allReduce(4 << 20), overTcp(n)) == "ring");
+    // The shared-stage algorithms need a stage.
+    CHECK(algorithm(Algo::Flat).unfit(allReduce(8), overTcp(n), true) != nullptr);
+  }
+}
+
+TEST_CASE("planner: the other collectives, alone and in a group", "[planner]") {
+  ShapeOnlyStage s4(4);
+  Args a = allReduce(1024);
+  a.kind = Kind::AllGather;
+  CHECK(chosen(a, oneHost(4, s4), true) == "flat");
+  CHECK(chosen(a, oneHost(4, s4), false) == "ring");  // flat runs a lone call only
+  a.count = 1 << 20;
+  CHECK(chosen(a, oneHost(4, s4), true) == "ring");
+  a.kind = Kind::Broadcast;
+  CHECK(chosen(a, overTcp(4)) == "chain");
+  a.kind = Kind::AllToAll;
+  CHECK(chosen(a, overTcp(4)) == "pairwise");
+  a.kind = Kind::Barrier;
+  CHECK(chosen(a, oneHost(4, s4)) == "flat");
+  CHECK(chosen(a, overTcp(4)) == "dissemination");
+}
+
+TEST_CASE("planner: HORA_ALGO forces, and a forced algorithm that cannot run is an error saying why", "[planner]") {
+  PlannerSettings s;
+  s.forced = parseForced("allreduce:ring");
+  ShapeOnlyStage s4(4);
+  CHECK(plan(allReduce(8), oneHost(4, s4), s, true).algo == Algo::Ring);
+  s.forced = parseForced("flat");
+  CHECK(plan(allReduce(64 << 20), oneHost(4, s4), s, true).algo == Algo::Flat);
+  try {
+    plan(allReduce(8), overTcp(4), s, true);
+    FAIL("no error");
+  } catch (const Error& e) {
+    const std::string w = e.what();
+    INFO(w);
+    CHECK(e.code() == Errc::InvalidUsage);
+    CHECK(w.find("HORA_ALGO forces flat for AllReduce") != std::string::npos);
+    CHECK(w.find("shared stage") != std::string::npos);
+    CHECK(w.find("what could: ") != std::string::npos);
+    CHECK(w.find("ring") != std::string::npos);
+  }
+  // One rank: every algorithm is a copy, so forcing is moot.
+  Topo one = overTcp(1);
+  CHECK_NOTHROW(plan(allReduce(8), one, s, true));
+}
+
+TEST_CASE("planner: the choice explains itself with its predictions", "[planner]") {
+  ShapeOnlyStage s4(4);
+  Choice why;
+  Args a = allReduce(1 << 20);
+  a.dtype = DataType::Float32;
+  a.count = (1 << 20) / 4;
+  const Plan p = plan(a, oneHost(4, s4), PlannerSettings(), true, &why);
+  const std::string text = explain(a, oneHost(4, s4), p, why);
+  INFO(text);
+  CHECK(text.rfind("AllReduce 1 MiB float, 4 ranks on 1 host: chose slice (predicted ", 0) == 0);
+  for (const char* other : {"flat ", "rd ", "ring ", "direct "}) CHECK(text.find(other) != std::string::npos);
+  CHECK(why.predictedUs > 0);
+  for (const auto& [id, us] : why.others) CHECK(us >= why.predictedUs);
+}
+
+TEST_CASE("planner: tune files", "[planner]") {
+  Costs c;
+  c.links["tcp"] = {9.5, 1.25};
+  c.baseUs["ring"] = 7;
+  const Costs back = parseCosts(formatCosts(c), "test");
+  CHECK(back.link("tcp").latencyUs == Approx(9.5));
+  CHECK(back.link("tcp").gbps == Approx(1.25));
+  CHECK(back.base("ring") == Approx(7));
+  CHECK(back.stage.latencyUs == Approx(c.stage.latencyUs));
+  // Slow TCP links move the crossover from recursive doubling to the ring up.
+  PlannerSettings s;
+  s.costs = parseCosts("link tcp 100 5\n", "test");
+  CHECK(algoName(plan(allReduce(256 << 10), overTcp(4), s, true).algo) == std::string("rd"));
+  for (const char* bad : {"stage 1\n", "link tcp x 1\n", "wat 1 2\n", "memory -3\n", "bytes flat 0\n"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(parseCosts(std::string("# ok\n") + bad, "FILE"), Catch::Contains("FILE, line 2"));
+  }
+}

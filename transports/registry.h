@@ -1,0 +1,87 @@
+// The transport registry: the transports this build has, each registered with one line in
+// registry.cc, and what the communicator asks of them. The communicator names no transport: it
+// asks each enabled one for its field of the peer record, picks for every peer the transport
+// whose canConnect() gives the highest priority (NCCL's selectTransport, with priorities), and
+// hands each transport the peers it won.
+//
+// Life of a Transport object (one per communicator being made, on every rank):
+//   1. made from the Settings; it may start listening;
+//   2. field(): this rank's field of the peer record ("" when the transport cannot serve this
+//      rank at all, e.g. shared memory switched off); exchanged with every rank;
+//   3. canConnect(self, peer) for every peer whose record has this transport's field: 0 when it
+//      cannot carry messages between the two, else a priority (higher wins). It must give the
+//      same answer on both ends, from the two records alone, so both ends choose alike; it
+//      throws (naming the peer) when the peer's field is malformed or its settings disagree;
+//   4. connect(self, peers): every rank calls it for the peers that chose this transport with
+//      it, transports in registry order, so that no two ranks wait on each other in different
+//      transports; it returns one connection per peer, in the order given;
+//   5. stage(): after connect, the shared stage among this rank and those peers, if the
+//      transport offers one (stage.h);
+//   6. destroyed once the communicator is made (the connections and stage live on).
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/handshake.h"
+#include "base/socket.h"
+#include "base/wait.h"
+#include "transports/stage.h"
+#include "transports/transport.h"
+
+namespace hora::transport {
+
+// What a transport may use to set itself up: the job's identity and the settings that concern
+// transports (parsed by the communicator's configuration, which alone reads the environment).
+struct Settings {
+  Secret secret{};
+  uint64_t commId = 0;
+  int rank = 0;
+  int nranks = 1;
+  SockAddr bindAddr;         // where socket transports listen (its port is 0: any)
+  int socketsPerPeer = 1;    // HORA_NSOCKS_PERPEER
+  size_t chunkBytes = 512 * 1024;  // HORA_CHUNK_BYTES: pipeline chunk and stage slot
+  milliseconds handshakeTimeout{30000};
+};
+
+// One rank as the peer record describes it.
+struct PeerView {
+  int rank = -1;
+  std::string name;     // "rank 3 (host, pid 123)"
+  std::string hostId;   // equal for ranks of one host (base/host.h)
+  const std::string* field = nullptr;  // this transport's field of its record; null if absent
+};
+
+// While connect() waits it also polls watchFd (if >= 0) and calls onWatch() when it is
+// readable, so that the caller can stop it (by throwing) when the job failed elsewhere.
+struct ConnectContext {
+  Waiter& waiter;
+  int watchFd = -1;
+  std::function<void()> onWatch;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string field() = 0;
+  virtual int canConnect(const PeerView& self, const PeerView& peer) const = 0;
+  virtual std::vector<std::unique_ptr<Connection>> connect(const PeerView& self, const std::vector<PeerView>& peers,
+                                                          ConnectContext& ctx) = 0;
+  virtual std::shared_ptr<SharedStage> stage() { return nullptr; }
+};
+
+struct Registration {
+  const char* name;     // as HORA_TRANSPORTS and the logs spell it
+  const char* summary;  // one line, for messages and the README
+  bool optional;        // false: always on, whatever HORA_TRANSPORTS says (loopback)
+  std::unique_ptr<Transport> (*make)(const Settings&);
+};
+
+// Every transport of this build, in the order they connect.
+const std::vector<Registration>& registry();
+const Registration* findTransport(const std::string& name);
+// "shm, tcp": the names HORA_TRANSPORTS may use.
+std::string optionalTransportNames();
+
+}  // namespace hora::transport

@@ -1,0 +1,67 @@
+// The shared stage: a capability that a transport may offer to the ranks it connects when they
+// can all address one another's memory (shared memory between the processes of one host today;
+// CUDA IPC or an NVLink-like fabric later). The shared-stage algorithms (src/coll/stage.cc) and
+// the executor's Signal and Wait ops use it through this interface alone, without knowing which
+// transport is under it.
+//
+// What the stage holds, per member rank (members are numbered 0..size()-1 in rank order):
+//   - a region of regionBytes() bytes that its owner writes and every member may read;
+//   - kCounters counters that only the owner writes (post) and every member reads (reached),
+//     each only ever growing: a release store and an acquire load, so whatever the owner wrote
+//     before a post is visible to a member that has seen the post;
+//   - an announcement of the collective the owner is in (announce / mismatch), so that members
+//     can check they are all in the same call without a message;
+//   - the text of the owner's failure (markFailed), for members that wait on its counters.
+//
+// Waiting: a member that finds nothing to do calls arm() before it blocks in poll() on the
+// descriptors arm() added, then disarm() after; a member that posts calls wakeAll() afterwards
+// (only members that armed pay a system call).
+#pragma once
+#include <poll.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hora::transport {
+
+class SharedStage {
+ public:
+  static constexpr int kCounters = 4;
+
+  virtual ~SharedStage() = default;
+
+  virtual int size() const = 0;   // member ranks
+  virtual int index() const = 0;  // this rank's place among them
+  virtual const std::vector<int>& ranks() const = 0;  // communicator rank of each member
+  virtual const std::string& memberName(int member) const = 0;  // "rank 3 (host, pid 123)"
+
+  virtual size_t regionBytes() const = 0;
+  virtual uint8_t* region(int member) const = 0;  // writable for this rank's own
+
+  virtual void post(int counter, uint64_t value) const = 0;
+  // Whether every member (this one included), or only member `only` when it is >= 0, has
+  // posted at least `value` on `counter`.
+  virtual bool reached(int counter, uint64_t value, int only = -1) const = 0;
+  // Wakes the members that armed; call after the posts of a pass.
+  virtual void wakeAll() const = 0;
+
+  // Before blocking: asks to be woken, appends what to poll() on, and returns why a member
+  // (every one, or only `only`) will never post again ("" if none): its process is gone, it
+  // closed its communicator, or it failed, in which case *relayed is set and the text is its
+  // own account of the failure, to be passed on unchanged.
+  virtual std::string arm(int only, bool* relayed, std::vector<pollfd>& fds) const = 0;
+  virtual void disarm() const = 0;
+
+  // Each member announces (call number, tag) as it starts a collective; mismatch() returns a
+  // member whose call `no` has another tag (its tag in *theirs), or -1. A member may already
+  // be one call further, so the previous call's tag is kept too.
+  virtual void announce(uint64_t no, uint64_t tag) const = 0;
+  virtual int mismatch(uint64_t no, uint64_t tag, uint64_t* theirs) const = 0;
+
+  // Publishes why this rank failed (once; the first wins), before its links close.
+  virtual void markFailed(const std::string& why) const = 0;
+};
+
+}  // namespace hora::transport

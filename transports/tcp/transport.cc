@@ -1,0 +1,76 @@
+// The TCP transport's registration: any two ranks whose addresses reach each other, with
+// HORA_NSOCKS_PERPEER sockets per pair (endpoint.h).
+//
+// Its field of the peer record: u32 sockets per peer, then the listening address (packed).
+#include "base/error.h"
+#include "base/record.h"
+#include "transports/registry.h"
+#include "transports/tcp/endpoint.h"
+
+namespace hora::tcp {
+
+namespace {
+
+class TcpTransport final : public transport::Transport {
+ public:
+  explicit TcpTransport(const transport::Settings& s) : nsocks_(s.socketsPerPeer) {
+    Options o;
+    o.nsocks = s.socketsPerPeer;
+    o.handshakeTimeout = s.handshakeTimeout;
+    endpoint_ = std::make_unique<Endpoint>(s.bindAddr, s.secret, s.commId, s.rank, s.nranks, o);
+  }
+
+  std::string field() override {
+    uint8_t packed[SockAddr::kPackedBytes];
+    endpoint_->address().pack(packed);
+    return FieldWriter().u32(static_cast<uint32_t>(nsocks_)).raw(packed, sizeof packed).take();
+  }
+
+  int canConnect(const transport::PeerView& self, const transport::PeerView& peer) const override {
+    if (self.rank == peer.rank) return 0;
+    uint32_t theirs = 0;
+    addressOf(peer, &theirs);
+    if (static_cast<int>(theirs) != nsocks_)
+      fail(Errc::InvalidUsage, "HORA_NSOCKS_PERPEER differs across ranks: %s has %u, this rank %d", peer.name.c_str(),
+           theirs, nsocks_);
+    return 1;
+  }
+
+  std::vector<std::unique_ptr<transport::Connection>> connect(const transport::PeerView& self,
+                                                             const std::vector<transport::PeerView>& peers,
+                                                             transport::ConnectContext& ctx) override {
+    std::vector<PeerAddress> remote;
+    uint32_t n = 0;
+    for (const transport::PeerView& p : peers) remote.push_back(PeerAddress{p.rank, addressOf(p, &n), p.name});
+    std::vector<std::unique_ptr<transport::Connection>> byRank =
+        endpoint_->connectAll(remote, ctx.waiter, ctx.watchFd, ctx.onWatch);
+    std::vector<std::unique_ptr<transport::Connection>> out;
+    for (const transport::PeerView& p : peers) out.push_back(std::move(byRank[static_cast<size_t>(p.rank)]));
+    (void)self;
+    return out;
+  }
+
+ private:
+  static SockAddr addressOf(const transport::PeerView& p, uint32_t* nsocks) {
+    FieldReader r(*p.field);
+    uint8_t packed[SockAddr::kPackedBytes];
+    SockAddr a;
+    if (!r.u32(nsocks) || !r.raw(packed, sizeof packed) || !r.atEnd() || !SockAddr::unpack(packed, &a))
+      fail(Errc::Remote, "%s sent no valid TCP address in its peer record", p.name.c_str());
+    return a;
+  }
+
+  int nsocks_;
+  std::unique_ptr<Endpoint> endpoint_;
+};
+
+}  // namespace
+
+transport::Registration registration() {
+  return {"tcp", "TCP between any two ranks (HORA_NSOCKS_PERPEER sockets each)", true,
+          [](const transport::Settings& s) -> std::unique_ptr<transport::Transport> {
+            return std::make_unique<TcpTransport>(s);
+          }};
+}
+
+}  // namespace hora::tcp
