@@ -1,4 +1,4 @@
-// Tests of the topology module (topo/topology.h): discovery from hwloc XML
+// Tests of the topology module (topo/topology.h) and of hora-topo: discovery from hwloc XML
 // files (a synthetic machine that lstopo makes at test time, and a hand-written one with NICs
 // and GPUs), this machine, the wire encoding and every way a peer's record can be malformed,
 // JSON and text, the CPUs a launcher binds a rank to, and errors for missing or broken files.
@@ -17,6 +17,7 @@
 #include <catch2/catch.hpp>
 
 #include "base/error.h"
+#include "comm/config.h"
 #include "topo/topology.h"
 
 using namespace hora;
@@ -211,6 +212,13 @@ void expectRejected(const std::string& bytes, const std::string& reason = "") {
   CHECK(p.core == 99);
 }
 
+// hora-topo's path, from the test's environment (tests/meson.build).
+std::string horaTopo() {
+  const char* p = getenv("TEST_HORA_TOPO");
+  REQUIRE(p != nullptr);
+  return p;
+}
+
 }  // namespace
 
 TEST_CASE("topology: a synthetic machine from an XML file", "[topo]") {
@@ -257,6 +265,50 @@ TEST_CASE("topology: a synthetic machine from an XML file", "[topo]") {
   CHECK(some.numa == (std::vector<std::vector<int>>{{1, 2, 3}, {17}, {100}}));
   CHECK(cpusetFor(CpuLayout{}, Bind::Core, 0).empty());
   CHECK(cpusetFor(CpuLayout{}, Bind::Numa, 0).empty());
+}
+
+TEST_CASE("hora-topo --json reads HORA_TOPO_FILE", "[topo]") {
+  TempDir dir;
+  std::optional<std::string> file = makeSynthetic(dir);
+  if (!file) return;
+  Output json = runCommand("HORA_TOPO_FILE='" + *file + "' '" + horaTopo() + "' --json");
+  INFO(json.text);
+  REQUIRE(json.status == 0);
+  for (const char* field : {"\"packages\": 2,", "\"numa_nodes\": 2,", "\"cores\": 16,", "\"pus\": 32,", "\"ranks\": [0]"})
+    CHECK(contains(json.text, field));
+  HostEntry e;
+  e.host = discover(*file);
+  e.ranks = {0};
+  CHECK(json.text == toJson({e}) + "\n");
+  // And a JSON parser agrees.
+  if (access("/usr/bin/python3", X_OK) == 0) {
+    writeFile(dir.file("out.json"), json.text);
+    Output checked = runCommand(
+        "/usr/bin/python3 -c 'import json,sys; h=json.load(open(sys.argv[1]))[\"hosts\"]; "
+        "assert len(h)==1; h=h[0]; "
+        "assert (h[\"packages\"],h[\"numa_nodes\"],h[\"cores\"],h[\"pus\"])==(2,2,16,32), h; "
+        "assert h[\"nics\"]==[] and h[\"gpus\"]==[] and h[\"ranks\"]==[0], h' '" +
+        dir.file("out.json") + "' 2>&1");
+    INFO(checked.text);
+    CHECK(checked.status == 0);
+  }
+
+  Output text = runCommand("HORA_TOPO_FILE='" + *file + "' '" + horaTopo() + "'");
+  INFO(text.text);
+  CHECK(text.status == 0);
+  CHECK(contains(text.text, "2 package(s), 2 NUMA node(s), 16 core(s), 32 PU(s)"));
+  CHECK(contains(text.text, "rank 0"));
+}
+
+TEST_CASE("hora-topo: this machine, usage and a missing file", "[topo]") {
+  Output here = runCommand("env -u HORA_TOPO_FILE '" + horaTopo() + "' --json");
+  REQUIRE(here.status == 0);
+  CHECK(contains(here.text, "{\"hosts\": [{\"name\": "));
+  CHECK(runCommand("'" + horaTopo() + "' --help").status == 0);
+  CHECK(runCommand("'" + horaTopo() + "' --bogus 2>/dev/null").status == 2);
+  Output missing = runCommand("HORA_TOPO_FILE=/nonexistent/topo.xml '" + horaTopo() + "' 2>&1");
+  CHECK(missing.status == 1);
+  CHECK(contains(missing.text, "/nonexistent/topo.xml"));
 }
 
 TEST_CASE("topology: NICs and GPUs with their locality, from a hand-written XML file", "[topo]") {
@@ -513,4 +565,18 @@ TEST_CASE("topology: a missing or malformed XML file is an error naming it", "[t
   expectError(dir.file("other.xml"), "XML, not a topology");
   writeFile(dir.file("empty.xml"), "");
   expectError(dir.file("empty.xml"), "empty");
+}
+
+TEST_CASE("config: HORA_TOPO_FILE", "[topo][config]") {
+  auto parse = [](std::optional<std::string> v) {
+    return parseConfig([v](const char* name) -> std::optional<std::string> {
+      if (std::string(name) == "HORA_TOPO_FILE") return v;
+      return std::nullopt;
+    });
+  };
+  CHECK(parse(std::nullopt).topoFile.empty());
+  CHECK(parse(std::string("/etc/machine.xml")).topoFile == "/etc/machine.xml");
+  CHECK_THROWS_AS(parse(std::string("")), Error);
+  CHECK_THROWS_AS(parse(std::string("  ")), Error);
+  CHECK(unknownVariables({"HORA_TOPO_FILE"}).empty());
 }
