@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Hora needs to build and test, from Debian's packages (Debian 12 or later).
 set -euo pipefail
-pkgs=(gcc g++ meson ninja-build pkg-config libsodium-dev catch2 python3 python3-matplotlib python3-numpy python3-torch
+pkgs=(gcc g++ meson ninja-build pkg-config libsodium-dev libhwloc-dev hwloc catch2 python3 python3-matplotlib python3-numpy python3-torch
       dataset-fashion-mnist)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -81,7 +81,7 @@ struct JobSpec {
   std::string timeoutText;            // the --timeout argument as given, for the message
   double graceS = 5;                  // SIGTERM to SIGKILL
   bool prefix = true;                 // prefix output lines with "[rank] "
-  std::vector<int> cpus;              // per rank: the CPU to pin it to, or -1
+  std::vector<std::vector<int>> cpus; // per rank: the CPUs to bind it to, or none
 };
 
 // Starts the ranks, runs until all of them are gone and returns hora-run's exit status.

@@ -163,7 +163,8 @@ struct ChildPlan {
   sigset_t mask{};  // the signal mask to run PROGRAM with
   std::optional<rlimit> fdLimit;  // to restore, if hora-run raised its own
   const std::string* execFailure = nullptr;  // "hora-run: cannot execute PROGRAM: "
-  int cpu = -1;                               // pin to this CPU, if >= 0
+  bool bind = false;                          // restrict the child to `cpus`
+  cpu_set_t cpus{};
 };
 
 [[noreturn]] void execChild(const ChildPlan& plan) {
@@ -175,12 +176,7 @@ struct ChildPlan {
   sigaction(SIGPIPE, &defaults, nullptr);
   sigprocmask(SIG_SETMASK, &plan.mask, nullptr);
   if (plan.fdLimit) setrlimit(RLIMIT_NOFILE, &*plan.fdLimit);
-  if (plan.cpu >= 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(plan.cpu, &set);
-    sched_setaffinity(0, sizeof set, &set);  // best effort: a rank runs unpinned if refused
-  }
+  if (plan.bind) sched_setaffinity(0, sizeof plan.cpus, &plan.cpus);  // best effort: a rank runs unbound if refused
   // If hora-run dies without stopping us (SIGKILL), the rendezvous is gone too.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != plan.parent) _exit(127);
@@ -322,7 +318,13 @@ class Job {
     plan.parent = getpid();
     plan.fdLimit = fdLimit_;
     plan.execFailure = &execFailure;
-    plan.cpu = rank.index < static_cast<int>(spec_.cpus.size()) ? spec_.cpus[static_cast<size_t>(rank.index)] : -1;
+    CPU_ZERO(&plan.cpus);
+    if (rank.index < static_cast<int>(spec_.cpus.size()))
+      for (int cpu : spec_.cpus[static_cast<size_t>(rank.index)])
+        if (cpu >= 0 && cpu < CPU_SETSIZE) {
+          CPU_SET(cpu, &plan.cpus);
+          plan.bind = true;
+        }
     // Blocked across fork so that no handler of ours runs in the child before exec.
     sigset_t all;
     sigfillset(&all);

@@ -1,7 +1,7 @@
 // hora-run: starts N local ranks of a program with the environment Hora's ranks read
 // (HORA_ID, HORA_RANK, HORA_SIZE, HORA_LOCAL_RANK, HORA_LOCAL_SIZE).
 //
-//   hora-run -n N [--timeout S] [--no-prefix] [--] PROGRAM [ARGS...]
+//   hora-run -n N [--timeout S] [--bind core|numa|none] [--no-prefix] [--] PROGRAM [ARGS...]
 //
 // This file reads the command line and makes the rendezvous id; hora_run_job.cc does the rest.
 #include <fcntl.h>
@@ -17,8 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "hora.h"
 #include "hora_run.h"
+#include "topo/topology.h"
 
 extern char** environ;
 
@@ -30,7 +32,7 @@ constexpr double kMaxSeconds = 1e9;
 constexpr double kDefaultGraceS = 5;
 
 const char kUsage[] =
-    "usage: hora-run -n N [--timeout S] [--bind core|none] [--no-prefix] [--] PROGRAM [ARGS...]\n"
+    "usage: hora-run -n N [--timeout S] [--bind core|numa|none] [--no-prefix] [--] PROGRAM [ARGS...]\n"
     "\n"
     "Starts N local ranks of PROGRAM (looked up in PATH) with HORA_ID, HORA_RANK, HORA_SIZE,\n"
     "HORA_LOCAL_RANK and HORA_LOCAL_SIZE set, and waits for all of them. Each output line of\n"
@@ -42,9 +44,11 @@ const char kUsage[] =
     "options:\n"
     "  -n N, -np N    number of ranks, 1 to 1024\n"
     "  --timeout S    stop all ranks after S seconds (may be fractional) and exit 124\n"
-    "  --bind core    pin rank r to the r-th CPU hora-run may use (the default when there are\n"
-    "                 at least N of them); --bind none leaves placement to the kernel (the\n"
-    "                 default when ranks outnumber CPUs)\n"
+    "  --bind core    pin each rank to one CPU hora-run may use, the first hyperthread of\n"
+    "                 every core before any core's second (the default when there are at\n"
+    "                 least N CPUs)\n"
+    "  --bind numa    bind rank r to the CPUs hora-run may use on NUMA node r mod (nodes)\n"
+    "  --bind none    leave placement to the kernel (the default when ranks outnumber CPUs)\n"
     "  --no-prefix    pass output lines through unchanged\n"
     "  -h, --help     show this text\n"
     "  --             end of options\n";
@@ -69,7 +73,7 @@ struct Options {
   double timeoutS = 0;
   std::string timeoutText;
   bool prefix = true;
-  enum class Bind { Auto, Core, None } bind = Bind::Auto;
+  enum class Bind { Auto, Core, Numa, None } bind = Bind::Auto;
   std::vector<std::string> argv;
 };
 
@@ -113,14 +117,32 @@ bool startsWith(const std::string& text, const char* prefix) {
   return text.rfind(prefix, 0) == 0;
 }
 
-// Rank r on the r-th allowed CPU when every rank can have one (ranks that wait by spinning or
-// yielding keep their caches and never share a core); no pinning when they outnumber the CPUs.
-std::vector<int> placeRanks(int nranks, Options::Bind bind) {
-  std::vector<int> out(static_cast<size_t>(nranks), -1);
+// The allowed CPUs by core and NUMA node, from hwloc; if hwloc cannot read this machine, each
+// CPU as a core of its own in one node.
+topo::CpuLayout layoutOf(const std::vector<int>& cpus) {
+  try {
+    return topo::cpuLayout(cpus);
+  } catch (const Error& e) {
+    printError(std::string("binding without the topology: ") + e.what());
+    topo::CpuLayout flat;
+    for (int cpu : cpus) flat.cores.push_back({cpu});
+    if (!cpus.empty()) flat.numa.push_back(cpus);
+    return flat;
+  }
+}
+
+// Each rank on a CPU of its own when every rank can have one (ranks that wait by spinning or
+// yielding keep their caches and never share a core), on a NUMA node's CPUs with --bind numa;
+// unbound when ranks outnumber the CPUs, unless --bind asks otherwise.
+std::vector<std::vector<int>> placeRanks(int nranks, Options::Bind bind) {
+  std::vector<std::vector<int>> out(static_cast<size_t>(nranks));
   std::vector<int> cpus = allowedCpus();
-  bool pin = bind == Options::Bind::Core || (bind == Options::Bind::Auto && nranks <= static_cast<int>(cpus.size()));
-  if (pin && !cpus.empty())
-    for (int r = 0; r < nranks; ++r) out[static_cast<size_t>(r)] = cpus[static_cast<size_t>(r) % cpus.size()];
+  bool pin = bind == Options::Bind::Core || bind == Options::Bind::Numa ||
+             (bind == Options::Bind::Auto && nranks <= static_cast<int>(cpus.size()));
+  if (!pin || cpus.empty()) return out;
+  topo::CpuLayout layout = layoutOf(cpus);
+  topo::Bind how = bind == Options::Bind::Numa ? topo::Bind::Numa : topo::Bind::Core;
+  for (int r = 0; r < nranks; ++r) out[static_cast<size_t>(r)] = topo::cpusetFor(layout, how, r);
   return out;
 }
 
@@ -143,8 +165,11 @@ Options parseOptions(const std::vector<std::string>& args) {
     } else if (arg == "--bind" || startsWith(arg, "--bind=")) {
       std::string attached = arg == "--bind" ? "" : arg.substr(7);
       std::optional<std::string> value = optionValue(args, i, attached);
-      if (!value || (*value != "core" && *value != "none")) return usageError("option --bind takes core or none");
-      options.bind = *value == "core" ? Options::Bind::Core : Options::Bind::None;
+      if (!value || (*value != "core" && *value != "numa" && *value != "none"))
+        return usageError("option --bind takes core, numa or none");
+      options.bind = *value == "core"   ? Options::Bind::Core
+                     : *value == "numa" ? Options::Bind::Numa
+                                        : Options::Bind::None;
     } else if (startsWith(arg, "-n")) {
       std::string attached = arg.substr(startsWith(arg, "-np") ? 3 : 2);
       std::optional<std::string> value = optionValue(args, i, attached);

@@ -36,6 +36,7 @@ const Variable kVariables[] = {
     {"HORA_NSOCKS_PERPEER", "1", "TCP sockets per peer, 1..16"},
     {"HORA_CHUNK_BYTES", "524288", "pipeline chunk in bytes, 4096..64M (K, M suffixes)"},
     {"HORA_KERNEL_ISA", "auto", "reduction kernels: auto, scalar, avx2 or avx512"},
+    {"HORA_TOPO_FILE", "", "hwloc XML file to read the topology from instead of this machine"},
     {"HORA_RANK", "", "this rank (set by hora-run)"},
     {"HORA_SIZE", "", "number of ranks (set by hora-run)"},
     {"HORA_LOCAL_RANK", "", "rank among this host's ranks (set by hora-run)"},
@@ -222,6 +223,10 @@ Config parseConfig(const EnvLookup& env) {
     if (a != "auto" && a != "scalar" && a != "avx2" && a != "avx512")
       bad("HORA_KERNEL_ISA", *v, "auto, scalar, avx2 or avx512");
     c.kernelIsa = a;
+  }
+  if (auto v = env("HORA_TOPO_FILE")) {
+    if (trim(*v).empty()) bad("HORA_TOPO_FILE", *v, "the path of an hwloc XML file");
+    c.topoFile = *v;
   }
   return c;
 }

@@ -28,6 +28,7 @@ struct Config {
   int nsocksPerPeer = 1;
   size_t chunkBytes = 512 * 1024;
   std::string kernelIsa = "auto";
+  std::string topoFile;  // HORA_TOPO_FILE: an hwloc XML file; empty: this machine
 };
 
 // What a launcher tells a rank (horaCommInitFromEnv).

@@ -342,6 +342,7 @@ true
 -x -n 2 true
 -n 2 --bind socket true
 -n 2 --bind
+-n 2 --bind=numas true
 EOF
   hr -n 1024 --help
   expect_rc 0
@@ -364,8 +365,9 @@ case_fds() {
 }
 
 case_bind() {
-  # --bind core: every rank on one CPU of hora-run's, rank r on the r-th (wrapping around);
-  # --bind none: the ranks keep hora-run's whole set.
+  # --bind core: every rank on one CPU of hora-run's, no two on one CPU while there are CPUs
+  # enough (a core's first hyperthread before any core's second); --bind none: the ranks keep
+  # hora-run's whole set.
   local mine n a b
   mine=$(grep '^Cpus_allowed_list' /proc/self/status | awk '{print $2}')
   n=3
@@ -384,8 +386,55 @@ case_bind() {
     fail "--bind none changed the ranks' CPUs (hora-run has $mine)"
 }
 
+# The CPUs of NUMA node $1 that this script may use, written as Cpus_allowed_list writes them
+# ("0-1,4"); all of them when the system shows no such node.
+node_cpus_allowed() {
+  /usr/bin/python3 -c '
+import os, sys
+def expand(text):
+    out = set()
+    for part in text.strip().split(","):
+        if part:
+            lo, _, hi = part.partition("-")
+            out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+path = "/sys/devices/system/node/node%s/cpulist" % sys.argv[1]
+mine = os.sched_getaffinity(0)
+cpus = sorted(expand(open(path).read()) & mine if os.path.exists(path) else mine)
+runs = []
+for c in cpus:
+    if runs and runs[-1][1] == c - 1:
+        runs[-1][1] = c
+    else:
+        runs.append([c, c])
+print(",".join(str(a) if a == b else "%d-%d" % (a, b) for a, b in runs))
+' "$1"
+}
+
+case_bindnuma() {
+  # --bind numa: rank r gets all of hora-run's CPUs on NUMA node r mod (nodes that have some);
+  # on a machine of one node, every rank gets all of hora-run's CPUs.
+  local d r node want got n=3
+  local nodes=()
+  for d in /sys/devices/system/node/node[0-9]*; do
+    [ -d "$d" ] || continue
+    [ -n "$(node_cpus_allowed "${d##*node}")" ] && nodes+=("${d##*node}")
+  done
+  [ ${#nodes[@]} -gt 0 ] || nodes=(0)
+  hr -n $n --bind numa "${GUARD[@]}" sh -c 'grep ^Cpus_allowed_list /proc/self/status'
+  expect_rc 0
+  for ((r = 0; r < n; r++)); do
+    node=${nodes[r % ${#nodes[@]}]}
+    want=$(node_cpus_allowed "$node")
+    got=$(grep "^\[$r\]" "$WORK/out" | awk '{print $NF}')
+    [ "$got" = "$want" ] || fail "--bind numa gave rank $r CPUs '$got', not node $node's '$want'"
+  done
+  hr -n 2 --bind=numa "${GUARD[@]}" true
+  expect_rc 0
+}
+
 ALL_CASES=(env width args lines partial noprefix exitstatus killed sigterm sigint escalate grace
-  timeout noexec usage fds bind)
+  timeout noexec usage fds bind bindnuma)
 
 [ $# -gt 0 ] || set -- "${ALL_CASES[@]}"
 for CASE in "$@"; do
