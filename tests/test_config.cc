@@ -191,13 +191,11 @@ TEST_CASE("config: all variables at once", "[config]") {
 TEST_CASE("launch env: HORA_* variables", "[config]") {
   LaunchEnv l = parseLaunchEnv(lookup({{"HORA_RANK", "3"},
                                        {"HORA_SIZE", "8"},
-                                       {"HORA_LOCAL_RANK", "1"},
                                        {"HORA_ID", " abcdef "},
                                        {"HORA_ROOT", "10.0.0.1:29500"},
                                        {"HORA_SECRET", "00ff"}}));
   CHECK(l.rank == 3);
   CHECK(l.size == 8);
-  CHECK(l.localRank == 1);
   CHECK(l.idHex == "abcdef");
   CHECK(l.root == "10.0.0.1:29500");
   CHECK(l.secretHex == "00ff");
@@ -205,7 +203,6 @@ TEST_CASE("launch env: HORA_* variables", "[config]") {
   LaunchEnv none = parseLaunchEnv(lookup({}));
   CHECK(none.rank == -1);
   CHECK(none.size == -1);
-  CHECK(none.localRank == -1);
   CHECK(none.idHex.empty());
   CHECK(none.root.empty());
   CHECK(none.secretHex.empty());
@@ -216,7 +213,6 @@ TEST_CASE("launch env: Slurm + Open MPI + torchrun fallbacks", "[config]") {
     LaunchEnv l = parseLaunchEnv(lookup({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"}, {"SLURM_LOCALID", "2"}}));
     CHECK(l.rank == 5);
     CHECK(l.size == 6);
-    CHECK(l.localRank == 2);
   }
   SECTION("Open MPI") {
     LaunchEnv l = parseLaunchEnv(lookup({{"OMPI_COMM_WORLD_RANK", "0"},
@@ -224,7 +220,6 @@ TEST_CASE("launch env: Slurm + Open MPI + torchrun fallbacks", "[config]") {
                                          {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}}));
     CHECK(l.rank == 0);
     CHECK(l.size == 2);
-    CHECK(l.localRank == 0);
   }
   SECTION("torchrun") {
     LaunchEnv l = parseLaunchEnv(lookup({{"RANK", "1"},
@@ -234,7 +229,6 @@ TEST_CASE("launch env: Slurm + Open MPI + torchrun fallbacks", "[config]") {
                                          {"MASTER_PORT", "29500"}}));
     CHECK(l.rank == 1);
     CHECK(l.size == 4);
-    CHECK(l.localRank == 1);
     CHECK(l.root == "node7:29500");
   }
   SECTION("HORA_* wins over the others") {
@@ -277,7 +271,6 @@ TEST_CASE("launch env: bad ranks and sizes are rejected", "[config]") {
       {"HORA_RANK", ""},            {"HORA_RANK", "1048576"}, {"SLURM_PROCID", "-3"},
       {"OMPI_COMM_WORLD_RANK", "x"}, {"RANK", "2.0"},         {"HORA_SIZE", "0"},
       {"HORA_SIZE", "-2"},          {"WORLD_SIZE", "many"},   {"SLURM_NTASKS", "1048577"},
-      {"HORA_LOCAL_RANK", "-1"},    {"LOCAL_RANK", "z"},
   };
   for (const Case& c : cases) {
     INFO(c.name << "='" << c.value << "'");

@@ -222,8 +222,6 @@ LaunchEnv parseLaunchEnv(const EnvLookup& env) {
     l.size = static_cast<int>(parseInt(which, *v, 1, 1 << 20, "a positive number of ranks"));
   if (auto v = firstOf({"HORA_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "RANK"}, &which))
     l.rank = static_cast<int>(parseInt(which, *v, 0, (1 << 20) - 1, "a rank >= 0"));
-  if (auto v = firstOf({"HORA_LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"}, &which))
-    l.localRank = static_cast<int>(parseInt(which, *v, 0, (1 << 20) - 1, "a rank >= 0"));
   if (auto v = env("HORA_ID")) l.idHex = trim(*v);
   if (auto v = env("HORA_ROOT")) {
     l.root = trim(*v);

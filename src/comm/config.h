@@ -30,7 +30,6 @@ struct Config {
 struct LaunchEnv {
   int rank = -1;
   int size = -1;
-  int localRank = -1;
   std::string idHex;   // HORA_ID
   std::string root;    // HORA_ROOT (host:port)
   std::string secretHex;  // HORA_SECRET
@@ -41,8 +40,8 @@ EnvLookup processEnv();
 
 // Parses the library's settings; throws Error(InvalidArgument) on the first bad value.
 Config parseConfig(const EnvLookup& env);
-// Parses the launcher's variables (HORA_RANK, HORA_SIZE, HORA_LOCAL_RANK, HORA_ID, HORA_ROOT,
-// HORA_SECRET), and the Slurm / Open MPI / torchrun equivalents when HORA_* are absent.
+// Parses the launcher's variables (HORA_RANK, HORA_SIZE, HORA_ID, HORA_ROOT, HORA_SECRET), and
+// the Slurm / Open MPI / torchrun equivalents when HORA_* are absent.
 LaunchEnv parseLaunchEnv(const EnvLookup& env);
 
 // Names of HORA_* variables in `names` that Hora does not know, each with a suggestion.
