@@ -90,6 +90,13 @@ TEST_CASE("config: HORA_DEBUG_SUBSYS", "[config]") {
   for (const char* bad : {"", "NETWORK", "INIT,FOO", "^", "^BAR", ",,"}) expectInvalid("HORA_DEBUG_SUBSYS", bad);
 }
 
+TEST_CASE("config: HORA_DEBUG_FILE", "[config]") {
+  CHECK(parse({}).debugFile.empty());
+  // Kept as given: the log expands %h and %p when it opens the file (test_log.cc).
+  CHECK(parse({{"HORA_DEBUG_FILE", "/tmp/hora.%h.%p"}}).debugFile == "/tmp/hora.%h.%p");
+  for (const char* bad : {"", "  "}) expectInvalid("HORA_DEBUG_FILE", bad);
+}
+
 TEST_CASE("config: HORA_TIMEOUT_MS", "[config]") {
   CHECK(parse({{"HORA_TIMEOUT_MS", "1"}}).timeout == std::chrono::milliseconds(1));
   CHECK(parse({{"HORA_TIMEOUT_MS", "5000"}}).timeout == std::chrono::milliseconds(5000));
@@ -311,10 +318,10 @@ TEST_CASE("unknownVariables: misspellings are flagged with a suggestion", "[conf
 
 TEST_CASE("unknownVariables: known names and non-HORA names are not flagged", "[config]") {
   const std::vector<std::string> known = {
-      "HORA_DEBUG",      "HORA_DEBUG_SUBSYS", "HORA_TIMEOUT_MS",     "HORA_SOCKET_IFNAME", "HORA_TRANSPORTS",
-      "HORA_ALGO",       "HORA_NSOCKS_PERPEER", "HORA_CHUNK_BYTES", "HORA_KERNEL_ISA",    "HORA_RANK",
-      "HORA_SIZE",       "HORA_LOCAL_RANK",   "HORA_LOCAL_SIZE",     "HORA_ID",            "HORA_ROOT",
-      "HORA_SECRET",     "HORA_RUN_GRACE_S",
+      "HORA_DEBUG",      "HORA_DEBUG_SUBSYS", "HORA_DEBUG_FILE",     "HORA_TIMEOUT_MS",    "HORA_SOCKET_IFNAME",
+      "HORA_TRANSPORTS", "HORA_ALGO",         "HORA_NSOCKS_PERPEER", "HORA_CHUNK_BYTES",   "HORA_KERNEL_ISA",
+      "HORA_RANK",       "HORA_SIZE",         "HORA_LOCAL_RANK",     "HORA_LOCAL_SIZE",    "HORA_ID",
+      "HORA_ROOT",       "HORA_SECRET",       "HORA_RUN_GRACE_S",
   };
   CHECK(unknownVariables(known).empty());
   CHECK(unknownVariables({"PATH", "HOME", "NCCL_DEBUG", "HORA", "hora_debug", "XHORA_DEBUG", "RANK"}).empty());

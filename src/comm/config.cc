@@ -24,6 +24,7 @@ struct Variable {
 // Every HORA_* variable. The README's table lists the same ones.
 const Variable kVariables[] = {
     {"HORA_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE"},
+    {"HORA_DEBUG_FILE", "(stderr)", "file the log goes to; %h: host name, %p: pid"},
     {"HORA_DEBUG_SUBSYS", "ALL", "comma list of INIT, BOOTSTRAP, NET, COLL, ENV, ALL; ^X excludes X"},
     {"HORA_TIMEOUT_MS", "600000", "ms without progress before a wait fails with horaTimeout"},
     {"HORA_SOCKET_IFNAME", "(the route to the rendezvous)", "interfaces for TCP: prefixes, =exact, ^excluded"},
@@ -155,6 +156,10 @@ Config parseConfig(const EnvLookup& env) {
     }
     c.debugSubsys = (anyInclude ? include : log::kAll) & ~exclude;
   }
+  if (auto v = env("HORA_DEBUG_FILE")) {
+    if (trim(*v).empty()) bad("HORA_DEBUG_FILE", *v, "a file name (%h: host name, %p: pid)");
+    c.debugFile = *v;
+  }
   if (auto v = env("HORA_TIMEOUT_MS"))
     c.timeout = std::chrono::milliseconds(parseInt("HORA_TIMEOUT_MS", *v, 1, 365LL * 24 * 3600 * 1000,
                                                    "a positive number of milliseconds"));
@@ -261,6 +266,10 @@ const Config& config() {
     try {
       cfg = parseConfig(processEnv());
       log::configure(cfg.debugLevel, cfg.debugSubsys);
+      if (!cfg.debugFile.empty()) {
+        std::string why = log::toFile(cfg.debugFile);
+        if (!why.empty()) HORA_WARN(log::kEnv, "HORA_DEBUG_FILE: %s; the log stays on stderr", why.c_str());
+      }
       if (cfg.kernelIsa != "auto") {
         kernels::Isa isa = cfg.kernelIsa == "scalar" ? kernels::Isa::Scalar
                            : cfg.kernelIsa == "avx2" ? kernels::Isa::Avx2 : kernels::Isa::Avx512;

@@ -17,6 +17,7 @@ namespace hora {
 struct Config {
   log::Level debugLevel = log::Level::Warn;
   uint32_t debugSubsys = log::kAll;
+  std::string debugFile;  // HORA_DEBUG_FILE's pattern; empty: stderr
   std::chrono::milliseconds timeout{600000};
   std::string socketIfname;  // empty: the address that reaches the rendezvous
   std::vector<std::string> transports{"shm", "tcp"};
