@@ -1,5 +1,6 @@
-// Tests of the log (base/log.h): HORA_DEBUG_FILE's pattern, the switch to a file and back, and
-// lines that stay whole when threads and processes write to one file or one pipe at once.
+// Tests of the log (base/log.h): HORA_DEBUG_FILE's pattern, the switch to a file and back, the
+// banner before the first INFO line, and lines that stay whole when threads and processes write
+// to one file or one pipe at once.
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -133,6 +134,29 @@ TEST_CASE("log: to a file and back; a file that cannot be opened changes nothing
   CHECK(got[0].find("hora INFO INIT to the file") != std::string::npos);
   CHECK(got[1].find("hora INFO INIT still to the file") != std::string::npos);
   log::configure(log::Level::Warn, log::kAll);
+}
+
+TEST_CASE("log: the banner comes once, before the first INFO line", "[log]") {
+  TempDir dir;
+  REQUIRE(log::toFile(dir.path + "/banner.log") == "");
+  log::setBanner("Hora 9.9.9 (test)");
+  log::configure(log::Level::Warn, log::kAll);
+  log::writeBanner();  // INFO is off: nothing yet
+  HORA_WARN(log::kNet, "a warning");
+  log::configure(log::Level::Info, log::kColl);
+  HORA_INFO(log::kNet, "filtered out by the subsystems");
+  HORA_INFO(log::kColl, "first info");
+  log::writeBanner();
+  HORA_INFO(log::kColl, "second info");
+  log::toStderr();
+  log::configure(log::Level::Warn, log::kAll);
+
+  std::vector<std::string> got = lines(readFile(dir.path + "/banner.log"));
+  REQUIRE(got.size() == 4);
+  CHECK(got[0].find("hora WARN NET a warning") != std::string::npos);
+  CHECK(got[1].find("hora INFO INIT Hora 9.9.9 (test)") != std::string::npos);
+  CHECK(got[2].find("hora INFO COLL first info") != std::string::npos);
+  CHECK(got[3].find("hora INFO COLL second info") != std::string::npos);
 }
 
 TEST_CASE("log: lines stay whole with many threads and processes on one file", "[log]") {

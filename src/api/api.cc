@@ -83,7 +83,15 @@ CommOptions optionsFrom(const horaConfig_t* config) {
   return o;
 }
 
+// The version banner at INFO, once per process, from every init entry point (the log also
+// writes it before the process's first INFO line, whichever comes first).
+void banner() {
+  config();
+  log::writeBanner();
+}
+
 void initRank(horaComm_t* comm, int nranks, const UniqueId& id, int rank, const CommOptions& o) {
+  banner();
   if (!comm) fail(Errc::InvalidArgument, "comm is NULL");
   *comm = nullptr;
   if (group::active())
@@ -150,6 +158,7 @@ HORA_API horaResult_t horaCommInitRank(horaComm_t* comm, int nranks, horaUniqueI
 
 HORA_API horaResult_t horaCommInitAll(horaComm_t* comms, int ndev, const int* devlist) {
   return guard("horaCommInitAll", nullptr, [&] {
+    banner();
     if (!comms) fail(Errc::InvalidArgument, "comm is NULL");
     if (ndev < 1) fail(Errc::InvalidArgument, "ndev must be >= 1 (got %d)", ndev);
     if (group::active()) fail(Errc::InvalidUsage, "horaCommInitAll inside a group is not supported");
@@ -188,6 +197,7 @@ HORA_API horaResult_t horaCommInitAll(horaComm_t* comms, int ndev, const int* de
 
 HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
   return guard("horaCommInitFromEnv", nullptr, [&] {
+    banner();
     LaunchEnv l = parseLaunchEnv(processEnv());
     if (l.size < 1 || l.rank < 0)
       fail(Errc::InvalidArgument, "no rank and size in the environment: set HORA_RANK and HORA_SIZE "

@@ -19,8 +19,10 @@ std::atomic<uint32_t> gSubsys{kAll};
 
 namespace {
 thread_local int tRank = -1;
-std::mutex gWriteMutex;  // one line at a time within the process; guards gFd
+std::mutex gWriteMutex;  // one line at a time within the process; guards the three below
 int gFd = STDERR_FILENO;
+std::string gBanner;
+bool gBannerDone = false;
 }  // namespace
 
 void configure(Level level, uint32_t subsysMask) {
@@ -67,9 +69,14 @@ static std::string line(Level level, uint32_t subsys, const std::string& msg) {
                 static_cast<long>(syscall(SYS_gettid)), rank, levelName(level), subsysName(subsys), msg.c_str());
 }
 
-// Writes text (whole lines) with one write(2), unless the descriptor takes less at a time.
-static void emit(const std::string& text) {
+// Writes text (whole lines) with one write(2), unless the descriptor takes less at a time,
+// preceded by the banner when an INFO or TRACE line is the process's first.
+static void emit(Level level, std::string text) {
   std::lock_guard<std::mutex> lock(gWriteMutex);
+  if (static_cast<int>(level) >= static_cast<int>(Level::Info) && !gBannerDone && !gBanner.empty()) {
+    gBannerDone = true;
+    text.insert(0, line(Level::Info, kInit, gBanner));
+  }
   size_t done = 0;
   while (done < text.size()) {
     ssize_t n = ::write(gFd, text.data() + done, text.size() - done);
@@ -84,7 +91,16 @@ void write(Level level, uint32_t subsys, const char* fmt, ...) {
   va_start(ap, fmt);
   std::string msg = vformat(fmt, ap);
   va_end(ap);
-  emit(line(level, subsys, msg));
+  emit(level, line(level, subsys, msg));
+}
+
+void setBanner(const std::string& text) {
+  std::lock_guard<std::mutex> lock(gWriteMutex);
+  gBanner = text;
+}
+
+void writeBanner() {
+  if (enabled(Level::Info, kAll)) emit(Level::Info, "");
 }
 
 std::string expandFilePattern(const std::string& pattern, const std::string& host, long pid) {

@@ -58,6 +58,11 @@ std::string toFile(const std::string& pattern);
 // Sends the log back to stderr, closing the file toFile opened.
 void toStderr();
 
+// The line written once per process, before its first INFO or TRACE line (the version banner).
+void setBanner(const std::string& line);
+// Writes the banner now if INFO is on and it has not been written yet.
+void writeBanner();
+
 }  // namespace hora::log
 
 // Formats only when the line will be written. Warnings are always written unless the level is

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "base/error.h"
+#include "build_info.h"
 #include "kernels/cpu/reduce.h"
 
 extern char** environ;
@@ -49,6 +50,13 @@ const Variable kVariables[] = {
     {"HORA_STALL_CHECK_TIME_SECONDS", "60", "hora.torch: warn about operations some ranks have not submitted after this long (0: never)"},
     {"HORA_STALL_SHUTDOWN_TIME_SECONDS", "(HORA_TIMEOUT_MS)", "hora.torch: cancel, on every rank, an operation some ranks have not submitted after this long (0: never)"},
 };
+
+std::string bannerFor(const Config& c) {
+  std::string transports;
+  for (const std::string& t : c.transports) transports += (transports.empty() ? "" : ",") + t;
+  return format("Hora %s (%s, kernels: %s, transports: %s)", HORA_VERSION_STRING, HORA_BUILD_TYPE,
+                kernels::isaName(kernels::activeIsa()), transports.c_str());
+}
 
 [[noreturn]] void bad(const char* name, const std::string& value, const char* expected) {
   fail(Errc::InvalidArgument, "%s='%s' is invalid: expected %s", name, value.c_str(), expected);
@@ -277,6 +285,7 @@ const Config& config() {
           fail(Errc::InvalidArgument, "HORA_KERNEL_ISA='%s' is invalid: this CPU or build does not support it",
                cfg.kernelIsa.c_str());
       }
+      log::setBanner(bannerFor(cfg));
       std::vector<std::string> names;
       for (char** e = environ; e && *e; ++e) {
         std::string kv = *e;
@@ -294,5 +303,7 @@ const Config& config() {
   if (!error.empty()) throw Error(Errc::InvalidArgument, error);
   return cfg;
 }
+
+std::string versionBanner() { return bannerFor(config()); }
 
 }  // namespace hora

@@ -49,7 +49,12 @@ LaunchEnv parseLaunchEnv(const EnvLookup& env);
 std::vector<std::string> unknownVariables(const std::vector<std::string>& names);
 
 // The process-wide settings, parsed once on first use from the environment; throws the parse
-// error on every call if the environment is invalid. Applies the logging and kernel settings.
+// error on every call if the environment is invalid. Applies the logging and kernel settings,
+// and hands the log the version banner.
 const Config& config();
+
+// "Hora <version> (<build type>, kernels: <isa>, transports: <list>)": the line that opens a
+// process's log at INFO (log::setBanner), with the settings of config().
+std::string versionBanner();
 
 }  // namespace hora
