@@ -206,6 +206,7 @@ TEST_CASE("launch env: HORA_* variables", "[config]") {
   CHECK(l.idHex == "abcdef");
   CHECK(l.root == "10.0.0.1:29500");
   CHECK(l.secretHex == "00ff");
+  CHECK(l.source == "rank from HORA_RANK, size from HORA_SIZE, rendezvous from HORA_ID");
 
   LaunchEnv none = parseLaunchEnv(lookup({}));
   CHECK(none.rank == -1);
@@ -213,6 +214,10 @@ TEST_CASE("launch env: HORA_* variables", "[config]") {
   CHECK(none.idHex.empty());
   CHECK(none.root.empty());
   CHECK(none.secretHex.empty());
+  CHECK(none.source.empty());
+
+  LaunchEnv root = parseLaunchEnv(lookup({{"HORA_RANK", "0"}, {"HORA_SIZE", "2"}, {"HORA_ROOT", "10.0.0.1:29500"}}));
+  CHECK(root.source == "rank from HORA_RANK, size from HORA_SIZE, rendezvous from HORA_ROOT (10.0.0.1:29500)");
 }
 
 TEST_CASE("launch env: Slurm + Open MPI + torchrun fallbacks", "[config]") {
@@ -220,6 +225,7 @@ TEST_CASE("launch env: Slurm + Open MPI + torchrun fallbacks", "[config]") {
     LaunchEnv l = parseLaunchEnv(lookup({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"}, {"SLURM_LOCALID", "2"}}));
     CHECK(l.rank == 5);
     CHECK(l.size == 6);
+    CHECK(l.source == "rank from SLURM_PROCID, size from SLURM_NTASKS");
   }
   SECTION("Open MPI") {
     LaunchEnv l = parseLaunchEnv(lookup({{"OMPI_COMM_WORLD_RANK", "0"},
@@ -227,6 +233,7 @@ TEST_CASE("launch env: Slurm + Open MPI + torchrun fallbacks", "[config]") {
                                          {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}}));
     CHECK(l.rank == 0);
     CHECK(l.size == 2);
+    CHECK(l.source == "rank from OMPI_COMM_WORLD_RANK, size from OMPI_COMM_WORLD_SIZE");
   }
   SECTION("torchrun") {
     LaunchEnv l = parseLaunchEnv(lookup({{"RANK", "1"},
@@ -237,6 +244,7 @@ TEST_CASE("launch env: Slurm + Open MPI + torchrun fallbacks", "[config]") {
     CHECK(l.rank == 1);
     CHECK(l.size == 4);
     CHECK(l.root == "node7:29500");
+    CHECK(l.source == "rank from RANK, size from WORLD_SIZE, rendezvous from MASTER_ADDR:MASTER_PORT (node7:29500)");
   }
   SECTION("HORA_* wins over the others") {
     LaunchEnv l = parseLaunchEnv(lookup({{"HORA_RANK", "2"},
@@ -256,6 +264,7 @@ TEST_CASE("launch env: Slurm + Open MPI + torchrun fallbacks", "[config]") {
                                          {"OMPI_COMM_WORLD_SIZE", "20"}, {"WORLD_SIZE", "30"}}));
     CHECK(l.rank == 1);
     CHECK(l.size == 20);
+    CHECK(l.source == "rank from SLURM_PROCID, size from OMPI_COMM_WORLD_SIZE");
   }
   SECTION("MASTER_ADDR without MASTER_PORT") {
     try {

@@ -199,6 +199,7 @@ HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
   return guard("horaCommInitFromEnv", nullptr, [&] {
     banner();
     LaunchEnv l = parseLaunchEnv(processEnv());
+    HORA_INFO(log::kInit, "horaCommInitFromEnv: %s", l.source.empty() ? "nothing in the environment" : l.source.c_str());
     if (l.size < 1 || l.rank < 0)
       fail(Errc::InvalidArgument, "no rank and size in the environment: set HORA_RANK and HORA_SIZE "
            "(hora-run does), or run under srun, mpirun or torchrun");

@@ -230,20 +230,31 @@ LaunchEnv parseLaunchEnv(const EnvLookup& env) {
       }
     return std::nullopt;
   };
-  const char* which = nullptr;
-  if (auto v = firstOf({"HORA_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"}, &which))
-    l.size = static_cast<int>(parseInt(which, *v, 1, 1 << 20, "a positive number of ranks"));
-  if (auto v = firstOf({"HORA_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "RANK"}, &which))
-    l.rank = static_cast<int>(parseInt(which, *v, 0, (1 << 20) - 1, "a rank >= 0"));
+  const char* sizeVar = nullptr;
+  const char* rankVar = nullptr;
+  if (auto v = firstOf({"HORA_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"}, &sizeVar))
+    l.size = static_cast<int>(parseInt(sizeVar, *v, 1, 1 << 20, "a positive number of ranks"));
+  if (auto v = firstOf({"HORA_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "RANK"}, &rankVar))
+    l.rank = static_cast<int>(parseInt(rankVar, *v, 0, (1 << 20) - 1, "a rank >= 0"));
   if (auto v = env("HORA_ID")) l.idHex = trim(*v);
+  std::string rootFrom;
   if (auto v = env("HORA_ROOT")) {
     l.root = trim(*v);
+    rootFrom = "HORA_ROOT";
   } else if (auto a = env("MASTER_ADDR")) {
     auto p = env("MASTER_PORT");
     if (!p) fail(Errc::InvalidArgument, "MASTER_ADDR is set but MASTER_PORT is not");
     l.root = trim(*a) + ":" + trim(*p);
+    rootFrom = "MASTER_ADDR:MASTER_PORT";
   }
   if (auto v = env("HORA_SECRET")) l.secretHex = trim(*v);
+  std::vector<std::string> from;
+  if (rankVar) from.push_back(std::string("rank from ") + rankVar);
+  if (sizeVar) from.push_back(std::string("size from ") + sizeVar);
+  // HORA_ID wins over a root (api.cc); the id itself holds the secret, so it is never shown.
+  if (!l.idHex.empty()) from.push_back("rendezvous from HORA_ID");
+  else if (!l.root.empty()) from.push_back("rendezvous from " + rootFrom + " (" + l.root + ")");
+  for (const std::string& f : from) l.source += (l.source.empty() ? "" : ", ") + f;
   return l;
 }
 

@@ -34,6 +34,9 @@ struct LaunchEnv {
   std::string idHex;   // HORA_ID
   std::string root;    // HORA_ROOT (host:port)
   std::string secretHex;  // HORA_SECRET
+  // Which variables gave the rank, the size and the rendezvous, for the log: e.g. "rank from
+  // SLURM_PROCID, size from SLURM_NTASKS, rendezvous from MASTER_ADDR:MASTER_PORT (node7:29500)".
+  std::string source;
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
