@@ -106,6 +106,15 @@ UniqueId decodeId(const horaUniqueId& id) {
   return UniqueId::decode(reinterpret_cast<const uint8_t*>(id.internal));
 }
 
+// horaCommInitRank and horaCommInitRankConfig, each under its own name in error texts.
+horaResult_t initRankEntry(const char* fn, horaComm_t* comm, int nranks, const horaUniqueId& commId, int rank,
+                           const horaConfig_t* config) {
+  return guard(fn, nullptr, [&] {
+    CommOptions o = optionsFrom(config);
+    initRank(comm, nranks, decodeId(commId), rank, o);
+  });
+}
+
 }  // namespace
 
 HORA_API horaResult_t horaGetVersion(int* version) {
@@ -146,14 +155,11 @@ HORA_API horaResult_t horaGetUniqueId(horaUniqueId* uniqueId) {
 
 HORA_API horaResult_t horaCommInitRankConfig(horaComm_t* comm, int nranks, horaUniqueId commId, int rank,
                                              horaConfig_t* config) {
-  return guard("horaCommInitRank", nullptr, [&] {
-    CommOptions o = optionsFrom(config);
-    initRank(comm, nranks, decodeId(commId), rank, o);
-  });
+  return initRankEntry("horaCommInitRankConfig", comm, nranks, commId, rank, config);
 }
 
 HORA_API horaResult_t horaCommInitRank(horaComm_t* comm, int nranks, horaUniqueId commId, int rank) {
-  return horaCommInitRankConfig(comm, nranks, commId, rank, nullptr);
+  return initRankEntry("horaCommInitRank", comm, nranks, commId, rank, nullptr);
 }
 
 HORA_API horaResult_t horaCommInitAll(horaComm_t* comms, int ndev, const int* devlist) {
