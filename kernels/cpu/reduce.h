@@ -60,13 +60,6 @@ inline constexpr int kMaxDests = 4;
 void reduce(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
             const ReduceSpec& spec);
 
-// Shorthands.
-inline void reduce2(void* dst, const void* a, const void* b, size_t count, const ReduceSpec& spec) {
-  const void* srcs[2] = {a, b};
-  void* dsts[1] = {dst};
-  reduce(dsts, 1, srcs, 2, count, spec);
-}
-
 enum class Isa : uint8_t { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 
 const char* isaName(Isa isa);
