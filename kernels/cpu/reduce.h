@@ -10,7 +10,7 @@
 // where (+) is the op's combiner: sum for Sum, Avg and PreMulSum; product for Prod;
 // max / min for Max / Min.
 //
-// Semantics (per DESIGN.md):
+// Semantics (the README's "Semantics"):
 //   - integers wrap like unsigned arithmetic (sum, prod, premul); max/min compare as the
 //     type's signedness says; the Avg division is the truncated quotient of the wrapped sum;
 //   - float, double: IEEE in the type itself; max/min propagate NaN (NaN if either is NaN);
