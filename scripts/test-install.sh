@@ -17,7 +17,14 @@ meson=$1 build=$2 prefix=$3 libdir=$4 bindir=$5
 [[ $libdir = /* ]] || libdir=$prefix/$libdir
 [[ $bindir = /* ]] || bindir=$prefix/$bindir
 
-dest=$(mktemp -d "${TMPDIR:-/tmp}/hora-install.XXXXXX")
+# The overlay goes on the nearest existing directory above libdir; the DESTDIR must lie outside
+# it (overlayfs refuses a layer below its own mount point): in TMPDIR, else in the build dir.
+under=$libdir
+while [ ! -d "$under" ]; do under=$(dirname "$under"); done
+below() { case "$(realpath -m "$1")/" in "$(realpath -m "$under")"/*) return 0 ;; *) return 1 ;; esac; }
+scratch=${TMPDIR:-/tmp}
+below "$scratch" && scratch=$build/meson-private
+dest=$(mktemp -d "$scratch/hora-install.XXXXXX")
 trap 'rm -rf "$dest"' EXIT
 "$meson" install -C "$build" --destdir "$dest" --no-rebuild --quiet >/dev/null
 
@@ -31,10 +38,8 @@ for exe in "$dest$bindir"/*; do
   echo "${exe##*/}: run path $paths"
 done
 
-under=$libdir
-while [ ! -d "$under" ]; do under=$(dirname "$under"); done
-if [ "$under" = / ]; then
-  echo "SKIP: no directory above $libdir exists but /, which this test does not overlay" >&2
+if [ "$under" = / ] || below "$dest"; then
+  echo "SKIP: the installed run needs an overlay on $under, which would hide / or the DESTDIR $dest" >&2
   exit 77
 fi
 if ! unshare -rm true 2>/dev/null; then
