@@ -90,6 +90,13 @@ TEST_CASE("config: HORA_DEBUG_SUBSYS", "[config]") {
   for (const char* bad : {"", "NETWORK", "INIT,FOO", "^", "^BAR", ",,"}) expectInvalid("HORA_DEBUG_SUBSYS", bad);
 }
 
+TEST_CASE("config: HORA_DEBUG_FILE", "[config]") {
+  CHECK(parse({}).debugFile.empty());
+  // Kept as given: the log expands %h and %p when it opens the file (test_log.cc).
+  CHECK(parse({{"HORA_DEBUG_FILE", "/tmp/hora.%h.%p"}}).debugFile == "/tmp/hora.%h.%p");
+  for (const char* bad : {"", "  "}) expectInvalid("HORA_DEBUG_FILE", bad);
+}
+
 TEST_CASE("config: HORA_TIMEOUT_MS", "[config]") {
   CHECK(parse({{"HORA_TIMEOUT_MS", "1"}}).timeout == std::chrono::milliseconds(1));
   CHECK(parse({{"HORA_TIMEOUT_MS", "5000"}}).timeout == std::chrono::milliseconds(5000));
@@ -213,24 +220,26 @@ TEST_CASE("config: all variables at once", "[config]") {
 TEST_CASE("launch env: HORA_* variables", "[config]") {
   LaunchEnv l = parseLaunchEnv(lookup({{"HORA_RANK", "3"},
                                        {"HORA_SIZE", "8"},
-                                       {"HORA_LOCAL_RANK", "1"},
                                        {"HORA_ID", " abcdef "},
                                        {"HORA_ROOT", "10.0.0.1:29500"},
                                        {"HORA_SECRET", "00ff"}}));
   CHECK(l.rank == 3);
   CHECK(l.size == 8);
-  CHECK(l.localRank == 1);
   CHECK(l.idHex == "abcdef");
   CHECK(l.root == "10.0.0.1:29500");
   CHECK(l.secretHex == "00ff");
+  CHECK(l.source == "rank from HORA_RANK, size from HORA_SIZE, rendezvous from HORA_ID");
 
   LaunchEnv none = parseLaunchEnv(lookup({}));
   CHECK(none.rank == -1);
   CHECK(none.size == -1);
-  CHECK(none.localRank == -1);
   CHECK(none.idHex.empty());
   CHECK(none.root.empty());
   CHECK(none.secretHex.empty());
+  CHECK(none.source.empty());
+
+  LaunchEnv root = parseLaunchEnv(lookup({{"HORA_RANK", "0"}, {"HORA_SIZE", "2"}, {"HORA_ROOT", "10.0.0.1:29500"}}));
+  CHECK(root.source == "rank from HORA_RANK, size from HORA_SIZE, rendezvous from HORA_ROOT (10.0.0.1:29500)");
 }
 
 TEST_CASE("launch env: Slurm + Open MPI + torchrun fallbacks", "[config]") {
@@ -238,7 +247,7 @@ TEST_CASE("launch env: Slurm + Open MPI + torchrun fallbacks", "[config]") {
     LaunchEnv l = parseLaunchEnv(lookup({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"}, {"SLURM_LOCALID", "2"}}));
     CHECK(l.rank == 5);
     CHECK(l.size == 6);
-    CHECK(l.localRank == 2);
+    CHECK(l.source == "rank from SLURM_PROCID, size from SLURM_NTASKS");
   }
   SECTION("Open MPI") {
     LaunchEnv l = parseLaunchEnv(lookup({{"OMPI_COMM_WORLD_RANK", "0"},
@@ -246,7 +255,7 @@ TEST_CASE("launch env: Slurm + Open MPI + torchrun fallbacks", "[config]") {
                                          {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}}));
     CHECK(l.rank == 0);
     CHECK(l.size == 2);
-    CHECK(l.localRank == 0);
+    CHECK(l.source == "rank from OMPI_COMM_WORLD_RANK, size from OMPI_COMM_WORLD_SIZE");
   }
   SECTION("torchrun") {
     LaunchEnv l = parseLaunchEnv(lookup({{"RANK", "1"},
@@ -256,8 +265,8 @@ TEST_CASE("launch env: Slurm + Open MPI + torchrun fallbacks", "[config]") {
                                          {"MASTER_PORT", "29500"}}));
     CHECK(l.rank == 1);
     CHECK(l.size == 4);
-    CHECK(l.localRank == 1);
     CHECK(l.root == "node7:29500");
+    CHECK(l.source == "rank from RANK, size from WORLD_SIZE, rendezvous from MASTER_ADDR:MASTER_PORT (node7:29500)");
   }
   SECTION("HORA_* wins over the others") {
     LaunchEnv l = parseLaunchEnv(lookup({{"HORA_RANK", "2"},
@@ -277,6 +286,7 @@ TEST_CASE("launch env: Slurm + Open MPI + torchrun fallbacks", "[config]") {
                                          {"OMPI_COMM_WORLD_SIZE", "20"}, {"WORLD_SIZE", "30"}}));
     CHECK(l.rank == 1);
     CHECK(l.size == 20);
+    CHECK(l.source == "rank from SLURM_PROCID, size from OMPI_COMM_WORLD_SIZE");
   }
   SECTION("MASTER_ADDR without MASTER_PORT") {
     try {
@@ -299,7 +309,6 @@ TEST_CASE("launch env: bad ranks and sizes are rejected", "[config]") {
       {"HORA_RANK", ""},            {"HORA_RANK", "1048576"}, {"SLURM_PROCID", "-3"},
       {"OMPI_COMM_WORLD_RANK", "x"}, {"RANK", "2.0"},         {"HORA_SIZE", "0"},
       {"HORA_SIZE", "-2"},          {"WORLD_SIZE", "many"},   {"SLURM_NTASKS", "1048577"},
-      {"HORA_LOCAL_RANK", "-1"},    {"LOCAL_RANK", "z"},
   };
   for (const Case& c : cases) {
     INFO(c.name << "='" << c.value << "'");
@@ -340,10 +349,10 @@ TEST_CASE("unknownVariables: misspellings are flagged with a suggestion", "[conf
 
 TEST_CASE("unknownVariables: known names and non-HORA names are not flagged", "[config]") {
   const std::vector<std::string> known = {
-      "HORA_DEBUG",      "HORA_DEBUG_SUBSYS", "HORA_TIMEOUT_MS",     "HORA_SOCKET_IFNAME", "HORA_TRANSPORTS",
-      "HORA_ALGO",       "HORA_NSOCKS_PERPEER", "HORA_CHUNK_BYTES", "HORA_KERNEL_ISA",    "HORA_RANK",
-      "HORA_SIZE",       "HORA_LOCAL_RANK",   "HORA_LOCAL_SIZE",     "HORA_ID",            "HORA_ROOT",
-      "HORA_SECRET",     "HORA_RUN_GRACE_S",
+      "HORA_DEBUG",      "HORA_DEBUG_SUBSYS", "HORA_DEBUG_FILE",     "HORA_TIMEOUT_MS",    "HORA_SOCKET_IFNAME",
+      "HORA_TRANSPORTS", "HORA_ALGO",         "HORA_NSOCKS_PERPEER", "HORA_CHUNK_BYTES",   "HORA_KERNEL_ISA",
+      "HORA_RANK",       "HORA_SIZE",         "HORA_LOCAL_RANK",     "HORA_LOCAL_SIZE",    "HORA_ID",
+      "HORA_ROOT",       "HORA_SECRET",       "HORA_RUN_GRACE_S",
   };
   CHECK(unknownVariables(known).empty());
   CHECK(unknownVariables({"PATH", "HOME", "NCCL_DEBUG", "HORA", "hora_debug", "XHORA_DEBUG", "RANK"}).empty());

@@ -1,6 +1,8 @@
 // hora-topo: what hwloc sees on this machine, as the library will see it: packages, NUMA
 // nodes, cores, PUs, caches, NICs and GPUs with their locality, and where hora-topo itself
-// runs (as rank 0).
+// runs (as rank 0). Started as the ranks of a job (hora-run -n 4 hora-topo, srun, mpirun),
+// it joins the job as the library does, and rank 0 prints every host, with the ranks on it
+// and where each runs, as every rank learns it at init.
 //
 //   hora-topo [--json]
 //
@@ -11,7 +13,9 @@
 #include <vector>
 
 #include "base/error.h"
+#include "comm/comm.h"
 #include "comm/config.h"
+#include "hora.h"
 #include "topo/topology.h"
 
 namespace {
@@ -43,6 +47,18 @@ int run(int argc, char** argv) {
     }
   }
   try {
+    if (hora::parseLaunchEnv(hora::processEnv()).size > 1) {
+      horaComm_t comm = nullptr;
+      if (horaCommInitFromEnv(&comm) != horaSuccess) {
+        std::fprintf(stderr, "hora-topo: %s\n", horaGetLastError(nullptr));
+        return 1;
+      }
+      const std::vector<hora::topo::HostEntry> hosts = hora::jobHosts(comm->peers);
+      if (comm->rank == 0)
+        std::fputs((json ? hora::topo::toJson(hosts) + "\n" : hora::topo::toText(hosts)).c_str(), stdout);
+      horaCommDestroy(comm);
+      return std::fflush(stdout) == 0 ? 0 : 1;
+    }
     const std::string& file = hora::config().topoFile;
     hora::topo::HostEntry entry;
     entry.host = hora::topo::discover(file);

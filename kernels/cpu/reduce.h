@@ -10,7 +10,7 @@
 // where (+) is the op's combiner: sum for Sum, Avg and PreMulSum; product for Prod;
 // max / min for Max / Min.
 //
-// Semantics (per DESIGN.md):
+// Semantics (the README's "Semantics"):
 //   - integers wrap like unsigned arithmetic (sum, prod, premul); max/min compare as the
 //     type's signedness says; the Avg division is the truncated quotient of the wrapped sum;
 //   - float, double: IEEE in the type itself; max/min propagate NaN (NaN if either is NaN);
@@ -59,13 +59,6 @@ inline constexpr int kMaxDests = 4;
 // 1 <= nsrc <= kMaxSources, 1 <= ndst <= kMaxDests.
 void reduce(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
             const ReduceSpec& spec);
-
-// Shorthands.
-inline void reduce2(void* dst, const void* a, const void* b, size_t count, const ReduceSpec& spec) {
-  const void* srcs[2] = {a, b};
-  void* dsts[1] = {dst};
-  reduce(dsts, 1, srcs, 2, count, spec);
-}
 
 enum class Isa : uint8_t { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 

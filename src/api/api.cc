@@ -83,7 +83,15 @@ CommOptions optionsFrom(const horaConfig_t* config) {
   return o;
 }
 
+// The version banner at INFO, once per process, from every init entry point (the log also
+// writes it before the process's first INFO line, whichever comes first).
+void banner() {
+  config();
+  log::writeBanner();
+}
+
 void initRank(horaComm_t* comm, int nranks, const UniqueId& id, int rank, const CommOptions& o) {
+  banner();
   if (!comm) fail(Errc::InvalidArgument, "comm is NULL");
   *comm = nullptr;
   if (group::active())
@@ -96,6 +104,15 @@ void initRank(horaComm_t* comm, int nranks, const UniqueId& id, int rank, const 
 
 UniqueId decodeId(const horaUniqueId& id) {
   return UniqueId::decode(reinterpret_cast<const uint8_t*>(id.internal));
+}
+
+// horaCommInitRank and horaCommInitRankConfig, each under its own name in error texts.
+horaResult_t initRankEntry(const char* fn, horaComm_t* comm, int nranks, const horaUniqueId& commId, int rank,
+                           const horaConfig_t* config) {
+  return guard(fn, nullptr, [&] {
+    CommOptions o = optionsFrom(config);
+    initRank(comm, nranks, decodeId(commId), rank, o);
+  });
 }
 
 }  // namespace
@@ -138,18 +155,16 @@ HORA_API horaResult_t horaGetUniqueId(horaUniqueId* uniqueId) {
 
 HORA_API horaResult_t horaCommInitRankConfig(horaComm_t* comm, int nranks, horaUniqueId commId, int rank,
                                              horaConfig_t* config) {
-  return guard("horaCommInitRank", nullptr, [&] {
-    CommOptions o = optionsFrom(config);
-    initRank(comm, nranks, decodeId(commId), rank, o);
-  });
+  return initRankEntry("horaCommInitRankConfig", comm, nranks, commId, rank, config);
 }
 
 HORA_API horaResult_t horaCommInitRank(horaComm_t* comm, int nranks, horaUniqueId commId, int rank) {
-  return horaCommInitRankConfig(comm, nranks, commId, rank, nullptr);
+  return initRankEntry("horaCommInitRank", comm, nranks, commId, rank, nullptr);
 }
 
 HORA_API horaResult_t horaCommInitAll(horaComm_t* comms, int ndev, const int* devlist) {
   return guard("horaCommInitAll", nullptr, [&] {
+    banner();
     if (!comms) fail(Errc::InvalidArgument, "comm is NULL");
     if (ndev < 1) fail(Errc::InvalidArgument, "ndev must be >= 1 (got %d)", ndev);
     if (group::active()) fail(Errc::InvalidUsage, "horaCommInitAll inside a group is not supported");
@@ -188,7 +203,9 @@ HORA_API horaResult_t horaCommInitAll(horaComm_t* comms, int ndev, const int* de
 
 HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
   return guard("horaCommInitFromEnv", nullptr, [&] {
+    banner();
     LaunchEnv l = parseLaunchEnv(processEnv());
+    HORA_INFO(log::kInit, "horaCommInitFromEnv: %s", l.source.empty() ? "nothing in the environment" : l.source.c_str());
     if (l.size < 1 || l.rank < 0)
       fail(Errc::InvalidArgument, "no rank and size in the environment: set HORA_RANK and HORA_SIZE "
            "(hora-run does), or run under srun, mpirun or torchrun");

@@ -2,9 +2,13 @@
 //   myhost:12345:12350 [3] hora INFO NET connected to rank 4 ...
 // The level and subsystems are set once from HORA_DEBUG / HORA_DEBUG_SUBSYS by the config
 // module; the rank comes from a per-thread context set by whoever works for a communicator.
+// Lines go to stderr, or to the file HORA_DEBUG_FILE names. Each line, newline included, is
+// one write(2) to the file descriptor, so a line never interleaves mid-line with the program's
+// output or with another process's lines.
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <string>
 
 namespace hora::log {
 
@@ -44,6 +48,20 @@ class RankScope {
 };
 
 const char* hostName();
+
+// HORA_DEBUG_FILE's pattern with %h replaced by host, %p by pid and %% by %; any other % is kept.
+std::string expandFilePattern(const std::string& pattern, const std::string& host, long pid);
+// Sends the log to the file that pattern names for this process (expanded with hostName() and
+// getpid()), created or appended to. Returns "" on success; otherwise the log stays where it
+// was and the reason is returned.
+std::string toFile(const std::string& pattern);
+// Sends the log back to stderr, closing the file toFile opened.
+void toStderr();
+
+// The line written once per process, before its first INFO or TRACE line (the version banner).
+void setBanner(const std::string& line);
+// Writes the banner now if INFO is on and it has not been written yet.
+void writeBanner();
 
 }  // namespace hora::log
 

@@ -266,13 +266,6 @@ SockAddr localAddress(int fd) {
   return a;
 }
 
-SockAddr peerAddress(int fd) {
-  SockAddr a;
-  a.len = sizeof a.ss;
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a.ss), &a.len) != 0) a.len = 0;
-  return a;
-}
-
 Fd startConnect(const SockAddr& addr) {
   Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid())

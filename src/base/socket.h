@@ -82,7 +82,6 @@ bool interfaceMatches(const std::string& spec, const std::string& name);
 
 Fd listenSocket(const SockAddr& addr, int backlog = 512);  // nonblocking, cloexec
 SockAddr localAddress(int fd);
-SockAddr peerAddress(int fd);
 
 // Starts a nonblocking connect; returns the socket (connect may still be in progress).
 Fd startConnect(const SockAddr& addr);

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 #include "base/host.h"
+#include "hora.h"
 #include "base/log.h"
 #include "comm/config.h"
 
@@ -47,7 +49,36 @@ std::vector<size_t> chooseTransports(const std::vector<TransportOffer>& offers, 
   return choice;
 }
 
+std::vector<topo::HostEntry> jobHosts(const std::vector<PeerInfo>& peers) {
+  std::vector<topo::HostEntry> hosts;
+  std::vector<std::string> ids;
+  for (const PeerInfo& p : peers) {
+    size_t h = static_cast<size_t>(std::find(ids.begin(), ids.end(), p.hostId) - ids.begin());
+    if (h == ids.size()) {
+      ids.push_back(p.hostId);
+      hosts.push_back(topo::HostEntry{p.machine, {}, {}});
+    }
+    hosts[h].ranks.push_back(p.rank);
+    hosts[h].places.push_back(p.place);
+  }
+  return hosts;
+}
+
 namespace {
+
+// This host's topology: discovered once per process (hwloc takes tens of milliseconds), from
+// HORA_TOPO_FILE when it is set; and where the calling thread runs.
+std::string topologyField(const Config& cfg) {
+  static std::mutex mu;
+  static std::string file;
+  static std::unique_ptr<topo::Host> host;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!host || file != cfg.topoFile) {
+    host = std::make_unique<topo::Host>(topo::discover(cfg.topoFile));
+    file = cfg.topoFile;
+  }
+  return topo::encode(*host, topo::place(cfg.topoFile));
+}
 
 // The "core" field of the peer record: who this rank is, and the settings that must agree
 // across ranks.
@@ -81,6 +112,10 @@ PeerInfo decodePeer(const std::string& blob, int expectRank, const Config& cfg) 
   for (char& c : p.host)
     if (c < 0x20 || c > 0x7e) c = '?';
   p.pid = static_cast<int>(pid);
+  const std::string* topology = p.record.get("topo");
+  if (!topology || !topo::decode(*topology, &p.machine, &p.place, &why))
+    hora::fail(Errc::Remote, "%s sent a malformed topology in its peer record: %s", p.name().c_str(),
+               topology ? why.c_str() : "none");
   if (chunkBytes != cfg.chunkBytes)
     hora::fail(Errc::InvalidUsage, "HORA_CHUNK_BYTES differs across ranks: %s has %llu, this rank %zu",
                p.name().c_str(), static_cast<unsigned long long>(chunkBytes), cfg.chunkBytes);
@@ -131,6 +166,7 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
     std::vector<TransportOffer> offers;
     Record mine;
     mine.set("core", coreField(rank, cfg));
+    mine.set("topo", topologyField(cfg));
     for (const transport::Registration& reg : transport::registry()) {
       if (!enabled(reg, cfg)) continue;
       owned.push_back(reg.make(ts));
@@ -194,21 +230,18 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
     for (const PeerInfo& p : c->peers) sameHost += p.hostId == c->peers[static_cast<size_t>(rank)].hostId;
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (sameHost <= cores) c->spinFor = Waiter::kSpinWhenAlone;
+    const std::vector<topo::HostEntry> hostList = jobHosts(c->peers);
     // The job's shape, for the planner's predictions: hosts, the busiest host's ranks, and
     // the slowest link any pair uses (the one with the highest latency in the cost model).
-    std::vector<std::string> hosts;
-    int busiest = 0;
-    for (const PeerInfo& p : c->peers) {
-      if (std::find(hosts.begin(), hosts.end(), p.hostId) == hosts.end()) hosts.push_back(p.hostId);
-      int k = 0;
-      for (const PeerInfo& q : c->peers) k += q.hostId == p.hostId;
-      busiest = std::max(busiest, k);
-    }
     c->shape.rank = rank;
     c->shape.nranks = nranks;
-    c->shape.hosts = static_cast<int>(hosts.size());
-    c->shape.ranksPerHost = busiest;
-    c->shape.coresPerHost = static_cast<int>(std::max(1L, cores));
+    c->shape.hosts = static_cast<int>(hostList.size());
+    c->shape.ranksPerHost = 0;
+    for (const topo::HostEntry& h : hostList)
+      if (static_cast<int>(h.ranks.size()) > c->shape.ranksPerHost) {
+        c->shape.ranksPerHost = static_cast<int>(h.ranks.size());
+        c->shape.coresPerHost = std::max(1, h.host.pus);
+      }
     for (const std::string& l : c->linkNames)
       if (c->planner.costs.link(l).latencyUs > c->planner.costs.link(c->shape.slowestLink).latencyUs)
         c->shape.slowestLink = l;
@@ -304,27 +337,26 @@ int horaComm::addPreMulOp(const PreMulOp& op) {
   return static_cast<int>(preMulOps_.size() - 1);
 }
 
-bool horaComm::resolveOp(int op, DataType dt, coll::Args& a) const {
-  if (op >= 0 && op < 5) {
+void horaComm::resolveOp(int op, DataType dt, coll::Args& a) const {
+  if (op >= 0 && op < horaNumOps) {
     a.op = static_cast<RedOp>(op);
-    return true;
+    return;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  size_t i = static_cast<size_t>(op - 5);
-  if (op < 5 || i >= preMulOps_.size() || !preMulOps_[i].used)
+  size_t i = static_cast<size_t>(op - horaNumOps);
+  if (op < horaNumOps || i >= preMulOps_.size() || !preMulOps_[i].used)
     hora::fail(Errc::InvalidArgument, "invalid reduction op %d (not a horaRedOp_t, nor an op created on this communicator)", op);
   if (preMulOps_[i].dtype != dt)
     hora::fail(Errc::InvalidArgument, "reduction op %d was created for %s, not %s", op, dataTypeName(preMulOps_[i].dtype),
          dataTypeName(dt));
   a.op = RedOp::PreMulSum;
   a.scalar = preMulOps_[i].scalar;
-  return true;
 }
 
 bool horaComm::destroyPreMulOp(int op) {
   std::lock_guard<std::mutex> lock(mu_);
-  size_t i = static_cast<size_t>(op - 5);
-  if (op < 5 || i >= preMulOps_.size() || !preMulOps_[i].used) return false;
+  size_t i = static_cast<size_t>(op - horaNumOps);
+  if (op < horaNumOps || i >= preMulOps_.size() || !preMulOps_[i].used) return false;
   preMulOps_[i].used = false;
   return true;
 }

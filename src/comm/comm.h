@@ -22,6 +22,7 @@
 #include "coll/planner.h"
 #include "comm/bootstrap.h"
 #include "core/program.h"
+#include "topo/topology.h"
 #include "transports/registry.h"
 #include "transports/stage.h"
 #include "transports/transport.h"
@@ -37,10 +38,15 @@ struct PeerInfo {
   int pid = 0;
   std::string host;
   std::string hostId;  // equal for ranks of one host (base/host.h)
+  topo::Host machine;  // its host's topology (the record's "topo" field)
+  topo::Place place;   // where it runs on that host
   Record record;
   std::string name() const;  // "rank 3 (host, pid 123)"
   transport::PeerView view(const char* transportName) const;
 };
+
+// Every host of the job with its topology and ranks, in the order of their lowest rank.
+std::vector<topo::HostEntry> jobHosts(const std::vector<PeerInfo>& peers);
 
 // A transport offered to the choice of links: its name and its object on this rank.
 struct TransportOffer {
@@ -95,7 +101,9 @@ struct horaComm {
   bool abort() noexcept;
 
   int addPreMulOp(const hora::PreMulOp& op);  // returns the handle offset, or -1 when full
-  bool resolveOp(int op, hora::DataType dt, hora::coll::Args& a) const;
+  // Sets a.op (and a.scalar) from a horaRedOp_t or an op created on this communicator; throws
+  // Errc::InvalidArgument for anything else, or an op created for another datatype.
+  void resolveOp(int op, hora::DataType dt, hora::coll::Args& a) const;
   bool destroyPreMulOp(int op);
 
   std::string describeCall() const;  // "call #12 on rank 3 of 4"

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "base/error.h"
+#include "build_info.h"
 #include "kernels/cpu/reduce.h"
 #include "transports/registry.h"
 
@@ -27,6 +28,7 @@ struct Variable {
 // Every HORA_* variable. The README's table lists the same ones.
 const Variable kVariables[] = {
     {"HORA_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE"},
+    {"HORA_DEBUG_FILE", "(stderr)", "file the log goes to; %h: host name, %p: pid"},
     {"HORA_DEBUG_SUBSYS", "ALL", "comma list of INIT, BOOTSTRAP, NET, COLL, ENV, ALL; ^X excludes X"},
     {"HORA_TIMEOUT_MS", "600000", "ms without progress before a wait fails with horaTimeout"},
     {"HORA_SOCKET_IFNAME", "(the route to the rendezvous)", "interfaces for TCP: prefixes, =exact, ^excluded"},
@@ -53,6 +55,13 @@ const Variable kVariables[] = {
     {"HORA_STALL_CHECK_TIME_SECONDS", "60", "hora.torch: warn about operations some ranks have not submitted after this long (0: never)"},
     {"HORA_STALL_SHUTDOWN_TIME_SECONDS", "(HORA_TIMEOUT_MS)", "hora.torch: cancel, on every rank, an operation some ranks have not submitted after this long (0: never)"},
 };
+
+std::string bannerFor(const Config& c) {
+  std::string transports;
+  for (const std::string& t : c.transports) transports += (transports.empty() ? "" : ",") + t;
+  return format("Hora %s (%s, kernels: %s, transports: %s)", HORA_VERSION_STRING, HORA_BUILD_TYPE,
+                kernels::isaName(kernels::activeIsa()), transports.c_str());
+}
 
 [[noreturn]] void bad(const char* name, const std::string& value, const char* expected) {
   fail(Errc::InvalidArgument, "%s='%s' is invalid: expected %s", name, value.c_str(), expected);
@@ -160,6 +169,10 @@ Config parseConfig(const EnvLookup& env) {
     }
     c.debugSubsys = (anyInclude ? include : log::kAll) & ~exclude;
   }
+  if (auto v = env("HORA_DEBUG_FILE")) {
+    if (trim(*v).empty()) bad("HORA_DEBUG_FILE", *v, "a file name (%h: host name, %p: pid)");
+    c.debugFile = *v;
+  }
   if (auto v = env("HORA_TIMEOUT_MS"))
     c.timeout = std::chrono::milliseconds(parseInt("HORA_TIMEOUT_MS", *v, 1, 365LL * 24 * 3600 * 1000,
                                                    "a positive number of milliseconds"));
@@ -241,22 +254,31 @@ LaunchEnv parseLaunchEnv(const EnvLookup& env) {
       }
     return std::nullopt;
   };
-  const char* which = nullptr;
-  if (auto v = firstOf({"HORA_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"}, &which))
-    l.size = static_cast<int>(parseInt(which, *v, 1, 1 << 20, "a positive number of ranks"));
-  if (auto v = firstOf({"HORA_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "RANK"}, &which))
-    l.rank = static_cast<int>(parseInt(which, *v, 0, (1 << 20) - 1, "a rank >= 0"));
-  if (auto v = firstOf({"HORA_LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"}, &which))
-    l.localRank = static_cast<int>(parseInt(which, *v, 0, (1 << 20) - 1, "a rank >= 0"));
+  const char* sizeVar = nullptr;
+  const char* rankVar = nullptr;
+  if (auto v = firstOf({"HORA_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"}, &sizeVar))
+    l.size = static_cast<int>(parseInt(sizeVar, *v, 1, 1 << 20, "a positive number of ranks"));
+  if (auto v = firstOf({"HORA_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "RANK"}, &rankVar))
+    l.rank = static_cast<int>(parseInt(rankVar, *v, 0, (1 << 20) - 1, "a rank >= 0"));
   if (auto v = env("HORA_ID")) l.idHex = trim(*v);
+  std::string rootFrom;
   if (auto v = env("HORA_ROOT")) {
     l.root = trim(*v);
+    rootFrom = "HORA_ROOT";
   } else if (auto a = env("MASTER_ADDR")) {
     auto p = env("MASTER_PORT");
     if (!p) fail(Errc::InvalidArgument, "MASTER_ADDR is set but MASTER_PORT is not");
     l.root = trim(*a) + ":" + trim(*p);
+    rootFrom = "MASTER_ADDR:MASTER_PORT";
   }
   if (auto v = env("HORA_SECRET")) l.secretHex = trim(*v);
+  std::vector<std::string> from;
+  if (rankVar) from.push_back(std::string("rank from ") + rankVar);
+  if (sizeVar) from.push_back(std::string("size from ") + sizeVar);
+  // HORA_ID wins over a root (api.cc); the id itself holds the secret, so it is never shown.
+  if (!l.idHex.empty()) from.push_back("rendezvous from HORA_ID");
+  else if (!l.root.empty()) from.push_back("rendezvous from " + rootFrom + " (" + l.root + ")");
+  for (const std::string& f : from) l.source += (l.source.empty() ? "" : ", ") + f;
   return l;
 }
 
@@ -287,6 +309,10 @@ const Config& config() {
     try {
       cfg = parseConfig(processEnv());
       log::configure(cfg.debugLevel, cfg.debugSubsys);
+      if (!cfg.debugFile.empty()) {
+        std::string why = log::toFile(cfg.debugFile);
+        if (!why.empty()) HORA_WARN(log::kEnv, "HORA_DEBUG_FILE: %s; the log stays on stderr", why.c_str());
+      }
       if (cfg.kernelIsa != "auto") {
         kernels::Isa isa = cfg.kernelIsa == "scalar" ? kernels::Isa::Scalar
                            : cfg.kernelIsa == "avx2" ? kernels::Isa::Avx2 : kernels::Isa::Avx512;
@@ -294,6 +320,7 @@ const Config& config() {
           fail(Errc::InvalidArgument, "HORA_KERNEL_ISA='%s' is invalid: this CPU or build does not support it",
                cfg.kernelIsa.c_str());
       }
+      log::setBanner(bannerFor(cfg));
       std::vector<std::string> names;
       for (char** e = environ; e && *e; ++e) {
         std::string kv = *e;
@@ -311,5 +338,7 @@ const Config& config() {
   if (!error.empty()) throw Error(Errc::InvalidArgument, error);
   return cfg;
 }
+
+std::string versionBanner() { return bannerFor(config()); }
 
 }  // namespace hora

@@ -18,6 +18,7 @@ namespace hora {
 struct Config {
   log::Level debugLevel = log::Level::Warn;
   uint32_t debugSubsys = log::kAll;
+  std::string debugFile;  // HORA_DEBUG_FILE's pattern; empty: stderr
   std::chrono::milliseconds timeout{600000};
   std::string socketIfname;  // empty: the address that reaches the rendezvous
   std::vector<std::string> transports;  // HORA_TRANSPORTS; by default every optional transport built in
@@ -35,10 +36,12 @@ struct Config {
 struct LaunchEnv {
   int rank = -1;
   int size = -1;
-  int localRank = -1;
   std::string idHex;   // HORA_ID
   std::string root;    // HORA_ROOT (host:port)
   std::string secretHex;  // HORA_SECRET
+  // Which variables gave the rank, the size and the rendezvous, for the log: e.g. "rank from
+  // SLURM_PROCID, size from SLURM_NTASKS, rendezvous from MASTER_ADDR:MASTER_PORT (node7:29500)".
+  std::string source;
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
@@ -46,15 +49,20 @@ EnvLookup processEnv();
 
 // Parses the library's settings; throws Error(InvalidArgument) on the first bad value.
 Config parseConfig(const EnvLookup& env);
-// Parses the launcher's variables (HORA_RANK, HORA_SIZE, HORA_LOCAL_RANK, HORA_ID, HORA_ROOT,
-// HORA_SECRET), and the Slurm / Open MPI / torchrun equivalents when HORA_* are absent.
+// Parses the launcher's variables (HORA_RANK, HORA_SIZE, HORA_ID, HORA_ROOT, HORA_SECRET), and
+// the Slurm / Open MPI / torchrun equivalents when HORA_* are absent.
 LaunchEnv parseLaunchEnv(const EnvLookup& env);
 
 // Names of HORA_* variables in `names` that Hora does not know, each with a suggestion.
 std::vector<std::string> unknownVariables(const std::vector<std::string>& names);
 
 // The process-wide settings, parsed once on first use from the environment; throws the parse
-// error on every call if the environment is invalid. Applies the logging and kernel settings.
+// error on every call if the environment is invalid. Applies the logging and kernel settings,
+// and hands the log the version banner.
 const Config& config();
+
+// "Hora <version> (<build type>, kernels: <isa>, transports: <list>)": the line that opens a
+// process's log at INFO (log::setBanner), with the settings of config().
+std::string versionBanner();
 
 }  // namespace hora

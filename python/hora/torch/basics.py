@@ -1,9 +1,9 @@
 """Initialisation and the queries of hora.torch: init() and shutdown(), the ranks and sizes of
 the current initialisation, the *_built/*_enabled answers of Horovod's API, and the timeline.
 
-This module holds the state of the current initialisation (the engine, the layout, the
-launcher's communicator); the other modules read it through this module (basics._engine,
-basics._eng()), never through a copy of their own.
+This module holds the state of the current initialisation (the layout, the launcher's
+communicator) and starts and stops the engine, which the other modules read from
+hora.torch._state.
 """
 import atexit
 import ctypes
@@ -13,11 +13,11 @@ import threading
 
 from hora import _core as C
 from hora.torch import _engine as E
+from hora.torch import _state
 from hora.torch import process_sets as _ps
 from hora.torch.timeline import Timeline
 
 _lock = threading.RLock()
-_engine = None        # the running Engine, between init() and shutdown()
 _layout = None        # rank, size, local and cross ranks of the current initialisation
 _env_comm = None      # the launcher's communicator, kept across shutdown()/init() while healthy
 _owned_comm = None    # a communicator init() made from a list of ranks (destroyed at shutdown)
@@ -25,15 +25,11 @@ _owned_comm = None    # a communicator init() made from a list of ranks (destroy
 
 # ---- initialisation ---------------------------------------------------------------------------
 
-def _not_initialized():
-    return ValueError("hora.torch has not been initialized; use hvd.init().")
-
-
-def _eng():
-    e = _engine
-    if e is None:
-        raise _not_initialized()
-    return e
+def __getattr__(name):
+    # basics._engine, which tests read: the running engine, kept in _state.
+    if name == "_engine":
+        return _state.engine
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 def _host_layout(comm):
@@ -85,9 +81,9 @@ def init(comm=None, process_sets=None):
     can always be added later.
     A second init() without a shutdown() in between does nothing.
     """
-    global _engine, _layout, _env_comm, _owned_comm
+    global _layout, _env_comm, _owned_comm
     with _lock:
-        if _engine is not None:
+        if _state.engine is not None:
             return
         owned = None
         if comm is None:
@@ -119,7 +115,7 @@ def init(comm=None, process_sets=None):
             mark = os.environ.get("HORA_TIMELINE_MARK_CYCLES", "0") not in ("", "0")
             timeline = Timeline(path, mark)
         try:
-            _engine = E.Engine(world, timeline)
+            _state.engine = E.Engine(world, timeline)
         except BaseException:
             if timeline is not None:
                 timeline.close()
@@ -136,9 +132,9 @@ def init(comm=None, process_sets=None):
 def shutdown():
     """Stops hora.torch on this rank, and with it the engines of all ranks (their pending and
     later operations raise HorovodInternalError). init() may follow."""
-    global _engine, _layout, _env_comm, _owned_comm
+    global _layout, _env_comm, _owned_comm
     with _lock:
-        eng, _engine = _engine, None
+        eng, _state.engine = _state.engine, None
         owned, _owned_comm = _owned_comm, None
         _layout = None
     if eng is None:
@@ -163,17 +159,17 @@ atexit.register(shutdown)
 def _stats():
     """The engine's counters (rounds, allreduce_calls, allreduce_tensors, fused_batches): for
     tests and diagnostics."""
-    return dict(_eng().stats)
+    return dict(_state.eng().stats)
 
 
 def is_initialized():
-    return _engine is not None
+    return _state.engine is not None
 
 
 def _lay(key):
     lay = _layout
     if lay is None:
-        raise _not_initialized()
+        raise _state.not_initialized()
     return lay[key]
 
 
@@ -256,7 +252,7 @@ def rocm_built():
 
 def start_timeline(file_path, mark_cycles=False):
     """Starts writing the timeline to file_path (on rank 0; other ranks record nothing)."""
-    eng = _eng()
+    eng = _state.eng()
     if eng.rank != 0:
         return
     with _lock:
@@ -268,7 +264,7 @@ def start_timeline(file_path, mark_cycles=False):
 
 def stop_timeline():
     """Stops and closes the timeline (a valid JSON file from then on)."""
-    eng = _eng()
+    eng = _state.eng()
     with _lock:
         old, eng.timeline = eng.timeline, None
     if old is not None:

@@ -12,8 +12,9 @@ import torch
 
 from hora.torch import _engine as E
 from hora.torch._checks import _check_move, _check_reduce, _resolve_op
+from hora.torch._state import eng as _eng
 from hora.torch.basics import (  # noqa: F401
-    _eng, _stats, ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
+    _stats, ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
     gloo_enabled, init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
     mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size,
     start_timeline, stop_timeline,

@@ -4,7 +4,7 @@ The registry of the sets registered through add_process_set lives here (_registe
 shutdown() (hora.torch.basics) unregisters them all.
 """
 from hora.torch import _engine as E
-from hora.torch import basics
+from hora.torch import _state
 
 
 # ---- process sets -------------------------------------------------------------------------------
@@ -32,7 +32,7 @@ class ProcessSet:
         self.process_set_id = None
 
     def _info(self):
-        eng = basics._engine
+        eng = _state.engine
         if eng is None or self.process_set_id is None:
             return None
         return eng.sets().get(self.process_set_id)
@@ -79,7 +79,7 @@ def _set_id(process_set):
 def add_process_set(process_set):
     """Registers a process set (a ProcessSet or a list of global ranks); collective over all
     ranks, which must pass the same ranks in the same order of calls. Returns the ProcessSet."""
-    eng = basics._eng()
+    eng = _state.eng()
     ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
     name = eng.make_name(0, "add_process_set", None)
     try:
@@ -103,7 +103,7 @@ def add_process_set(process_set):
 def remove_process_set(process_set):
     """Unregisters a process set; collective over all ranks. Returns True when it was
     registered and is now removed."""
-    eng = basics._eng()
+    eng = _state.eng()
     if not isinstance(process_set, ProcessSet):
         raise TypeError("remove_process_set takes a ProcessSet")
     name = eng.make_name(0, "remove_process_set", None)
