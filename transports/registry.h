@@ -76,6 +76,11 @@ struct Registration {
   const char* summary;  // one line, for messages and the README
   bool optional;        // false: always on, whatever HORA_TRANSPORTS says (loopback)
   std::unique_ptr<Transport> (*make)(const Settings&);
+  // The planner's default cost of a message over it (src/coll/cost.h): latency in
+  // microseconds and bandwidth in GB/s, as measured where the transport was written;
+  // hora-tune measures them again for a HORA_TUNE_FILE.
+  double latencyUs;
+  double gbps;
 };
 
 // Every transport of this build, in the order they connect.

@@ -4,8 +4,13 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "transports/registry.h"
 
 namespace hora::coll {
+
+Costs::Costs() {
+  for (const transport::Registration& r : transport::registry()) links[r.name] = LinkCost{r.latencyUs, r.gbps};
+}
 
 double Costs::base(const char* algo) const {
   auto it = baseUs.find(algo);

@@ -30,8 +30,9 @@ struct Costs {
   // A wait that needs another rank to be scheduled, when a host's ranks outnumber its cores,
   // costs this much more per doubling of ranks per core (8 ranks on 2 cores: 2 doublings).
   double oversubscribedUs = 4.2;
-  // Messages, by transport name (transports/registry.h).
-  std::map<std::string, LinkCost> links{{"loopback", {0.1, 20}}, {"shm", {0.56, 20}}, {"tcp", {4.7, 3.1}}};
+  // Messages, by transport name: each registered transport's own default (its Registration in
+  // transports/registry.h), unless a tune file says otherwise.
+  std::map<std::string, LinkCost> links;
   // The fixed cost of each algorithm beyond its waits (building and running its program), by
   // algorithm name. Direct's n-1 simultaneous messages contend for the link and the cores more
   // than its count of waits says: at 3 ranks over TCP it took 43 us against recursive
@@ -44,6 +45,7 @@ struct Costs {
   // the ring, 27 ms for the slice algorithm, against a traffic count that favours the slice).
   std::map<std::string, double> byteFactor{{"flat", 1.75}, {"ring", 0.6}};
 
+  Costs();
   double base(const char* algo) const;
   double factor(const char* algo) const;
   const LinkCost& link(const std::string& transport) const;

@@ -15,8 +15,8 @@
 // the latency of one flag. Each rank reads n*N*E bytes.
 //
 // Slice (the rest, pipelined by chunk): copy in, post, wait; reduce my 1/n slice of the chunk
-// from all n in-slots into my out-slot; post OutReady, wait for everyone's; copy the n slices
-// out of the n out-slots into my result. Each rank copies N*E in, reads N*E and writes N*E/n
+// from all n in-slots into my out-slot and, in the same pass, into my result; post OutReady,
+// wait for everyone's; copy the n-1 other slices out of their out-slots into my result. Each rank copies N*E in, reads N*E and writes N*E/n
 // reducing, and copies N*E out: about 5 N*E bytes of memory traffic against the ring's
 // 9(n-1)/n N*E through transport rings, and 2 waits per chunk instead of 2(n-1) steps.
 //
@@ -79,16 +79,17 @@ void stageAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch&,
     const Range mine = segment(chunk.size(), n, r);
     int32_t freeOut = waitFor(b, kOutFree, s);
     for (int j = 0; j < n; ++j) srcs[static_cast<size_t>(j)] = slots.in(j, s) + mine.begin * E;
-    int32_t reduced = mine.size() ? b.localAll(core::reduceAction(slots.out(r, s) + mine.begin * E, nullptr, nullptr,
-                                                                  mine.size(), red.spec(false, true)),
-                                               {all, freeOut}, srcs)
-                                  : b.local(core::Action{}, core::Deps{all, freeOut});
+    // Reduced once into my out-slot, for the others, and into my result, in the same pass.
+    core::Action slice = core::reduceAction(slots.out(r, s) + mine.begin * E, nullptr, nullptr, mine.size(),
+                                            red.spec(false, true));
+    slice.dst2 = at(a.recvbuf, chunk.begin + mine.begin, E);
+    int32_t reduced = mine.size() ? b.localAll(slice, {all, freeOut}, srcs) : b.local(core::Action{}, core::Deps{all, freeOut});
     b.signal(kInFree, s, core::Deps{reduced});
     int32_t gathered = b.wait(kOutReady, s, core::Deps{b.signal(kOutReady, s, core::Deps{reduced})});
-    // Every slice out into my result.
+    // Every other slice out into my result.
     for (int j = 0; j < n; ++j) {
       const Range theirs = segment(chunk.size(), n, j);
-      if (!theirs.size()) continue;
+      if (j == r || !theirs.size()) continue;
       gathered = b.local(core::reduceAction(at(a.recvbuf, chunk.begin + theirs.begin, E), slots.out(j, s) + theirs.begin * E,
                                             nullptr, theirs.size(), red.spec(false, false)),
                          core::Deps{gathered});

@@ -247,7 +247,8 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
         c->shape.slowestLink = l;
   }
   if (log::enabled(log::Level::Info, log::kInit)) {
-    std::string links;
+    std::string links, listening = c->address.str();
+    if (listening.size() > 2 && listening.compare(listening.size() - 2, 2, ":0") == 0) listening.resize(listening.size() - 2);
     for (const transport::Registration& reg : transport::registry()) {
       int k = 0;
       for (int r = 0; r < nranks; ++r) k += r != rank && c->linkNames[static_cast<size_t>(r)] == reg.name;
@@ -255,7 +256,7 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
     }
     HORA_INFO(log::kInit, "communicator %016llx%s%s: rank %d of %d ready (listening on %s): peers %s%s",
               static_cast<unsigned long long>(id.commId()), opts.name.empty() ? "" : " ", opts.name.c_str(), rank, nranks,
-              c->address.str().c_str(), links.empty() ? "none" : links.c_str(),
+              listening.c_str(), links.empty() ? "none" : links.c_str(),
               c->stage ? format("; a shared stage of %d ranks", c->stage->size()).c_str() : "");
   }
   return c;

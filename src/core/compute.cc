@@ -7,17 +7,18 @@ namespace hora::core {
 void runOnCpu(const Action& a, const Program& p) {
   if (!a.active || a.count == 0) return;
   const kernels::ReduceSpec& s = a.spec;
-  void* dsts[1] = {a.dst};
+  void* dsts[2] = {a.dst, a.dst2};
+  const int ndst = a.dst2 ? 2 : 1;
   if (a.nsrcList) {
-    kernels::reduce(dsts, 1, p.srcLists.data() + a.srcList, static_cast<int>(a.nsrcList), a.count, s);
+    kernels::reduce(dsts, ndst, p.srcLists.data() + a.srcList, static_cast<int>(a.nsrcList), a.count, s);
     return;
   }
-  if (!a.src1 && !s.premulFirst && !s.divide) {
+  if (!a.src1 && !s.premulFirst && !s.divide && !a.dst2) {
     if (a.dst != a.src0) memcpy(a.dst, a.src0, a.count * dataTypeSize(s.dtype));
     return;
   }
   const void* srcs[2] = {a.src0, a.src1};
-  kernels::reduce(dsts, 1, srcs, a.src1 ? 2 : 1, a.count, s);
+  kernels::reduce(dsts, ndst, srcs, a.src1 ? 2 : 1, a.count, s);
 }
 
 }  // namespace hora::core

@@ -31,9 +31,12 @@ enum class OpKind : uint8_t { Send, Recv, Local, Signal, Wait };
 
 // dst = src0 (+) src1 (or a copy / scaling of src0 when src1 is null), per kernels::reduce;
 // with nsrcList > 0 the sources are instead Program::srcLists[srcList .. srcList+nsrcList).
+// With dst2 the same result also goes there, in the same pass (the kernels' fused
+// reduce-copy): one read of the sources for two places.
 struct Action {
   bool active = false;
   void* dst = nullptr;
+  void* dst2 = nullptr;
   const void* src0 = nullptr;
   const void* src1 = nullptr;
   size_t count = 0;

@@ -62,7 +62,8 @@ transport::Registration registration() {
   return {"loopback", "a rank's messages to itself", false,
           [](const transport::Settings&) -> std::unique_ptr<transport::Transport> {
             return std::make_unique<LoopbackTransport>();
-          }};
+          },
+          0.1, 20};
 }
 
 }  // namespace hora::loopback
