@@ -41,7 +41,7 @@ Topo oneHost(int n, const ShapeOnlyStage& st) {
   t.stage = &st;
   t.ranksPerHost = n;
   t.coresPerHost = 2;
-  t.slowestLink = "shm";
+  t.slowest = Costs().link("shm");
   return t;
 }
 
@@ -51,7 +51,7 @@ Topo overTcp(int n) {
   t.hosts = n;
   t.ranksPerHost = 1;
   t.coresPerHost = 2;
-  t.slowestLink = "tcp";
+  t.slowest = Costs().link("tcp");
   return t;
 }
 
@@ -176,7 +176,10 @@ TEST_CASE("planner: tune files", "[planner]") {
   // Slow TCP links move the crossover from recursive doubling to the ring up.
   PlannerSettings s;
   s.costs = parseCosts("link tcp 100 5\n", "test");
-  CHECK(algoName(plan(allReduce(256 << 10), overTcp(4), s, true).algo) == std::string("rd"));
+  Topo slow = overTcp(4);
+  slow.slowest = s.costs.link("tcp");
+  CHECK(algoName(plan(allReduce(256 << 10), slow, s, true).algo) == std::string("rd"));
+  CHECK(algoName(plan(allReduce(256 << 10), overTcp(4), s, true).algo) == std::string("ring"));
   for (const char* bad : {"stage 1\n", "link tcp x 1\n", "wat 1 2\n", "memory -3\n", "bytes flat 0\n"}) {
     INFO(bad);
     CHECK_THROWS_WITH(parseCosts(std::string("# ok\n") + bad, "FILE"), Catch::Contains("FILE, line 2"));

@@ -85,7 +85,7 @@ class Pairwise final : public Algorithm {
   bool implements(Kind k) const override { return k == Kind::AllToAll; }
   double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
     const double block = static_cast<double>(a.count * dataTypeSize(a.dtype));
-    const LinkCost& l = c.link(t.slowestLink);
+    const LinkCost& l = t.slowest;
     return c.base("pairwise") + waitUs(l, t, c) + (t.nranks - 1) * bytesUs(block, l.gbps, t);
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
@@ -98,7 +98,7 @@ class Dissemination final : public Algorithm {
   Algo id() const override { return Algo::Dissemination; }
   bool implements(Kind k) const override { return k == Kind::Barrier; }
   double predictUs(const Args&, const Topo& t, const Costs& c) const override {
-    return std::ceil(std::log2(std::max(2, t.nranks))) * waitUs(c.link(t.slowestLink), t, c);
+    return std::ceil(std::log2(std::max(2, t.nranks))) * waitUs(t.slowest, t, c);
   }
   void build(const Args&, const Topo& t, const Plan&, core::Scratch& s, core::ProgramBuilder& b) const override {
     disseminationBarrier(t, s, b);

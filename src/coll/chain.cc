@@ -94,7 +94,7 @@ class Chain final : public Algorithm {
   double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
     const double N = static_cast<double>(a.count * dataTypeSize(a.dtype)), C = 512.0 * 1024;
     const double chunk = std::min(N, C), steps = t.nranks - 1 + std::max(1.0, std::ceil(N / C)) - 1;
-    const LinkCost& l = c.link(t.slowestLink);
+    const LinkCost& l = t.slowest;
     const double move = t.stage ? bytesUs(6 * chunk, c.memoryGBps, t) + bytesUs(chunk, c.stage.gbps, t)
                                 : bytesUs(chunk, l.gbps, t);
     return c.base("chain") + steps * (waitUs(l, t, c) + move);

@@ -52,6 +52,12 @@ struct Plan {
   int slots = 4;  // staging buffers per pipeline
 };
 
+// What a message (or a flag) costs on a link: the planner's cost model (cost.h).
+struct LinkCost {
+  double latencyUs = 1;  // one message, or one flag, from post to seen
+  double gbps = 1;       // bytes per ns one rank moves over it
+};
+
 struct Topo {
   int rank = 0;
   int nranks = 1;
@@ -59,12 +65,12 @@ struct Topo {
   // algorithms); null otherwise.
   const transport::SharedStage* stage = nullptr;
   uint64_t* stageSeq = nullptr;  // the stage's chunk sequence: the stage algorithms advance it
-  // What the planner's predictions need: how the ranks spread over hosts, the cores of the
-  // busiest host, and the slowest transport between two ranks (its name in Costs::links).
+  // What the planner's predictions need: how the ranks spread over hosts, the processing units
+  // of the busiest host, and the cost of the slowest link between two ranks.
   int hosts = 1;
   int ranksPerHost = 1;  // on the host with the most
   int coresPerHost = 1;  // of that host
-  std::string slowestLink = "loopback";
+  LinkCost slowest{0.1, 20};
 };
 
 // For an algorithm that runs a lone call at once through the shared stage (algorithm.h):

@@ -16,11 +16,6 @@
 
 namespace hora::coll {
 
-struct LinkCost {
-  double latencyUs = 1;  // one message, or one flag, from post to seen
-  double gbps = 1;       // bytes per ns one rank moves over it
-};
-
 struct Costs {
   // The shared stage: a flag's latency, and reading a peer's region (cache lines that live in
   // another core's cache cost more than local memory).

@@ -102,7 +102,7 @@ class Direct final : public Algorithm {
   }
   double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
     const double N = static_cast<double>(a.count * dataTypeSize(a.dtype)), n = t.nranks;
-    const LinkCost& l = c.link(t.slowestLink);
+    const LinkCost& l = t.slowest;
     const double message = t.stage ? bytesUs(3 * N, c.memoryGBps, t) + bytesUs(N, c.stage.gbps, t) : bytesUs(N, l.gbps, t);
     return c.base("direct") + (n - 1) * (waitUs(l, t, c) + message) + bytesUs((n + 1) * N, c.memoryGBps, t);
   }
@@ -122,7 +122,7 @@ class RecursiveDoubling final : public Algorithm {
     int p = 1, steps = 0;
     while (p * 2 <= t.nranks) p *= 2, ++steps;
     if (p != t.nranks) steps += 2;
-    const LinkCost& l = c.link(t.slowestLink);
+    const LinkCost& l = t.slowest;
     // Over memory a message is copied in and out of a ring: 3N of local traffic and N read
     // from the peer's; over a network N crosses the wire.
     const bool memory = t.stage != nullptr;

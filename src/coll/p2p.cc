@@ -24,7 +24,7 @@ class P2P final : public Algorithm {
   Algo id() const override { return Algo::P2P; }
   bool implements(Kind k) const override { return k == Kind::Send || k == Kind::Recv; }
   double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
-    const LinkCost& l = c.link(t.slowestLink);
+    const LinkCost& l = t.slowest;
     return waitUs(l, t, c) + bytesUs(static_cast<double>(a.count * dataTypeSize(a.dtype)), l.gbps, t);
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch&, core::ProgramBuilder& b) const override {

@@ -202,7 +202,7 @@ class Ring final : public Algorithm {
     const double block = a.kind == Kind::AllReduce ? a.count * E / n : a.count * E;
     const double steps = (a.kind == Kind::AllReduce ? 2 : 1) * (n - 1);
     const double reducing = a.kind == Kind::AllGather ? 0 : n - 1;  // steps that reduce
-    const LinkCost& l = c.link(t.slowestLink);
+    const LinkCost& l = t.slowest;
     const double chunks = std::max(1.0, std::ceil(block / static_cast<double>(512 * 1024)));
     const bool memory = t.stage != nullptr;
     const double move = memory ? bytesUs(6 * block, c.memoryGBps, t) + bytesUs(block, c.stage.gbps, t)

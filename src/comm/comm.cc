@@ -235,6 +235,10 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
     // the slowest link any pair uses (the one with the highest latency in the cost model).
     c->shape.rank = rank;
     c->shape.nranks = nranks;
+    if (c->stage && c->stage->size() == nranks) {  // the stage algorithms may run
+      c->shape.stage = c->stage.get();
+      c->shape.stageSeq = &c->stageSeq;
+    }
     c->shape.hosts = static_cast<int>(hostList.size());
     c->shape.ranksPerHost = 0;
     for (const topo::HostEntry& h : hostList)
@@ -243,8 +247,7 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
         c->shape.coresPerHost = std::max(1, h.host.pus);
       }
     for (const std::string& l : c->linkNames)
-      if (c->planner.costs.link(l).latencyUs > c->planner.costs.link(c->shape.slowestLink).latencyUs)
-        c->shape.slowestLink = l;
+      if (c->planner.costs.link(l).latencyUs > c->shape.slowest.latencyUs) c->shape.slowest = c->planner.costs.link(l);
   }
   if (log::enabled(log::Level::Info, log::kInit)) {
     std::string links, listening = c->address.str();

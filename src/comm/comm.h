@@ -7,6 +7,7 @@
 // From then on every call returns that error until the communicator is aborted or destroyed.
 // A bad argument is not a failure: the call returns an error and the communicator stays usable.
 #pragma once
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <memory>
@@ -117,6 +118,12 @@ struct horaComm {
   hora::coll::Topo shape;
   // The collectives and size classes whose choice has been explained at INFO (kind << 8 | log2).
   std::vector<uint32_t> explained;
+  // The plans of recent calls, by (collective, bytes, alone): a repeated call is planned once.
+  struct CachedPlan {
+    uint64_t key = 0;  // 0: empty
+    hora::coll::Plan plan;
+  };
+  std::array<CachedPlan, 64> planCache{};
   std::vector<hora::PeerInfo> peers;
   std::vector<std::string> linkNames;  // the transport of each peer, by rank
   hora::SockAddr address;  // where this rank listens for its peers (its network address)

@@ -42,14 +42,7 @@ struct ThreadState {
 };
 thread_local ThreadState tState;
 
-coll::Topo topoOf(horaComm* c) {
-  coll::Topo topo = c->shape;
-  if (c->stage && c->stage->size() == c->nranks) {
-    topo.stage = c->stage.get();
-    topo.stageSeq = &c->stageSeq;
-  }
-  return topo;
-}
+const coll::Topo& topoOf(horaComm* c) { return c->shape; }
 
 core::Job jobOf(horaComm* c, const core::Program* program) {
   core::Job j;
@@ -73,8 +66,16 @@ coll::Plan planOf(horaComm* c, const coll::Args& a, const coll::Topo& topo, bool
     p.chunkBytes = c->planner.chunkBytes;
     return p;
   }
+  // Every prediction depends on the collective, its bytes and whether it is alone (the rest is
+  // the communicator's): the last plan of each is kept.
+  const uint64_t bytes = a.count * dataTypeSize(a.dtype);
+  const uint64_t key = (static_cast<uint64_t>(a.kind) << 57 | static_cast<uint64_t>(alone) << 56 | bytes) + 1;
+  horaComm::CachedPlan& slot = c->planCache[(key ^ key >> 17 ^ key >> 31) % c->planCache.size()];
+  if (slot.key == key && bytes < (uint64_t(1) << 56)) return slot.plan;
   coll::Choice why;
   const coll::Plan p = coll::plan(a, topo, c->planner, alone, &why);
+  slot.key = key;
+  slot.plan = p;
   if (log::enabled(log::Level::Info, log::kColl)) {
     const size_t bytes = a.count * dataTypeSize(a.dtype);
     uint32_t cls = 0;
@@ -167,7 +168,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
   for (size_t i = 0; i < calls.size(); ++i) {
     horaComm* c = calls[i].first;
     const coll::Args& a = adjusted[i];
-    const coll::Topo topo = topoOf(c);
+    const coll::Topo& topo = topoOf(c);
     programs[i].clear();
     const coll::Plan& plan = plans[i];
     coll::build(a, topo, plan, c->scratch, programs[i]);

@@ -64,7 +64,7 @@ struct Program {
   std::vector<Op> ops;
   std::vector<int32_t> depLists;
   std::vector<const void*> srcLists;
-  uint64_t tag = 0;  // carried by every message; see coll/tag.h
+  uint64_t tag = 0;  // carried by every message; see src/coll/tag.cc
   void clear() {
     ops.clear();
     depLists.clear();
