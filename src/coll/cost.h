@@ -32,7 +32,7 @@ struct Costs {
   // algorithm name. Direct's n-1 simultaneous messages contend for the link and the cores more
   // than its count of waits says: at 3 ranks over TCP it took 43 us against recursive
   // doubling's 40 at 8 bytes, and 81 against 67 at 32 KiB.
-  std::map<std::string, double> baseUs{{"rd", 0.45}, {"ring", 4.7}, {"slice", 4.1}, {"direct", 10}, {"chain", 0.5}};
+  std::map<std::string, double> baseUs{{"rd", 0.45}, {"ring", 4.7}, {"slice", 10}, {"direct", 10}, {"chain", 0.5}};
   // Where the measured time of an algorithm parts from its traffic count, a factor on its
   // bytes' cost, by algorithm name (1 when absent): the flat algorithm's n-way reduction out of
   // n peers' cache lines costs 1.75 times what its traffic says; the ring, whose chunks are
