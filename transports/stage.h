@@ -19,6 +19,7 @@
 #pragma once
 #include <poll.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -37,13 +38,23 @@ class SharedStage {
   virtual const std::vector<int>& ranks() const = 0;  // communicator rank of each member
   virtual const std::string& memberName(int member) const = 0;  // "rank 3 (host, pid 123)"
 
-  virtual size_t regionBytes() const = 0;
-  virtual uint8_t* region(int member) const = 0;  // writable for this rank's own
+  // The regions and counters are on the latency path of every small collective, so they are
+  // plain loads and stores through the addresses the implementation lays out once (map()),
+  // not virtual calls.
+  size_t regionBytes() const { return regionBytes_; }
+  uint8_t* region(int member) const { return regions_[static_cast<size_t>(member)]; }  // writable for this rank's own
 
-  virtual void post(int counter, uint64_t value) const = 0;
+  void post(int counter, uint64_t value) const {
+    counters_[static_cast<size_t>(self_)][counter].store(value, std::memory_order_release);
+  }
   // Whether every member (this one included), or only member `only` when it is >= 0, has
   // posted at least `value` on `counter`.
-  virtual bool reached(int counter, uint64_t value, int only = -1) const = 0;
+  bool reached(int counter, uint64_t value, int only = -1) const {
+    if (only >= 0) return counters_[static_cast<size_t>(only)][counter].load(std::memory_order_acquire) >= value;
+    for (std::atomic<uint64_t>* c : counters_)
+      if (c[counter].load(std::memory_order_acquire) < value) return false;
+    return true;
+  }
   // Wakes the members that armed; call after the posts of a pass.
   virtual void wakeAll() const = 0;
 
@@ -62,6 +73,23 @@ class SharedStage {
 
   // Publishes why this rank failed (once; the first wins), before its links close.
   virtual void markFailed(const std::string& why) const = 0;
+
+ protected:
+  // For the implementation, once its members' memory is mapped: each member's region and
+  // counters (kCounters of them), by member, and this rank's place.
+  void map(std::vector<uint8_t*> regions, std::vector<std::atomic<uint64_t>*> counters, size_t regionBytes,
+           int self) {
+    regions_ = std::move(regions);
+    counters_ = std::move(counters);
+    regionBytes_ = regionBytes;
+    self_ = self;
+  }
+
+ private:
+  std::vector<uint8_t*> regions_;
+  std::vector<std::atomic<uint64_t>*> counters_;
+  size_t regionBytes_ = 0;
+  int self_ = 0;
 };
 
 }  // namespace hora::transport

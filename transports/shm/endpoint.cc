@@ -155,6 +155,7 @@ std::shared_ptr<World> Endpoint::connectAll(std::vector<int> localRanks, const s
     HORA_INFO(log::kNet, "%s: shared memory (pid %d, %s)", p.name.c_str(), cred.pid,
               peer.pidfd.valid() ? "pidfd" : "kill(0) liveness");
   }
+  wd.mapStage();
   return world_;
 }
 

@@ -51,19 +51,15 @@ void World::markFailed(const std::string& why) const {
   f.failed.store(1, std::memory_order_release);
 }
 
-bool World::reached(int counter, uint64_t value, int only) const {
-  // Every rank of the host, this one included: a rank's own post comes after its own use of
-  // the slots, so waiting for it too orders a slot's reuse after this rank's last read of it.
-  if (only >= 0) {
-    const auto p = static_cast<uint32_t>(only);
-    const Segment& seg = p == localIndex ? own : peers[p].segment;
-    return seg.header()->counters[counter].load(std::memory_order_acquire) >= value;
-  }
+void World::mapStage() {
+  std::vector<uint8_t*> regions;
+  std::vector<std::atomic<uint64_t>*> counters;
   for (uint32_t p = 0; p < nlocal; ++p) {
     const Segment& seg = p == localIndex ? own : peers[p].segment;
-    if (seg.header()->counters[counter].load(std::memory_order_acquire) < value) return false;
+    regions.push_back(seg.stage());
+    counters.push_back(seg.header()->counters);
   }
-  return true;
+  map(std::move(regions), std::move(counters), static_cast<size_t>(own.header()->stageBytes), static_cast<int>(localIndex));
 }
 
 std::string World::arm(int only, bool* relayed, std::vector<pollfd>& fds) const {

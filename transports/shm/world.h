@@ -49,14 +49,9 @@ class World final : public transport::SharedStage {
   int index() const override { return static_cast<int>(localIndex); }
   const std::vector<int>& ranks() const override { return localRanks; }
   const std::string& memberName(int member) const override { return peers[static_cast<size_t>(member)].name; }
-  size_t regionBytes() const override { return static_cast<size_t>(own.header()->stageBytes); }
-  uint8_t* region(int member) const override {
-    return static_cast<uint32_t>(member) == localIndex ? own.stage() : peers[static_cast<size_t>(member)].segment.stage();
-  }
-  void post(int counter, uint64_t value) const override {
-    own.header()->counters[counter].store(value, std::memory_order_release);
-  }
-  bool reached(int counter, uint64_t value, int only) const override;
+  // Lays out the stage's regions and counters: every segment's stage and header counters.
+  // Call once every peer's segment is mapped.
+  void mapStage();
   void wakeAll() const override;  // every sleeping peer, with one fence
   std::string arm(int only, bool* relayed, std::vector<pollfd>& fds) const override;
   void disarm() const override { disarmDoorbell(); }
