@@ -271,7 +271,7 @@ uint64_t seedOf(int from, size_t k, uint64_t salt) { return (static_cast<uint64_
 
 // The first byte where got differs from want, or "".
 std::string firstDifference(const uint8_t* got, const uint8_t* want, size_t n) {
-  if (memcmp(got, want, n) == 0) return "";
+  if (n == 0 || memcmp(got, want, n) == 0) return "";
   for (size_t i = 0; i < n; ++i)
     if (got[i] != want[i]) return format("byte %zu of %zu is 0x%02x, expected 0x%02x", i, n, got[i], want[i]);
   return "";
@@ -978,6 +978,11 @@ TEST_CASE("transport contract: zero-byte messages", "[contract]") {
 }
 
 TEST_CASE("transport contract: messages over 4 GiB and over 2 GiB", "[contract][big]") {
+#if defined(__SANITIZE_THREAD__)
+  // TSan keeps four times the memory written as shadow: 16 GiB for the 4 GiB message.
+  WARN("skipped under ThreadSanitizer: the shadow of a 4 GiB receive would need 16 GiB of memory");
+  return;
+#endif
   for (const Subject& s : subjects()) {
     DYNAMIC_SECTION(s.name) {
       RunOptions o;
