@@ -19,10 +19,11 @@ bool Connection::progress(std::vector<transport::Cookie>& completed) {
   while (!sends_.empty() && !recvs_.empty()) {
     Msg s = sends_.front(), r = recvs_.front();
     if (s.tag != r.tag)
-      fail(Errc::InvalidUsage, "send to self in %s meets a receive from self in %s",
+      fail(Errc::InvalidUsage, "mismatched calls: a send to self in %s meets a receive from self in %s",
            transport::describeTag(s.tag).c_str(), transport::describeTag(r.tag).c_str());
     if (s.bytes != r.bytes)
-      fail(Errc::InvalidUsage, "send to self of %zu bytes meets a receive from self of %zu bytes",
+      fail(Errc::InvalidUsage,
+           "a send to self of %zu bytes meets a receive from self of %zu bytes (mismatched counts or datatypes?)",
            s.bytes, r.bytes);
     if (s.bytes && s.data != r.data) memmove(r.data, s.data, s.bytes);
     completed.push_back(s.cookie);
