@@ -24,6 +24,20 @@ bool Executor::ready(uint32_t g) const {
   return true;
 }
 
+bool Executor::drainEngines() {
+  bool any = false;
+  for (ComputeEngine* e : engines_) {
+    if (!e->busy()) continue;
+    completed_.clear();
+    any |= e->progress(completed_);
+    for (transport::Cookie c : completed_) {
+      done_[c] = 1;
+      ++ndone_;
+    }
+  }
+  return any;
+}
+
 ComputeEngine& Executor::engineOf(uint32_t g) const {
   ComputeEngine* e = jobs_->at(refs_[g].job).engine;
   return e ? *e : const_cast<CpuEngine&>(cpu_);
@@ -277,15 +291,7 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
       moved = true;
     }
     // Test and complete: actions.
-    for (ComputeEngine* e : engines_) {
-      if (!e->busy()) continue;
-      completed_.clear();
-      moved |= e->progress(completed_);
-      for (transport::Cookie c : completed_) {
-        done_[c] = 1;
-        ++ndone_;
-      }
-    }
+    moved |= drainEngines();
     // Signals complete as they are posted.
     for (size_t qi = 0; qi < nsignals_; ++qi) {
       CounterQueue& sq = signals_[qi];
@@ -331,6 +337,9 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
       }
       for (transport::Cookie c : completed_) complete(c);
     }
+    // The actions of the messages that just arrived (the CPU engine has already run them):
+    // complete them now, so that what depends on them is posted in the next pass.
+    moved |= drainEngines();
     if (ndone_ == total) {
       if (std::none_of(engines_.begin(), engines_.end(), [](ComputeEngine* e) { return e->busy(); })) return;
       continue;

@@ -62,6 +62,7 @@ class Executor {
   bool ready(uint32_t g) const;
   void complete(uint32_t g);
   ComputeEngine& engineOf(uint32_t g) const;
+  bool drainEngines();  // completes the ops of finished actions; returns whether there were any
   std::string describeWait() const;
   void block(milliseconds most);
 
