@@ -116,14 +116,6 @@ struct horaComm {
   hora::coll::PlannerSettings planner;
   // What the planner knows of the job (coll::Topo's hosts, ranks per host, cores, slowest link).
   hora::coll::Topo shape;
-  // The collectives and size classes whose choice has been explained at INFO (kind << 8 | log2).
-  std::vector<uint32_t> explained;
-  // The plans of recent calls, by (collective, bytes, alone): a repeated call is planned once.
-  struct CachedPlan {
-    uint64_t key = 0;  // 0: empty
-    hora::coll::Plan plan;
-  };
-  std::array<CachedPlan, 64> planCache{};
   std::vector<hora::PeerInfo> peers;
   std::vector<std::string> linkNames;  // the transport of each peer, by rank
   hora::SockAddr address;  // where this rank listens for its peers (its network address)
@@ -146,6 +138,16 @@ struct horaComm {
   std::mutex streamMu;
   std::condition_variable streamIdle;
   std::atomic<int> streamWork{0};
+
+  // Last, away from the fields every call touches:
+  // the collectives and size classes whose choice has been explained at INFO (kind << 8 | log2),
+  std::vector<uint32_t> explained;
+  // and the plans of recent calls, by (collective, bytes, alone): a repeated call is planned once.
+  struct CachedPlan {
+    uint64_t key = 0;  // 0: empty
+    hora::coll::Plan plan;
+  };
+  std::array<CachedPlan, 64> planCache{};
 
  private:
   horaComm() = default;
