@@ -158,11 +158,17 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     deferred.push_back(Deferred{a.recvbuf, stage, bytes});
     adjusted.back().recvbuf = stage;
   }
-  // Each call is planned once, here.
+  // Each call is planned once, here; a lone one may then run at once.
   std::vector<coll::Plan>& plans = ts.plans;
-  plans.clear();
-  for (size_t i = 0; i < calls.size(); ++i) plans.push_back(planOf(calls[i].first, adjusted[i], topoOf(calls[i].first), calls.size() == 1));
-  if (calls.size() == 1 && runAtOnce(calls[0].first, adjusted[0], topoOf(calls[0].first), plans[0], ts.executor)) return;
+  if (calls.size() == 1) {
+    horaComm* c = calls[0].first;
+    const coll::Plan p = planOf(c, adjusted[0], c->shape, true);
+    if (runAtOnce(c, adjusted[0], c->shape, p, executor)) return;
+    plans.assign(1, p);
+  } else {
+    plans.clear();
+    for (size_t i = 0; i < calls.size(); ++i) plans.push_back(planOf(calls[i].first, adjusted[i], topoOf(calls[i].first), false));
+  }
   milliseconds timeout = milliseconds::max();
   std::chrono::microseconds spinFor = std::chrono::microseconds::max();
   for (size_t i = 0; i < calls.size(); ++i) {
