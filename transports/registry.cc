@@ -21,12 +21,6 @@ const std::vector<Registration>& registry() {
   return all;
 }
 
-const Registration* findTransport(const std::string& name) {
-  for (const Registration& r : registry())
-    if (name == r.name) return &r;
-  return nullptr;
-}
-
 std::string optionalTransportNames() {
   std::string s;
   for (const Registration& r : registry())

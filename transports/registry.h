@@ -85,7 +85,6 @@ struct Registration {
 
 // Every transport of this build, in the order they connect.
 const std::vector<Registration>& registry();
-const Registration* findTransport(const std::string& name);
 // "shm, tcp": the names HORA_TRANSPORTS may use.
 std::string optionalTransportNames();
 

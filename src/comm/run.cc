@@ -77,12 +77,11 @@ coll::Plan planOf(horaComm* c, const coll::Args& a, const coll::Topo& topo, bool
   slot.key = key;
   slot.plan = p;
   if (log::enabled(log::Level::Info, log::kColl)) {
-    const size_t bytes = a.count * dataTypeSize(a.dtype);
     uint32_t cls = 0;
-    while ((size_t(1) << cls) < bytes) ++cls;
-    const uint32_t key = static_cast<uint32_t>(a.kind) << 8 | cls;
-    if (std::find(c->explained.begin(), c->explained.end(), key) == c->explained.end()) {
-      c->explained.push_back(key);
+    while ((uint64_t(1) << cls) < bytes) ++cls;
+    const uint32_t sizeClass = static_cast<uint32_t>(a.kind) << 8 | cls;
+    if (std::find(c->explained.begin(), c->explained.end(), sizeClass) == c->explained.end()) {
+      c->explained.push_back(sizeClass);
       HORA_INFO(log::kColl, "%s", coll::explain(a, topo, p, why).c_str());
     }
   }
