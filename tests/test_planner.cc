@@ -68,13 +68,13 @@ std::string chosen(const Args& a, const Topo& t, bool alone = true) {
 }  // namespace
 
 TEST_CASE("planner: the registry's names are one table", "[planner]") {
-  CHECK(algorithmNames() == "flat, slice, rd, ring, direct, chain, pairwise, dissemination, p2p");
+  CHECK(algorithmNames() == "flat, slice, rd, ring, direct, chain, pairwise, dissemination, p2p, hier");
   for (const Algorithm* a : algorithms()) {
     CHECK(findAlgorithm(a->name()) == a);
     CHECK(&algorithm(a->id()) == a);
   }
   const Kind bc = Kind::Broadcast;
-  CHECK(algorithmNames(&bc) == "flat, chain");
+  CHECK(algorithmNames(&bc) == "flat, chain, hier");
 }
 
 TEST_CASE("planner: AllReduce on one host of 2 cores takes the algorithms measured fastest", "[planner]") {

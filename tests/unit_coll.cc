@@ -14,8 +14,10 @@ std::vector<core::Scratch>& scratchPool() {
 
 // Builds every rank's programs (calls[r] in order) and runs them all in one executor run.
 void runAll(MemWorld& w, const std::vector<std::vector<coll::Args>>& calls, const coll::Plan& plan,
-            milliseconds timeout) {
+            milliseconds timeout, const std::vector<int>& hosts) {
   const int n = w.n;
+  coll::HostLayout layout;
+  if (!hosts.empty()) layout = coll::HostLayout::fromLabels(hosts);
   auto& pool = scratchPool();
   for (int r = 0; r < n; ++r) pool[static_cast<size_t>(r)].reset();
   std::vector<core::Program> progs;
@@ -23,7 +25,12 @@ void runAll(MemWorld& w, const std::vector<std::vector<coll::Args>>& calls, cons
   for (int r = 0; r < n; ++r)
     for (const coll::Args& a : calls[static_cast<size_t>(r)]) {
       progs.emplace_back();
-      const coll::Topo topo{r, n};
+      coll::Topo topo{r, n};
+      if (layout.hosts.size() > 1) {
+        topo.layout = &layout;
+        topo.hosts = static_cast<int>(layout.hosts.size());
+        topo.ranksPerHost = static_cast<int>(layout.hosts[0].size());
+      }
       coll::build(a, topo, planFor(a, topo, plan), pool[static_cast<size_t>(r)], progs.back());
       owner.push_back(r);
     }
@@ -78,6 +85,11 @@ std::string caseText(const Case& c) {
   s << kindText(c.kind) << " n=" << c.n << " count=" << c.count << (c.inPlace ? " in-place" : " out-of-place")
     << " op=" << opText(c.op) << " root=" << c.root << " " << planText(c.plan) << " seed=" << c.seed
     << " defer=" << c.deferP << (c.eager ? " eager sends" : " rendezvous sends");
+  if (!c.hosts.empty()) {
+    s << " hosts=";
+    for (int h : c.hosts) s << h;
+    s << " inner=" << coll::algoName(c.plan.inner);
+  }
   return s.str();
 }
 

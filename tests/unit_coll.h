@@ -18,6 +18,7 @@
 
 #include "coll/algorithm.h"
 #include "coll/collective.h"
+#include "coll/cost.h"
 #include "core/program.h"
 #include "kernels/cpu/reduce.h"
 #include "unit_memtransport.h"
@@ -44,8 +45,9 @@ inline constexpr milliseconds kRunTimeout{2000};
 std::vector<core::Scratch>& scratchPool();
 
 // Builds every rank's programs (calls[r] in order) and runs them all in one executor run.
+// With `hosts` (each rank's host number), the ranks are laid out on those hosts (Topo::layout).
 void runAll(MemWorld& w, const std::vector<std::vector<coll::Args>>& calls, const coll::Plan& plan,
-            milliseconds timeout = kRunTimeout);
+            milliseconds timeout = kRunTimeout, const std::vector<int>& hosts = {});
 
 std::string planText(const coll::Plan& p);
 const char* kindText(Kind k);
@@ -169,6 +171,7 @@ struct Case {
   uint32_t seed = 1;
   double deferP = 0.5;
   bool eager = false;  // sends complete when posted (see unit_memtransport.h)
+  std::vector<int> hosts;  // each rank's host (empty: one host)
 };
 
 std::string caseText(const Case& c);
@@ -253,7 +256,7 @@ std::string runCase(const Case& c) {
 
   unit::MemWorld w(n, mix(c.seed) ^ static_cast<uint64_t>(n), c.deferP);
   w.eager = c.eager;
-  runAll(w, calls, c.plan);
+  runAll(w, calls, c.plan, kRunTimeout, c.hosts);
 
   std::ostringstream err;
   for (int r = 0; r < n; ++r) {
@@ -328,7 +331,11 @@ inline const coll::Plan kDefault = coll::Plan{};    // 512 KiB
 // test names), else the first of the registry that implements it and runs without a shared
 // stage: the in-memory transport has none.
 inline coll::Plan planFor(const coll::Args& a, const coll::Topo& t, coll::Plan p) {
-  if (coll::algorithm(p.algo).implements(a.kind)) return p;
+  if (coll::algorithm(p.algo).implements(a.kind)) {
+    // An algorithm of phases: the inner one the test names, or the planner's.
+    if (!coll::algorithm(p.inner).implements(a.kind)) coll::algorithm(p.algo).refine(a, t, coll::Costs(), p);
+    return p;
+  }
   for (const coll::Algorithm* algo : coll::algorithms())
     if (algo->implements(a.kind) && !algo->unfit(a, t, false)) {
       p.algo = algo->id();

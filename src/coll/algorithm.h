@@ -27,6 +27,9 @@ class Algorithm {
   }
   // Its predicted time for the call, in microseconds.
   virtual double predictUs(const Args& a, const Topo& t, const Costs& c) const = 0;
+  // Settles what the plan leaves to the algorithm (an algorithm of phases: the algorithm of
+  // each), once the planner has chosen it.
+  virtual void refine(const Args& a, const Topo& t, const Costs& c, Plan& p) const { (void)a, (void)t, (void)c, (void)p; }
   // Appends this rank's ops for the call.
   virtual void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const = 0;
   // A lone call it runs at once, through the shared stage, without building a program (a few

@@ -100,6 +100,7 @@ class Chain final : public Algorithm {
     return c.base("chain") + steps * (waitUs(l, t, c) + move);
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) const override {
+    if (buildInHostOrder(*this, a, t, p, s, b)) return;
     if (a.kind == Kind::Broadcast) chainBroadcast(a, t, p, s, b);
     else chainReduce(a, t, p, s, b);
   }

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/types.h"
 #include "core/program.h"
@@ -36,6 +37,9 @@ struct Args {
   kernels::Scalar scalar{0.0};  // PreMulSum's scalar, in the type's domain
   int root = 0;                 // Broadcast, Reduce
   int peer = -1;                // Send, Recv
+  // Avg: how many ranks' inputs the sum divides by (0: the ranks the call runs on). A phase of
+  // a hierarchical algorithm runs on some ranks but divides by all of them.
+  int divideBy = 0;
 };
 
 // The algorithms' names, one typed table (algorithms.def; the objects are in algorithm.h).
@@ -50,12 +54,30 @@ struct Plan {
   Algo algo = Algo::Ring;
   size_t chunkBytes = 512 * 1024;
   int slots = 4;  // staging buffers per pipeline
+  // For an algorithm made of phases (hier): the algorithm of its phase between hosts, chosen
+  // by the planner (Algorithm::refine).
+  Algo inner = Algo::Ring;
 };
 
 // What a message (or a flag) costs on a link: the planner's cost model (cost.h).
 struct LinkCost {
   double latencyUs = 1;  // one message, or one flag, from post to seen
   double gbps = 1;       // bytes per ns one rank moves over it
+};
+
+// Which ranks share a host: hosts[h] lists host h's ranks in rank order; hosts are numbered
+// in the order of their lowest rank. hostOf[r] and localIndex[r] place rank r.
+struct HostLayout {
+  std::vector<std::vector<int>> hosts;
+  std::vector<int> hostOf, localIndex;
+  // From each rank's host number (any labels): the layout. Same on every rank.
+  static HostLayout fromLabels(const std::vector<int>& label);
+  // Every host has the same number of ranks.
+  bool uniform() const;
+  // Each host's ranks are consecutive, in host order (0..L-1 on the first, ...).
+  bool consecutive() const;
+  // The ranks host by host: the order in which a ring crosses each host's link once each way.
+  std::vector<int> hostOrder() const;
 };
 
 struct Topo {
@@ -71,6 +93,10 @@ struct Topo {
   int ranksPerHost = 1;  // on the host with the most
   int coresPerHost = 1;  // of that host
   LinkCost slowest{0.1, 20};
+  // Across hosts: which rank is where (null when every rank is on one host), and the slowest
+  // link between two ranks of one host (slowest is then the slowest between hosts).
+  const HostLayout* layout = nullptr;
+  LinkCost local{0.1, 20};
 };
 
 // For an algorithm that runs a lone call at once through the shared stage (algorithm.h):

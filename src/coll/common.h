@@ -6,6 +6,8 @@
 
 #include "coll/collective.h"
 
+namespace hora::coll { class Algorithm; }
+
 namespace hora::coll {
 
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
@@ -50,7 +52,7 @@ struct Reducer {
     }
     if (last && a.op == RedOp::Avg) {
       s.divide = true;
-      s.divisor = static_cast<uint64_t>(nranks);
+      s.divisor = static_cast<uint64_t>(a.divideBy ? a.divideBy : nranks);
     }
     return s;
   }
@@ -60,7 +62,7 @@ struct Reducer {
   // and copied where needed. Adds that op (if any) and returns true when nranks == 1.
   bool single(const void* in, core::ProgramBuilder& b) const {
     if (nranks != 1) return false;
-    if (in != a.recvbuf || scalesInput() || a.op == RedOp::Avg)
+    if (in != a.recvbuf || scalesInput() || (a.op == RedOp::Avg && a.divideBy > 1))
       b.local(core::reduceAction(a.recvbuf, in, nullptr, a.count, spec(true, true)));
     return true;
   }
@@ -80,6 +82,17 @@ void chainReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, 
 void p2p(const Args& a, const Topo& t, const Plan& p, core::ProgramBuilder& b);
 void pairwiseAllToAll(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void disseminationBarrier(const Topo& t, core::Scratch& s, core::ProgramBuilder& b);
+
+// Builds `algo`'s program for a call `sub` on a team of ranks, as member `me` of it (the team
+// numbered 0..k-1 as if it were the communicator), and appends it to b with the team's ranks
+// as peers, after `gate`. Returns an op that completes with it (gate when it is empty).
+int32_t buildOnTeam(const Algorithm& algo, const Args& sub, const std::vector<int>& team, int me, const Plan& p,
+                    core::Scratch& scratch, core::ProgramBuilder& b, int32_t gate);
+// Across hosts whose ranks are not consecutive: builds a one-buffer algorithm (a ring or a
+// chain) over the ranks in host order, so that it crosses each host's link once each way, and
+// returns true; false when the order is already right (or the call has per-rank blocks).
+bool buildInHostOrder(const Algorithm& algo, const Args& a, const Topo& t, const Plan& p, core::Scratch& s,
+                      core::ProgramBuilder& b);
 
 inline size_t chunkElems(const Args& a, const Plan& p) {
   return std::max<size_t>(1, p.chunkBytes / dataTypeSize(a.dtype));

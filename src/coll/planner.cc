@@ -104,6 +104,7 @@ Plan plan(const Args& a, const Topo& t, const PlannerSettings& s, bool alone, Ch
   }
   if (!best) fail(Errc::Internal, "no algorithm can run %s", describe(a).c_str());
   p.algo = best->id();
+  best->refine(a, t, s.costs, p);
   if (why) {
     why->forced = forced >= 0 && t.nranks > 1;
     why->predictedUs = bestUs;
@@ -117,6 +118,7 @@ std::string explain(const Args& a, const Topo& t, const Plan& p, const Choice& c
                          sizeText(static_cast<double>(a.count * dataTypeSize(a.dtype))).c_str(), dataTypeName(a.dtype),
                          t.nranks, t.nranks == 1 ? "" : "s", t.hosts, t.hosts == 1 ? "" : "s",
                          c.forced ? "HORA_ALGO forces" : "chose", algoName(p.algo), c.predictedUs);
+  if (p.algo == Algo::Hier) s += format(", %s between hosts", algoName(p.inner));
   for (size_t i = 0; i < c.others.size(); ++i)
     s += format("%s%s %.1f us", i == 0 ? "; " : ", ", algoName(c.others[i].first), c.others[i].second);
   return s + ")";

@@ -211,6 +211,7 @@ class Ring final : public Algorithm {
            c.factor("ring") * (steps * move + reducing * bytesUs(3 * block, c.memoryGBps, t));
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) const override {
+    if (buildInHostOrder(*this, a, t, p, s, b)) return;
     if (a.kind == Kind::AllReduce) ringAllReduce(a, t, p, s, b);
     else if (a.kind == Kind::AllGather) ringAllGather(a, t, p, s, b);
     else ringReduceScatter(a, t, p, s, b);

@@ -246,8 +246,26 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
         c->shape.ranksPerHost = static_cast<int>(h.ranks.size());
         c->shape.coresPerHost = std::max(1, h.host.pus);
       }
-    for (const std::string& l : c->linkNames)
-      if (c->planner.costs.link(l).latencyUs > c->shape.slowest.latencyUs) c->shape.slowest = c->planner.costs.link(l);
+    // Across hosts: where each rank is, the slowest link within a host and between hosts.
+    if (hostList.size() > 1) {
+      std::vector<int> label(static_cast<size_t>(nranks));
+      for (size_t h = 0; h < hostList.size(); ++h)
+        for (int r : hostList[h].ranks) label[static_cast<size_t>(r)] = static_cast<int>(h);
+      c->layout = coll::HostLayout::fromLabels(label);
+      c->shape.layout = &c->layout;
+    }
+    const int myHost = c->shape.layout ? c->layout.hostOf[static_cast<size_t>(rank)] : 0;
+    bool haveLocal = false, haveRemote = false;
+    for (int r = 0; r < nranks; ++r) {
+      if (r == rank) continue;
+      const coll::LinkCost& l = c->planner.costs.link(c->linkNames[static_cast<size_t>(r)]);
+      const bool local = !c->shape.layout || c->layout.hostOf[static_cast<size_t>(r)] == myHost;
+      coll::LinkCost& into = local ? c->shape.local : c->shape.slowest;
+      bool& have = local ? haveLocal : haveRemote;
+      if (!have || l.latencyUs > into.latencyUs) into = l;
+      have = true;
+    }
+    if (!c->shape.layout) c->shape.slowest = c->shape.local;
   }
   if (log::enabled(log::Level::Info, log::kInit)) {
     std::string links, listening = c->address.str();

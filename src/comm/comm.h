@@ -116,6 +116,7 @@ struct horaComm {
   hora::coll::PlannerSettings planner;
   // What the planner knows of the job (coll::Topo's hosts, ranks per host, cores, slowest link).
   hora::coll::Topo shape;
+  hora::coll::HostLayout layout;  // shape.layout, when the ranks span hosts
   std::vector<hora::PeerInfo> peers;
   std::vector<std::string> linkNames;  // the transport of each peer, by rank
   hora::SockAddr address;  // where this rank listens for its peers (its network address)

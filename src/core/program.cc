@@ -38,6 +38,30 @@ int32_t ProgramBuilder::localAll(Action a, const std::vector<int32_t>& deps, con
   return add(op);
 }
 
+int32_t ProgramBuilder::splice(const Program& sub, const std::vector<int>& team, int32_t gate) {
+  const auto first = static_cast<int32_t>(p_.ops.size());
+  const auto depBase = static_cast<uint32_t>(p_.depLists.size()), srcBase = static_cast<uint32_t>(p_.srcLists.size());
+  for (int32_t d : sub.depLists) p_.depLists.push_back(d < 0 ? d : d + first);
+  p_.srcLists.insert(p_.srcLists.end(), sub.srcLists.begin(), sub.srcLists.end());
+  for (Op op : sub.ops) {
+    if (op.kind == OpKind::Send || op.kind == OpKind::Recv) op.peer = team[static_cast<size_t>(op.peer)];
+    for (int32_t& d : op.dep)
+      if (d >= 0) d += first;
+    if (op.ndepList) op.depList += depBase;
+    if (op.action.nsrcList) op.action.srcList += srcBase;
+    if (op.dep[0] < 0 && op.dep[1] < 0 && op.ndepList == 0) op.dep[0] = gate;
+    p_.ops.push_back(op);
+  }
+  return first;
+}
+
+int32_t ProgramBuilder::join(int32_t first, int32_t last) {
+  std::vector<int32_t> deps;
+  for (int32_t i = first; i < last; ++i) deps.push_back(i);
+  if (deps.size() <= 2) return local(Action{}, Deps{deps.empty() ? -1 : deps[0], deps.size() < 2 ? -1 : deps[1]});
+  return localAll(Action{}, deps, {});
+}
+
 namespace {
 Op make(OpKind kind, Deps d) {
   Op op{kind};

@@ -97,6 +97,12 @@ class ProgramBuilder {
   int32_t wait(int counter, uint64_t value, Deps d = {});
   // A local op that depends on every op in deps and reduces every buffer in srcs.
   int32_t localAll(Action a, const std::vector<int32_t>& deps, const std::vector<const void*>& srcs);
+  // Appends `sub`, a program built for a team of ranks numbered 0..k-1 among themselves, with
+  // each peer p replaced by team[p]; its ops that depend on nothing depend on `gate` instead
+  // (none when gate is -1). Returns the id of its first op: its ops are [first, size()).
+  int32_t splice(const Program& sub, const std::vector<int>& team, int32_t gate);
+  // An op that completes once every op in [first, last) has (and at once when there is none).
+  int32_t join(int32_t first, int32_t last);
   size_t size() const { return p_.ops.size(); }
 
  private:
