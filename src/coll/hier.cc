@@ -199,7 +199,7 @@ void exchangeSlices(const Args& a, const Place& pl, void* buf, int32_t ready, in
   }
 }
 
-void hierAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
+void hierAllReducePiece(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;
   const Place pl(*t.layout, t.rank);
@@ -218,7 +218,7 @@ void hierAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s
   exchangeSlices(a, pl, a.recvbuf, done, -1, a.sendbuf == a.recvbuf ? sent : std::vector<int32_t>{}, b);
 }
 
-void hierBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
+void hierBroadcastPiece(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;
   const Place pl(*t.layout, t.rank);
@@ -242,7 +242,7 @@ void hierBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& s
   exchangeSlices(a, pl, a.recvbuf, done, a.root, {}, b);
 }
 
-void hierReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
+void hierReducePiece(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;
   const Place pl(*t.layout, t.rank);
@@ -274,6 +274,24 @@ void hierReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& scra
     // In place, slice j of the input was sent from where its result goes.
     b.recv(pl.mates[static_cast<size_t>(j)], at(a.recvbuf, s.begin, E), s.size() * E,
            Deps{a.sendbuf == a.recvbuf ? sent[static_cast<size_t>(j)] : -1});
+  }
+}
+
+// AllReduce, Broadcast and Reduce run piece by piece, so that the phases of consecutive pieces
+// overlap: while one piece crosses the network, the next is reduced within the host and the one
+// before is handed out. A piece is kPieceChunks of the plan's chunks per local rank.
+constexpr size_t kPieceChunks = 4;
+template <class Body>
+void byPieces(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b, Body body) {
+  const size_t E = dataTypeSize(a.dtype), L = t.layout->hosts[0].size();
+  const size_t piece = std::max<size_t>(1, kPieceChunks * L * p.chunkBytes / E);
+  for (size_t off = 0; off < a.count || off == 0; off += piece) {
+    Args sub = a;
+    sub.count = std::min(piece, a.count - off);
+    sub.sendbuf = at(a.sendbuf, off, E);
+    sub.recvbuf = at(a.recvbuf, off, E);
+    body(sub, t, p, s, b);
+    if (a.count == 0) break;
   }
 }
 
@@ -403,16 +421,20 @@ class Hier final : public Algorithm {
       case Kind::AllGather: local = localUs(L - 1, total, t, c) + bytesUs(2 * L * total, c.memoryGBps, t); break;
       default: local = localUs(L - 1, total, t, c) + bytesUs(2 * L * total, c.memoryGBps, t); break;
     }
-    return c.base("hier") + local + inner;
+    // Pieces overlap: the slower side, plus one piece of the faster.
+    double pieces = 1;
+    if (a.kind == Kind::AllReduce || a.kind == Kind::Broadcast || a.kind == Kind::Reduce)
+      pieces = std::max(1.0, std::ceil(total / (kPieceChunks * L * 512.0 * 1024)));
+    return c.base("hier") + std::max(local, inner) + std::min(local, inner) / pieces;
   }
   void refine(const Args& a, const Topo& t, const Costs& c, Plan& p) const override {
     if (const Algorithm* inner = innerFor(a, t, c, nullptr)) p.inner = inner->id();
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) const override {
     switch (a.kind) {
-      case Kind::AllReduce: hierAllReduce(a, t, p, s, b); break;
-      case Kind::Broadcast: hierBroadcast(a, t, p, s, b); break;
-      case Kind::Reduce: hierReduce(a, t, p, s, b); break;
+      case Kind::AllReduce: byPieces(a, t, p, s, b, hierAllReducePiece); break;
+      case Kind::Broadcast: byPieces(a, t, p, s, b, hierBroadcastPiece); break;
+      case Kind::Reduce: byPieces(a, t, p, s, b, hierReducePiece); break;
       case Kind::AllGather: hierAllGather(a, t, p, s, b); break;
       case Kind::ReduceScatter: hierReduceScatter(a, t, p, s, b); break;
       default: fail(Errc::Internal, "hier: %s", kindName(a.kind));
