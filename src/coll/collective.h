@@ -97,6 +97,10 @@ struct Topo {
   // link between two ranks of one host (slowest is then the slowest between hosts).
   const HostLayout* layout = nullptr;
   LinkCost local{0.1, 20};
+  // Across hosts, the shared stage of this rank's host when it holds every rank of the host
+  // (members in rank order), for the phases within the host; null otherwise.
+  const transport::SharedStage* hostStage = nullptr;
+  uint64_t* hostStageSeq = nullptr;
 };
 
 // For an algorithm that runs a lone call at once through the shared stage (algorithm.h):

@@ -70,6 +70,8 @@ struct Reducer {
 
 // Per-algorithm builders (ring.cc, chain.cc, p2p.cc).
 void stageAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void stageHierAllReduce(const Args& a, const Topo& t, const Plan& p, const Algorithm& inner,
+                        const std::vector<int>& team, int teamIndex, core::Scratch& scratch, core::ProgramBuilder& b);
 void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await);
 size_t stageSlotBytes(const transport::SharedStage& st);
 void rdAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);

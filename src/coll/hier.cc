@@ -432,7 +432,14 @@ class Hier final : public Algorithm {
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) const override {
     switch (a.kind) {
-      case Kind::AllReduce: byPieces(a, t, p, s, b, hierAllReducePiece); break;
+      case Kind::AllReduce:
+        if (t.hostStage) {
+          const Place pl(*t.layout, t.rank);
+          stageHierAllReduce(a, t, p, algorithm(p.inner), pl.team, pl.h, s, b);
+        } else {
+          byPieces(a, t, p, s, b, hierAllReducePiece);
+        }
+        break;
       case Kind::Broadcast: byPieces(a, t, p, s, b, hierBroadcastPiece); break;
       case Kind::Reduce: byPieces(a, t, p, s, b, hierReducePiece); break;
       case Kind::AllGather: hierAllGather(a, t, p, s, b); break;

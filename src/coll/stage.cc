@@ -98,6 +98,62 @@ void stageAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch&,
   }
 }
 
+// The hierarchical AllReduce with its phases within the host through the host's shared stage
+// (hier.cc has the phases; this is the same plan with slots for messages). Per chunk of a slot:
+// copy in, post, wait; reduce this rank's slice of the chunk out of the L in-slots into its
+// out-slot; all-reduce that slice with the ranks of its team on the other hosts, in place in the
+// out-slot (`inner`, spliced in by buildOnTeam); post, wait; copy the L slices out of the
+// out-slots into the result. Chunks pipeline as in stageAllReduce: while one chunk's slice
+// crosses the network, the next is reduced.
+void stageHierAllReduce(const Args& a, const Topo& t, const Plan& p, const Algorithm& inner,
+                        const std::vector<int>& team, int teamIndex, core::Scratch& scratch, core::ProgramBuilder& b) {
+  const transport::SharedStage& st = *t.hostStage;
+  const int L = st.size(), i = st.index();
+  const size_t E = dataTypeSize(a.dtype), N = a.count;
+  if (N == 0) return;
+  const Reducer red{a, t.nranks};
+  const Slots slots{st, stageSlotBytes(st)};
+  const size_t C = std::max<size_t>(1, slots.C / E);
+  Args sum = a;  // inputs are scaled as they are copied in; Avg divides between hosts
+  if (a.op == RedOp::PreMulSum) sum.op = RedOp::Sum;
+  Args between = sum;
+  if (a.op == RedOp::Avg) between.divideBy = a.divideBy ? a.divideBy : t.nranks;
+  std::vector<const void*> srcs(static_cast<size_t>(L));
+  std::vector<int32_t> copies;
+  for (size_t k = 0; k * C < N; ++k) {
+    const Range chunk{k * C, std::min(N, (k + 1) * C)};
+    const uint64_t s = ++*t.hostStageSeq;
+    int32_t in = b.local(core::reduceAction(slots.in(i, s), at(a.sendbuf, chunk.begin, E), nullptr, chunk.size(),
+                                            red.spec(true, false)),
+                         core::Deps{waitFor(b, kInFree, s)});
+    int32_t all = b.wait(kInReady, s, core::Deps{b.signal(kInReady, s, core::Deps{in})});
+    const Range mine = segment(chunk.size(), L, i);
+    uint8_t* slice = slots.out(i, s) + mine.begin * E;
+    for (int j = 0; j < L; ++j) srcs[static_cast<size_t>(j)] = slots.in(j, s) + mine.begin * E;
+    int32_t freeOut = waitFor(b, kOutFree, s);
+    int32_t reduced = mine.size() ? b.localAll(core::reduceAction(slice, nullptr, nullptr, mine.size(),
+                                                                  Reducer{sum, L}.spec(false, false)),
+                                               {all, freeOut}, srcs)
+                                  : b.local(core::Action{}, core::Deps{all, freeOut});
+    b.signal(kInFree, s, core::Deps{reduced});
+    Args sub = between;
+    sub.sendbuf = sub.recvbuf = slice;
+    sub.count = mine.size();
+    int32_t done = buildOnTeam(inner, sub, team, teamIndex, p, scratch, b, reduced);
+    int32_t gathered = b.wait(kOutReady, s, core::Deps{b.signal(kOutReady, s, core::Deps{done})});
+    copies.clear();
+    for (int j = 0; j < L; ++j) {
+      const Range theirs = segment(chunk.size(), L, j);
+      if (theirs.size())
+        copies.push_back(b.local(core::reduceAction(at(a.recvbuf, chunk.begin + theirs.begin, E),
+                                                    slots.out(j, s) + theirs.begin * E, nullptr, theirs.size(),
+                                                    Reducer{sum, 1}.spec(false, false)),
+                                 core::Deps{gathered}));
+    }
+    b.signal(kOutFree, s, core::Deps{copies.empty() ? gathered : b.join(copies.front(), copies.back() + 1)});
+  }
+}
+
 namespace {
 // dst = src, scaled first where the call's op says so (PreMulSum).
 void copyIn(void* dst, const void* src, size_t count, const kernels::ReduceSpec& spec, size_t esz) {

@@ -91,6 +91,7 @@ std::string coreField(int rank, const Config& cfg) {
       .u32(static_cast<uint32_t>(rank))
       .u32(static_cast<uint32_t>(getpid()))
       .u64(cfg.chunkBytes)
+      .u32(cfg.hierStage ? 1u : 0u)
       .str(log::hostName())
       .str(hostIdentity())
       .take();
@@ -106,7 +107,8 @@ PeerInfo decodePeer(const std::string& blob, int expectRank, const Config& cfg) 
   FieldReader r(*core);
   uint32_t magic = 0, rank = 0, pid = 0;
   uint64_t chunkBytes = 0;
-  if (!r.u32(&magic) || magic != kCoreMagic || !r.u32(&rank) || !r.u32(&pid) || !r.u64(&chunkBytes) ||
+  uint32_t hierStage = 0;
+  if (!r.u32(&magic) || magic != kCoreMagic || !r.u32(&rank) || !r.u32(&pid) || !r.u64(&chunkBytes) || !r.u32(&hierStage) ||
       !r.str(&p.host, kMaxHostName) || !r.str(&p.hostId, 64) || !r.atEnd() || static_cast<int>(rank) != expectRank)
     hora::fail(Errc::Remote, "rank %d sent a malformed peer record", expectRank);
   for (char& c : p.host)
@@ -119,6 +121,9 @@ PeerInfo decodePeer(const std::string& blob, int expectRank, const Config& cfg) 
   if (chunkBytes != cfg.chunkBytes)
     hora::fail(Errc::InvalidUsage, "HORA_CHUNK_BYTES differs across ranks: %s has %llu, this rank %zu",
                p.name().c_str(), static_cast<unsigned long long>(chunkBytes), cfg.chunkBytes);
+  if ((hierStage != 0) != cfg.hierStage)
+    hora::fail(Errc::InvalidUsage, "HORA_HIER_STAGE differs across ranks: %s has %u, this rank %d", p.name().c_str(),
+               hierStage, cfg.hierStage ? 1 : 0);
   return p;
 }
 
@@ -253,6 +258,11 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
         for (int r : hostList[h].ranks) label[static_cast<size_t>(r)] = static_cast<int>(h);
       c->layout = coll::HostLayout::fromLabels(label);
       c->shape.layout = &c->layout;
+      const std::vector<int>& mates = c->layout.hosts[static_cast<size_t>(c->layout.hostOf[static_cast<size_t>(rank)])];
+      if (c->stage && c->stage->ranks() == mates && cfg.hierStage) {
+        c->shape.hostStage = c->stage.get();
+        c->shape.hostStageSeq = &c->stageSeq;
+      }
     }
     const int myHost = c->shape.layout ? c->layout.hostOf[static_cast<size_t>(rank)] : 0;
     bool haveLocal = false, haveRemote = false;

@@ -33,7 +33,8 @@ const Variable kVariables[] = {
     {"HORA_TIMEOUT_MS", "600000", "ms without progress before a wait fails with horaTimeout"},
     {"HORA_SOCKET_IFNAME", "(the route to the rendezvous)", "interfaces for TCP: prefixes, =exact, ^excluded"},
     {"HORA_TRANSPORTS", "(every transport built in)", "transports to use, of those built in (shm, tcp); ^X excludes X"},
-    {"HORA_ALGO", "auto", "algorithm: auto, a name (flat, slice, rd, ring, direct, chain, pairwise, dissemination) for every collective that has it, or collective:name,..."},
+    {"HORA_ALGO", "auto", "algorithm: auto, an algorithm's name for every collective that has it, or collective:name,... (an unknown name lists them)"},
+    {"HORA_HIER_STAGE", "1", "across hosts: hier's phases within a host through the shared stage (1) or shared-memory messages (0)"},
     {"HORA_TUNE_FILE", "", "the planner's cost model, as hora-tune writes it (default: built-in costs)"},
     {"HORA_NSOCKS_PERPEER", "1", "TCP sockets per peer, 1..16"},
     {"HORA_CHUNK_BYTES", "524288", "pipeline chunk in bytes, 4096..64M (K, M suffixes)"},
@@ -230,6 +231,11 @@ Config parseConfig(const EnvLookup& env) {
   if (auto v = env("HORA_CHUNK_BYTES"))
     c.chunkBytes = static_cast<size_t>(parseBytes("HORA_CHUNK_BYTES", *v, 4096, 64LL << 20,
                                                   "a size from 4096 to 64M (K and M suffixes allowed)"));
+  if (auto v = env("HORA_HIER_STAGE")) {
+    const std::string b = trim(*v);
+    if (b != "0" && b != "1") bad("HORA_HIER_STAGE", *v, "0 or 1");
+    c.hierStage = b == "1";
+  }
   if (auto v = env("HORA_KERNEL_ISA")) {
     std::string a = trim(*v);
     for (char& ch : a) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));

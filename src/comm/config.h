@@ -28,6 +28,7 @@ struct Config {
   coll::Costs costs;                               // ... loaded, or the defaults
   int nsocksPerPeer = 1;
   size_t chunkBytes = 512 * 1024;
+  bool hierStage = true;  // HORA_HIER_STAGE
   std::string kernelIsa = "auto";
   std::string topoFile;  // HORA_TOPO_FILE: an hwloc XML file; empty: this machine
 };
