@@ -90,6 +90,46 @@ void rdAllReduce(const Args& a, const Topo& t, const Plan&, core::Scratch& scrat
   if (r < n - p) b.send(r + p, a.recvbuf, bytes, Deps{ready});
 }
 
+// Recursive-doubling AllGather. With p the largest power of two <= n, rank r < n-p first
+// receives rank r+p's block and holds blocks r and r+p; then in round k = 0..log2(p)-1 rank r
+// swaps the blocks of its group (ranks r & ~(2^k-1) .. +2^k, and those plus p) with rank
+// r ^ 2^k, straight into their places in the result: at most two contiguous runs each way.
+// Finally ranks r < n-p send the whole result to rank r+p. log2(p) (+2) steps; (n-1) N*E
+// bytes in per rank, in messages that double every round.
+void rdAllGather(const Args& a, const Topo& t, const Plan&, core::Scratch&, core::ProgramBuilder& b) {
+  const int n = t.nranks, r = t.rank;
+  const size_t E = dataTypeSize(a.dtype), N = a.count, block = N * E;
+  if (N == 0) return;
+  const kernels::ReduceSpec copy = Reducer{a, n}.spec(false, false);
+  uint8_t* mine = at(a.recvbuf, static_cast<size_t>(r) * N, E);
+  const int p = floorPow2(n), extra = n - p;
+  if (r >= p) {  // an extra rank: hand over its block, then receive the result
+    const int32_t sent = b.send(r - p, a.sendbuf, block);
+    b.recv(r - p, a.recvbuf, static_cast<size_t>(n) * block, Deps{a.sendbuf == mine ? sent : -1});
+    return;
+  }
+  std::vector<int32_t> held;  // what the next sends read
+  if (a.sendbuf != mine) held.push_back(b.local(reduceAction(mine, a.sendbuf, nullptr, N, copy)));
+  if (r < extra) held.push_back(b.recv(r + p, at(a.recvbuf, static_cast<size_t>(r + p) * N, E), block));
+  // The blocks of group [g, g+size): the run g.. and the run g+p.. (those below n).
+  auto runs = [&](int g, int size, auto&& each) {
+    each(g, size);
+    if (g + p < n) each(g + p, std::min(size, n - p - g));
+  };
+  for (int d = 1; d < p; d *= 2) {
+    const int32_t ready = held.size() > 1 ? join(b, held) : held.empty() ? -1 : held[0];
+    held.assign(1, ready);
+    const int partner = r ^ d, mineAt = r & ~(d - 1), theirs = partner & ~(d - 1);
+    runs(mineAt, d, [&](int first, int cnt) {
+      b.send(partner, at(a.recvbuf, static_cast<size_t>(first) * N, E), static_cast<size_t>(cnt) * block, Deps{ready});
+    });
+    runs(theirs, d, [&](int first, int cnt) {
+      held.push_back(b.recv(partner, at(a.recvbuf, static_cast<size_t>(first) * N, E), static_cast<size_t>(cnt) * block));
+    });
+  }
+  if (r < extra) b.send(r + p, a.recvbuf, static_cast<size_t>(n) * block, Deps{held.size() > 1 ? join(b, held) : held[0]});
+}
+
 namespace {
 // Direct: one step, but n-1 messages of N out and n-1 in, all at once (they queue on the link
 // and for the cores), then an n-way reduction of (n+1)N of memory traffic.
@@ -116,9 +156,10 @@ class Direct final : public Algorithm {
 class RecursiveDoubling final : public Algorithm {
  public:
   Algo id() const override { return Algo::RecursiveDoubling; }
-  bool implements(Kind k) const override { return k == Kind::AllReduce; }
+  bool implements(Kind k) const override { return k == Kind::AllReduce || k == Kind::AllGather; }
   double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
     const double N = static_cast<double>(a.count * dataTypeSize(a.dtype));
+    if (a.kind == Kind::AllGather) return allGatherUs(N, t, c);
     int p = 1, steps = 0;
     while (p * 2 <= t.nranks) p *= 2, ++steps;
     if (p != t.nranks) steps += 2;
@@ -131,7 +172,23 @@ class RecursiveDoubling final : public Algorithm {
     return c.base("rd") + steps * (waitUs(l, t, c) + perStep);
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
-    rdAllReduce(a, t, p, s, b);
+    if (a.kind == Kind::AllGather) rdAllGather(a, t, p, s, b);
+    else rdAllReduce(a, t, p, s, b);
+  }
+
+ private:
+  // AllGather: log2(p) waits (+2), (n-1) N bytes in, and for the extra ranks the whole result.
+  static double allGatherUs(double N, const Topo& t, const Costs& c) {
+    int steps = 0;
+    const int p = floorPow2(t.nranks, &steps);
+    const double n = t.nranks;
+    const LinkCost& l = t.slowest;
+    auto move = [&](double bytes) {
+      return t.stage ? bytesUs(6 * bytes, c.memoryGBps, t) + bytesUs(bytes, c.stage.gbps, t) : bytesUs(bytes, l.gbps, t);
+    };
+    double us = c.base("rd") + steps * waitUs(l, t, c) + move((p - 1) * N);
+    if (p != t.nranks) us += 2 * waitUs(l, t, c) + move(N) + move(n * N) + move((p - 1) * N);
+    return us;
   }
 };
 }  // namespace
