@@ -186,7 +186,7 @@ class RecursiveDoubling final : public Algorithm {
     auto move = [&](double bytes) {
       return t.stage ? bytesUs(6 * bytes, c.memoryGBps, t) + bytesUs(bytes, c.stage.gbps, t) : bytesUs(bytes, l.gbps, t);
     };
-    double us = c.base("rd") + steps * waitUs(l, t, c) + move((p - 1) * N);
+    double us = c.base("rd-allgather") + steps * waitUs(l, t, c) + move((p - 1) * N);
     if (p != t.nranks) us += 2 * waitUs(l, t, c) + move(N) + move(n * N) + move((p - 1) * N);
     return us;
   }

@@ -199,8 +199,11 @@ void treeAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s
 }
 
 namespace {
-// Pipelined trees: H = ceil(log2 n) levels; a chunk costs a wait and (with two children) two
-// chunks' bytes per level, plus the reduction of three chunks into one on the way up.
+// Pipelined trees: H = ceil(log2 n) levels, then a step per further chunk; a step costs a wait
+// and the bytes an inner rank moves each way: two chunks (to or from its two children) for
+// Broadcast and Reduce; for AllReduce, where both trees run at once and chunks go up and down
+// at once, three in the tree where it is inner and one in the other, per chunk of its half.
+// Reducing costs three chunks of memory traffic per step.
 class Tree final : public Algorithm {
  public:
   Algo id() const override { return Algo::Tree; }
@@ -212,8 +215,9 @@ class Tree final : public Algorithm {
     const double chunk = std::min(N, C), chunks = std::max(1.0, std::ceil(N / C));
     const double levels = a.kind == Kind::AllReduce ? 2 * H : H;
     const LinkCost& l = t.slowest;
-    const double move = t.stage ? bytesUs(6 * 2 * chunk, c.memoryGBps, t) + bytesUs(2 * chunk, c.stage.gbps, t)
-                                : bytesUs(2 * chunk, l.gbps, t);
+    const double perStep = (a.kind == Kind::AllReduce ? 4 : 2) * chunk;
+    const double move = t.stage ? bytesUs(6 * perStep, c.memoryGBps, t) + bytesUs(perStep, c.stage.gbps, t)
+                                : bytesUs(perStep, l.gbps, t);
     const double reduce = a.kind == Kind::Broadcast ? 0 : bytesUs(3 * chunk, c.memoryGBps, t);
     return c.base("tree") + (levels + chunks - 1) * (waitUs(l, t, c) + move + reduce);
   }
