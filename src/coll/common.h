@@ -71,6 +71,12 @@ struct Reducer {
 void stageAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await);
 size_t stageSlotBytes(const transport::SharedStage& st);
+// The fold of recursive doubling and Rabenseifner's (direct.cc), p the largest power of two <=
+// n: a rank from p on hands its input (scaled for PreMulSum) to rank r-p, receives the result
+// from it and gets false; another gets true, in *acc its input scaled for PreMulSum, with rank
+// r+p's folded in (in the result buffer) when r < n-p, and in *ready the op that made it.
+bool foldIn(const Args& a, const Topo& t, int p, core::Scratch& s, core::ProgramBuilder& b, const void** acc,
+            int32_t* ready);
 void rdAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void directAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void ringAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);

@@ -42,6 +42,33 @@ void directAllReduce(const Args& a, const Topo& t, const Plan&, core::Scratch& s
 }
 
 
+bool foldIn(const Args& a, const Topo& t, int p, core::Scratch& scratch, core::ProgramBuilder& b, const void** acc,
+            int32_t* ready) {
+  const int n = t.nranks, r = t.rank;
+  const size_t N = a.count, bytes = N * dataTypeSize(a.dtype);
+  const Reducer red{a, n};
+  // This rank's input, scaled for PreMulSum (a partner does not know this rank's scalar).
+  *acc = a.sendbuf;
+  *ready = -1;
+  if (red.scalesInput()) {
+    void* s = scratch.get(bytes);
+    *ready = b.local(reduceAction(s, a.sendbuf, nullptr, N, red.spec(true, false)));
+    *acc = s;
+  }
+  if (r >= p) {  // an extra rank: hand over, then receive the result
+    int32_t sent = b.send(r - p, *acc, bytes, Deps{*ready});
+    b.recv(r - p, a.recvbuf, bytes, Deps{a.sendbuf == a.recvbuf ? sent : -1});
+    return false;
+  }
+  if (r < n - p) {  // fold in the extra rank's input
+    void* in = scratch.get(bytes);
+    int32_t got = b.recv(r + p, in, bytes);
+    *ready = b.local(reduceAction(a.recvbuf, *acc, in, N, red.spec(false, false)), Deps{got, *ready});
+    *acc = a.recvbuf;
+  }
+  return true;
+}
+
 // Recursive-doubling AllReduce, for small buffers on more ranks. With p the largest power of
 // two <= n, ranks p..n-1 first hand their input to rank r-p; then in round k = 0..log2(p)-1 rank r
 // swaps its partial result with rank r^2^k and combines the two; finally ranks r < n-p hand the
@@ -56,28 +83,10 @@ void rdAllReduce(const Args& a, const Topo& t, const Plan&, core::Scratch& scrat
   if (red.single(a.sendbuf, b)) return;
   int p = 1;
   while (p * 2 <= n) p *= 2;
-  const bool inPlace = a.sendbuf == a.recvbuf;
-  // This rank's input, scaled for PreMulSum (a partner does not know this rank's scalar).
-  const void* own = a.sendbuf;
+  const void* acc = nullptr;
   int32_t ready = -1;
-  if (red.scalesInput()) {
-    void* s = scratch.get(bytes);
-    ready = b.local(reduceAction(s, a.sendbuf, nullptr, N, red.spec(true, false)));
-    own = s;
-  }
+  if (!foldIn(a, t, p, scratch, b, &acc, &ready)) return;
   kernels::ReduceSpec sum = red.spec(false, false), last = red.spec(false, true);
-  if (r >= p) {  // an extra rank: hand over, then receive the result
-    int32_t sent = b.send(r - p, own, bytes, Deps{ready});
-    b.recv(r - p, a.recvbuf, bytes, Deps{inPlace ? sent : -1});
-    return;
-  }
-  const void* acc = own;
-  if (r < n - p) {  // fold in the extra rank's input
-    void* in = scratch.get(bytes);
-    int32_t got = b.recv(r + p, in, bytes);
-    ready = b.local(reduceAction(a.recvbuf, own, in, N, sum), Deps{got, ready});
-    acc = a.recvbuf;
-  }
   for (int k = 1; k < p; k *= 2) {
     const int partner = r ^ k;
     int32_t sent = b.send(partner, acc, bytes, Deps{ready});

@@ -28,33 +28,11 @@ void rabenseifnerAllReduce(const Args& a, const Topo& t, const Plan&, core::Scra
   const Reducer red{a, n};
   if (N == 0 || red.single(a.sendbuf, b)) return;
   int steps = 0;
-  const int p = floorPow2(n, &steps), extra = n - p;
-  const bool inPlace = a.sendbuf == a.recvbuf;
-  if (r >= p) {  // an extra rank: hand over, then receive the result
-    const void* own = a.sendbuf;
-    int32_t ready = -1;
-    if (red.scalesInput()) {
-      void* s = scratch.get(bytes);
-      ready = b.local(reduceAction(s, a.sendbuf, nullptr, N, red.spec(true, false)));
-      own = s;
-    }
-    const int32_t sent = b.send(r - p, own, bytes, Deps{ready});
-    b.recv(r - p, a.recvbuf, bytes, Deps{inPlace ? sent : -1});
-    return;
-  }
-  // The input to reduce: this rank's, scaled for PreMulSum and with the extra rank's folded in,
-  // in the result buffer; or the send buffer as it is.
-  const void* cur = a.sendbuf;
+  const int p = floorPow2(n, &steps);
+  // The input to reduce: this rank's (scaled, for PreMulSum), with the extra rank's folded in.
+  const void* cur = nullptr;
   int32_t have = -1;
-  if (r < extra) {
-    void* in = scratch.get(bytes);
-    const int32_t got = b.recv(r + p, in, bytes);
-    have = b.local(reduceAction(a.recvbuf, a.sendbuf, in, N, red.spec(true, false)), Deps{got});
-    cur = a.recvbuf;
-  } else if (red.scalesInput()) {
-    have = b.local(reduceAction(a.recvbuf, a.sendbuf, nullptr, N, red.spec(true, false)));
-    cur = a.recvbuf;
-  }
+  if (!foldIn(a, t, p, scratch, b, &cur, &have)) return;
   // Recursive halving. keep[i], give[i]: the ranges of step i; gave[i]: the send of give[i].
   std::vector<Range> keep, give;
   std::vector<int32_t> gave;
@@ -90,7 +68,7 @@ void rabenseifnerAllReduce(const Args& a, const Topo& t, const Plan&, core::Scra
                                  : -1;
     held = Deps{sent, got};
   }
-  if (r < extra) b.send(r + p, a.recvbuf, bytes, held);
+  if (r < n - p) b.send(r + p, a.recvbuf, bytes, held);
 }
 
 namespace {
