@@ -34,7 +34,7 @@ std::vector<size_t> countsFor(int n, size_t many) {
 const int kRankCounts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16};
 const RedOp kAllOps[] = {RedOp::Sum, RedOp::Prod, RedOp::Max, RedOp::Min, RedOp::Avg, RedOp::PreMulSum};
 
-// The int32 sweep of one kind: every op, every rank count of kRankCounts, counts 0, 1, 2, n-1,
+// The int32 sweep of one kind (every root of Broadcast and Reduce): every op, every rank count of kRankCounts, counts 0, 1, 2, n-1,
 // n, n+1, 1000 and one of many chunks (4099 elements in 64-byte chunks), in and out of place.
 void int32Sweep(Kind kind, uint32_t seed, const coll::Plan& thePlan = kSmall) {
   for (int n : kRankCounts)
@@ -50,7 +50,9 @@ void int32Sweep(Kind kind, uint32_t seed, const coll::Plan& thePlan = kSmall) {
           c.plan = thePlan;
           c.seed = seed++;
           c.eager = needsEager(kind);
-          if (kind != Kind::Reduce) {
+          // Broadcast and AllGather do not reduce: one op is enough.
+          if ((kind == Kind::Broadcast || kind == Kind::AllGather) && op != RedOp::Sum) continue;
+          if (kind != Kind::Reduce && kind != Kind::Broadcast) {
             check<int32_t>(c);
             continue;
           }
@@ -61,6 +63,50 @@ void int32Sweep(Kind kind, uint32_t seed, const coll::Plan& thePlan = kSmall) {
             check<int32_t>(c);
           }
         }
+}
+
+coll::Plan forced(coll::Algo algo, coll::Plan p = kSmall) {
+  p.algo = algo;
+  return p;
+}
+
+// A forced algorithm over the plans that stress its pipeline and staging (one slot, 3-element
+// chunks, the default), on rank counts that are and are not powers of two, every op that the
+// collective has, and float inputs (exact: every partial result is a small integer).
+void plansAndFloats(Kind kind, coll::Algo algo, uint32_t seed) {
+  for (const coll::Plan& p : {kOneSlot, kOdd, kDefault})
+    for (int n : {2, 3, 5, 6, 8, 11})
+      for (size_t count : {size_t(1), static_cast<size_t>(n - 1), static_cast<size_t>(2 * n + 1), size_t(257)})
+        for (bool inPlace : {false, true})
+          for (RedOp op : {RedOp::Sum, RedOp::Avg, RedOp::PreMulSum}) {
+            if ((kind == Kind::Broadcast || kind == Kind::AllGather) && op != RedOp::Sum) continue;
+            Case c;
+            c.kind = kind;
+            c.n = n;
+            c.count = count;
+            c.inPlace = inPlace;
+            c.op = op;
+            c.plan = forced(algo, p);
+            c.seed = seed++;
+            c.root = static_cast<int>(seed % static_cast<uint32_t>(n));
+            INFO(planText(c.plan));
+            check<int32_t>(c);
+            check<float>(c);
+          }
+  for (int n : {3, 4, 7, 16})
+    for (RedOp op : kAllOps) {
+      if ((kind == Kind::Broadcast || kind == Kind::AllGather) && op != RedOp::Sum) continue;
+      Case c;
+      c.kind = kind;
+      c.n = n;
+      c.count = 1000;
+      c.op = op;
+      c.plan = forced(algo);
+      c.seed = seed++;
+      c.root = n - 1;
+      check<float>(c);
+      check<double>(c);
+    }
 }
 
 }  // namespace
@@ -79,6 +125,34 @@ TEST_CASE("collectives: recursive-doubling AllReduce int32 sweep", "[coll]") {
   coll::Plan rd = kSmall;
   rd.algo = coll::Algo::RecursiveDoubling;
   int32Sweep(Kind::AllReduce, 400000, rd);
+}
+TEST_CASE("collectives: double-binary-tree AllReduce int32 sweep", "[coll]") {
+  int32Sweep(Kind::AllReduce, 800000, forced(coll::Algo::Tree));
+}
+TEST_CASE("collectives: binary-tree Broadcast and Reduce int32 sweep (every root)", "[coll]") {
+  int32Sweep(Kind::Broadcast, 810000, forced(coll::Algo::Tree));
+  int32Sweep(Kind::Reduce, 820000, forced(coll::Algo::Tree));
+}
+TEST_CASE("collectives: binomial Broadcast and Reduce int32 sweep (every root)", "[coll]") {
+  int32Sweep(Kind::Broadcast, 830000, forced(coll::Algo::Binomial));
+  int32Sweep(Kind::Reduce, 840000, forced(coll::Algo::Binomial));
+}
+TEST_CASE("collectives: Rabenseifner AllReduce int32 sweep", "[coll]") {
+  int32Sweep(Kind::AllReduce, 850000, forced(coll::Algo::Rabenseifner));
+}
+TEST_CASE("collectives: recursive-doubling and Bruck AllGather int32 sweep", "[coll]") {
+  int32Sweep(Kind::AllGather, 860000, forced(coll::Algo::RecursiveDoubling));
+  int32Sweep(Kind::AllGather, 870000, forced(coll::Algo::Bruck));
+}
+TEST_CASE("collectives: trees, Rabenseifner, recursive doubling and Bruck over plans and floats", "[coll]") {
+  SECTION("tree AllReduce") { plansAndFloats(Kind::AllReduce, coll::Algo::Tree, 900000); }
+  SECTION("tree Broadcast") { plansAndFloats(Kind::Broadcast, coll::Algo::Tree, 910000); }
+  SECTION("tree Reduce") { plansAndFloats(Kind::Reduce, coll::Algo::Tree, 920000); }
+  SECTION("binomial Broadcast") { plansAndFloats(Kind::Broadcast, coll::Algo::Binomial, 930000); }
+  SECTION("binomial Reduce") { plansAndFloats(Kind::Reduce, coll::Algo::Binomial, 940000); }
+  SECTION("rabenseifner AllReduce") { plansAndFloats(Kind::AllReduce, coll::Algo::Rabenseifner, 950000); }
+  SECTION("rd AllGather") { plansAndFloats(Kind::AllGather, coll::Algo::RecursiveDoubling, 960000); }
+  SECTION("bruck AllGather") { plansAndFloats(Kind::AllGather, coll::Algo::Bruck, 970000); }
 }
 TEST_CASE("collectives: Reduce int32 sweep (every root)", "[coll]") { int32Sweep(Kind::Reduce, 100000); }
 TEST_CASE("collectives: ReduceScatter int32 sweep", "[coll]") {

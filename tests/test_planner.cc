@@ -68,13 +68,25 @@ std::string chosen(const Args& a, const Topo& t, bool alone = true) {
 }  // namespace
 
 TEST_CASE("planner: the registry's names are one table", "[planner]") {
-  CHECK(algorithmNames() == "flat, slice, rd, ring, direct, chain, pairwise, dissemination, p2p, hier");
+  CHECK(algorithmNames() ==
+        "flat, slice, rd, ring, direct, chain, pairwise, dissemination, p2p, tree, binomial, rabenseifner, bruck, hier");
   for (const Algorithm* a : algorithms()) {
     CHECK(findAlgorithm(a->name()) == a);
     CHECK(&algorithm(a->id()) == a);
   }
   const Kind bc = Kind::Broadcast;
-  CHECK(algorithmNames(&bc) == "flat, chain, hier");
+  CHECK(algorithmNames(&bc) == "flat, chain, tree, binomial, hier");
+  const Kind ag = Kind::AllGather;
+  CHECK(algorithmNames(&ag) == "flat, rd, ring, bruck, hier");
+  // HORA_ALGO takes the new names, alone and per collective.
+  const auto f = parseForced("allreduce:tree,broadcast:binomial,reduce:tree,allgather:bruck");
+  CHECK(f[static_cast<size_t>(Kind::AllReduce)] == static_cast<int>(Algo::Tree));
+  CHECK(f[static_cast<size_t>(Kind::Broadcast)] == static_cast<int>(Algo::Binomial));
+  CHECK(f[static_cast<size_t>(Kind::Reduce)] == static_cast<int>(Algo::Tree));
+  CHECK(f[static_cast<size_t>(Kind::AllGather)] == static_cast<int>(Algo::Bruck));
+  CHECK(parseForced("rabenseifner")[static_cast<size_t>(Kind::AllReduce)] == static_cast<int>(Algo::Rabenseifner));
+  CHECK(parseForced("allgather:rd")[static_cast<size_t>(Kind::AllGather)] == static_cast<int>(Algo::RecursiveDoubling));
+  CHECK_THROWS_WITH(parseForced("allgather:tree"), Catch::Contains("does not implement"));
 }
 
 TEST_CASE("planner: AllReduce on one host of 2 cores takes the algorithms measured fastest", "[planner]") {
@@ -103,6 +115,47 @@ TEST_CASE("planner: across hosts, recursive doubling for small buffers and the r
     CHECK(chosen(allReduce(4 << 20), overTcp(n)) == "ring");
     // The shared-stage algorithms need a stage.
     CHECK(algorithm(Algo::Flat).unfit(allReduce(8), overTcp(n), true) != nullptr);
+  }
+}
+
+// Across hosts with many ranks, the ring's and the chain's n-1 waits per phase cost more than
+// the log2 n of the trees, Rabenseifner's and the logarithmic AllGathers, until the bytes
+// dominate; what follows holds with margins of 30% or more in the model.
+TEST_CASE("planner: across hosts with many ranks, the logarithmic algorithms where waits dominate", "[planner]") {
+  const Costs c;
+  auto us = [&](Algo algo, const Args& a, const Topo& t) { return algorithm(algo).predictUs(a, t, c); };
+  for (int n : {16, 32, 64}) {
+    INFO(n << " ranks");
+    // AllReduce: recursive doubling for small buffers, Rabenseifner's for tens of KiB, the ring
+    // for MiBs; the double binary tree beats the ring for small buffers.
+    CHECK(chosen(allReduce(1 << 10), overTcp(n)) == "rd");
+    CHECK(chosen(allReduce(64 << 10), overTcp(n)) == "rabenseifner");
+    CHECK(chosen(allReduce(256 << 10), overTcp(n)) == "rabenseifner");
+    CHECK(chosen(allReduce(64 << 20), overTcp(n)) != "tree");
+    for (size_t bytes : {size_t(8), size_t(8) << 10}) CHECK(us(Algo::Tree, allReduce(bytes), overTcp(n)) < 0.7 * us(Algo::Ring, allReduce(bytes), overTcp(n)));
+    // Broadcast and Reduce: a tree up to a MiB, the chain for large buffers.
+    for (Kind k : {Kind::Broadcast, Kind::Reduce}) {
+      Args a = allReduce(8);
+      a.kind = k;
+      const std::string small = chosen(a, overTcp(n));
+      CHECK((small == "tree" || small == "binomial"));
+      a.count = 64 << 10;
+      CHECK(chosen(a, overTcp(n)) == "binomial");
+      a.count = 64 << 20;
+      CHECK(chosen(a, overTcp(n)) == "chain");
+    }
+  }
+  // AllGather of 8 bytes a rank: recursive doubling for powers of two, Bruck's otherwise (it
+  // needs no fold), the ring from 64 KiB.
+  for (int n : {8, 16, 32}) {
+    Args a = allReduce(8);
+    a.kind = Kind::AllGather;
+    INFO(n << " ranks");
+    CHECK(chosen(a, overTcp(n)) == "rd");
+    CHECK(chosen(a, overTcp(n + 4)) == "bruck");
+    CHECK(us(Algo::Bruck, a, overTcp(n)) < 0.7 * us(Algo::Ring, a, overTcp(n)));
+    a.count = 64 << 10;
+    CHECK(chosen(a, overTcp(n)) == "ring");
   }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "coll/collective.h"
 
@@ -74,6 +75,12 @@ void stageHierAllReduce(const Args& a, const Topo& t, const Plan& p, const Algor
                         const std::vector<int>& team, int teamIndex, core::Scratch& scratch, core::ProgramBuilder& b);
 void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await);
 size_t stageSlotBytes(const transport::SharedStage& st);
+// The fold of recursive doubling and Rabenseifner's (direct.cc), p the largest power of two <=
+// n: a rank from p on hands its input (scaled for PreMulSum) to rank r-p, receives the result
+// from it and gets false; another gets true, in *acc its input scaled for PreMulSum, with rank
+// r+p's folded in (in the result buffer) when r < n-p, and in *ready the op that made it.
+bool foldIn(const Args& a, const Topo& t, int p, core::Scratch& s, core::ProgramBuilder& b, const void** acc,
+            int32_t* ready);
 void rdAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void directAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void ringAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
@@ -84,6 +91,53 @@ void chainReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, 
 void p2p(const Args& a, const Topo& t, const Plan& p, core::ProgramBuilder& b);
 void pairwiseAllToAll(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void disseminationBarrier(const Topo& t, core::Scratch& s, core::ProgramBuilder& b);
+// Trees and logarithmic algorithms (tree.cc, binomial.cc, rabenseifner.cc, bruck.cc, direct.cc):
+// they read only t.rank and t.nranks, so they build as well for a sub-team of ranks.
+void treeAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void treeBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void treeReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void binomialBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void binomialReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void rabenseifnerAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void rdAllGather(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void bruckAllGather(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+
+// One rank's place in a tree, as ranks: its parent (-1 at the root) and its children, in the
+// order their partial results are reduced (and the broadcast sends).
+struct TreeLinks {
+  int up = -1;
+  std::vector<int> down;
+};
+// The pipelined tree over a rooted collective's ranks (tree.cc): Broadcast from, or Reduce to,
+// the root of `l`, chunk by chunk.
+void treeRootedBroadcast(const Args& a, const Plan& p, const TreeLinks& l, core::Scratch& s, core::ProgramBuilder& b);
+void treeRootedReduce(const Args& a, int nranks, const Plan& p, const TreeLinks& l, core::Scratch& s,
+                      core::ProgramBuilder& b);
+// Links of position q (rank - root mod n) mapped back to ranks.
+inline TreeLinks unroot(TreeLinks l, int root, int n) {
+  if (l.up >= 0) l.up = mod(l.up + root, n);
+  for (int& d : l.down) d = mod(d + root, n);
+  return l;
+}
+
+// An op that completes once every op of deps has (a local that does nothing): a join for ops
+// that take at most two dependencies.
+inline int32_t join(core::ProgramBuilder& b, const std::vector<int32_t>& deps) {
+  return b.localAll(core::Action{}, deps, {});
+}
+// The largest power of two <= n (n >= 1), and its log2.
+inline int floorPow2(int n, int* log = nullptr) {
+  int p = 1, k = 0;
+  while (p * 2 <= n) p *= 2, ++k;
+  if (log) *log = k;
+  return p;
+}
+// ceil(log2(n)) for n >= 1.
+inline int ceilLog2(int n) {
+  int k = 0;
+  while ((1 << k) < n) ++k;
+  return k;
+}
 
 // Builds `algo`'s program for a call `sub` on a team of ranks, as member `me` of it (the team
 // numbered 0..k-1 as if it were the communicator), and appends it to b with the team's ranks

@@ -32,7 +32,12 @@ struct Costs {
   // algorithm name. Direct's n-1 simultaneous messages contend for the link and the cores more
   // than its count of waits says: at 3 ranks over TCP it took 43 us against recursive
   // doubling's 40 at 8 bytes, and 81 against 67 at 32 KiB.
-  std::map<std::string, double> baseUs{{"rd", 0.45}, {"ring", 4.7}, {"slice", 10}, {"direct", 10}, {"chain", 0.5}};
+  // On one host the logarithmic AllGathers and the binomial Broadcast measured no faster than
+  // the ring and the chain they would replace (8 and 4 ranks on 2 cores: the spread of repeated
+  // runs was wider than any difference), so their fixed costs keep those picks there; across
+  // hosts their fewer waits outweigh it from about 4 ranks.
+  std::map<std::string, double> baseUs{{"rd", 0.45},    {"ring", 4.7},         {"slice", 10},   {"direct", 10},
+                                       {"chain", 0.5},  {"binomial", 1},       {"bruck", 10},   {"rd-allgather", 10}};
   // Where the measured time of an algorithm parts from its traffic count, a factor on its
   // bytes' cost, by algorithm name (1 when absent): the flat algorithm's n-way reduction out of
   // n peers' cache lines costs 1.75 times what its traffic says; the ring, whose chunks are

@@ -42,6 +42,33 @@ void directAllReduce(const Args& a, const Topo& t, const Plan&, core::Scratch& s
 }
 
 
+bool foldIn(const Args& a, const Topo& t, int p, core::Scratch& scratch, core::ProgramBuilder& b, const void** acc,
+            int32_t* ready) {
+  const int n = t.nranks, r = t.rank;
+  const size_t N = a.count, bytes = N * dataTypeSize(a.dtype);
+  const Reducer red{a, n};
+  // This rank's input, scaled for PreMulSum (a partner does not know this rank's scalar).
+  *acc = a.sendbuf;
+  *ready = -1;
+  if (red.scalesInput()) {
+    void* s = scratch.get(bytes);
+    *ready = b.local(reduceAction(s, a.sendbuf, nullptr, N, red.spec(true, false)));
+    *acc = s;
+  }
+  if (r >= p) {  // an extra rank: hand over, then receive the result
+    int32_t sent = b.send(r - p, *acc, bytes, Deps{*ready});
+    b.recv(r - p, a.recvbuf, bytes, Deps{a.sendbuf == a.recvbuf ? sent : -1});
+    return false;
+  }
+  if (r < n - p) {  // fold in the extra rank's input
+    void* in = scratch.get(bytes);
+    int32_t got = b.recv(r + p, in, bytes);
+    *ready = b.local(reduceAction(a.recvbuf, *acc, in, N, red.spec(false, false)), Deps{got, *ready});
+    *acc = a.recvbuf;
+  }
+  return true;
+}
+
 // Recursive-doubling AllReduce, for small buffers on more ranks. With p the largest power of
 // two <= n, ranks p..n-1 first hand their input to rank r-p; then in round k = 0..log2(p)-1 rank r
 // swaps its partial result with rank r^2^k and combines the two; finally ranks r < n-p hand the
@@ -56,28 +83,10 @@ void rdAllReduce(const Args& a, const Topo& t, const Plan&, core::Scratch& scrat
   if (red.single(a.sendbuf, b)) return;
   int p = 1;
   while (p * 2 <= n) p *= 2;
-  const bool inPlace = a.sendbuf == a.recvbuf;
-  // This rank's input, scaled for PreMulSum (a partner does not know this rank's scalar).
-  const void* own = a.sendbuf;
+  const void* acc = nullptr;
   int32_t ready = -1;
-  if (red.scalesInput()) {
-    void* s = scratch.get(bytes);
-    ready = b.local(reduceAction(s, a.sendbuf, nullptr, N, red.spec(true, false)));
-    own = s;
-  }
+  if (!foldIn(a, t, p, scratch, b, &acc, &ready)) return;
   kernels::ReduceSpec sum = red.spec(false, false), last = red.spec(false, true);
-  if (r >= p) {  // an extra rank: hand over, then receive the result
-    int32_t sent = b.send(r - p, own, bytes, Deps{ready});
-    b.recv(r - p, a.recvbuf, bytes, Deps{inPlace ? sent : -1});
-    return;
-  }
-  const void* acc = own;
-  if (r < n - p) {  // fold in the extra rank's input
-    void* in = scratch.get(bytes);
-    int32_t got = b.recv(r + p, in, bytes);
-    ready = b.local(reduceAction(a.recvbuf, own, in, N, sum), Deps{got, ready});
-    acc = a.recvbuf;
-  }
   for (int k = 1; k < p; k *= 2) {
     const int partner = r ^ k;
     int32_t sent = b.send(partner, acc, bytes, Deps{ready});
@@ -88,6 +97,46 @@ void rdAllReduce(const Args& a, const Topo& t, const Plan&, core::Scratch& scrat
     acc = a.recvbuf;
   }
   if (r < n - p) b.send(r + p, a.recvbuf, bytes, Deps{ready});
+}
+
+// Recursive-doubling AllGather. With p the largest power of two <= n, rank r < n-p first
+// receives rank r+p's block and holds blocks r and r+p; then in round k = 0..log2(p)-1 rank r
+// swaps the blocks of its group (ranks r & ~(2^k-1) .. +2^k, and those plus p) with rank
+// r ^ 2^k, straight into their places in the result: at most two contiguous runs each way.
+// Finally ranks r < n-p send the whole result to rank r+p. log2(p) (+2) steps; (n-1) N*E
+// bytes in per rank, in messages that double every round.
+void rdAllGather(const Args& a, const Topo& t, const Plan&, core::Scratch&, core::ProgramBuilder& b) {
+  const int n = t.nranks, r = t.rank;
+  const size_t E = dataTypeSize(a.dtype), N = a.count, block = N * E;
+  if (N == 0) return;
+  const kernels::ReduceSpec copy = Reducer{a, n}.spec(false, false);
+  uint8_t* mine = at(a.recvbuf, static_cast<size_t>(r) * N, E);
+  const int p = floorPow2(n), extra = n - p;
+  if (r >= p) {  // an extra rank: hand over its block, then receive the result
+    const int32_t sent = b.send(r - p, a.sendbuf, block);
+    b.recv(r - p, a.recvbuf, static_cast<size_t>(n) * block, Deps{a.sendbuf == mine ? sent : -1});
+    return;
+  }
+  std::vector<int32_t> held;  // what the next sends read
+  if (a.sendbuf != mine) held.push_back(b.local(reduceAction(mine, a.sendbuf, nullptr, N, copy)));
+  if (r < extra) held.push_back(b.recv(r + p, at(a.recvbuf, static_cast<size_t>(r + p) * N, E), block));
+  // The blocks of group [g, g+size): the run g.. and the run g+p.. (those below n).
+  auto runs = [&](int g, int size, auto&& each) {
+    each(g, size);
+    if (g + p < n) each(g + p, std::min(size, n - p - g));
+  };
+  for (int d = 1; d < p; d *= 2) {
+    const int32_t ready = held.size() > 1 ? join(b, held) : held.empty() ? -1 : held[0];
+    held.assign(1, ready);
+    const int partner = r ^ d, mineAt = r & ~(d - 1), theirs = partner & ~(d - 1);
+    runs(mineAt, d, [&](int first, int cnt) {
+      b.send(partner, at(a.recvbuf, static_cast<size_t>(first) * N, E), static_cast<size_t>(cnt) * block, Deps{ready});
+    });
+    runs(theirs, d, [&](int first, int cnt) {
+      held.push_back(b.recv(partner, at(a.recvbuf, static_cast<size_t>(first) * N, E), static_cast<size_t>(cnt) * block));
+    });
+  }
+  if (r < extra) b.send(r + p, a.recvbuf, static_cast<size_t>(n) * block, Deps{held.size() > 1 ? join(b, held) : held[0]});
 }
 
 namespace {
@@ -116,9 +165,10 @@ class Direct final : public Algorithm {
 class RecursiveDoubling final : public Algorithm {
  public:
   Algo id() const override { return Algo::RecursiveDoubling; }
-  bool implements(Kind k) const override { return k == Kind::AllReduce; }
+  bool implements(Kind k) const override { return k == Kind::AllReduce || k == Kind::AllGather; }
   double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
     const double N = static_cast<double>(a.count * dataTypeSize(a.dtype));
+    if (a.kind == Kind::AllGather) return allGatherUs(N, t, c);
     int p = 1, steps = 0;
     while (p * 2 <= t.nranks) p *= 2, ++steps;
     if (p != t.nranks) steps += 2;
@@ -131,7 +181,23 @@ class RecursiveDoubling final : public Algorithm {
     return c.base("rd") + steps * (waitUs(l, t, c) + perStep);
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
-    rdAllReduce(a, t, p, s, b);
+    if (a.kind == Kind::AllGather) rdAllGather(a, t, p, s, b);
+    else rdAllReduce(a, t, p, s, b);
+  }
+
+ private:
+  // AllGather: log2(p) waits (+2), (n-1) N bytes in, and for the extra ranks the whole result.
+  static double allGatherUs(double N, const Topo& t, const Costs& c) {
+    int steps = 0;
+    const int p = floorPow2(t.nranks, &steps);
+    const double n = t.nranks;
+    const LinkCost& l = t.slowest;
+    auto move = [&](double bytes) {
+      return t.stage ? bytesUs(6 * bytes, c.memoryGBps, t) + bytesUs(bytes, c.stage.gbps, t) : bytesUs(bytes, l.gbps, t);
+    };
+    double us = c.base("rd-allgather") + steps * waitUs(l, t, c) + move((p - 1) * N);
+    if (p != t.nranks) us += 2 * waitUs(l, t, c) + move(N) + move(n * N) + move((p - 1) * N);
+    return us;
   }
 };
 }  // namespace
