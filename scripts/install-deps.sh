@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what Hora needs to build and test, from Debian's packages (Debian 12 or later).
+# iproute2 and nftables: the multi-host tests' hosts (tools/hora-netns) and their impaired links.
 set -euo pipefail
 pkgs=(gcc g++ meson ninja-build pkg-config libsodium-dev libhwloc-dev hwloc catch2 python3 python3-matplotlib python3-numpy python3-torch
-      dataset-fashion-mnist)
+      dataset-fashion-mnist iproute2 nftables)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 [ ${#missing[@]} -eq 0 ] && exit 0

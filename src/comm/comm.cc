@@ -245,6 +245,8 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
       c->shape.stageSeq = &c->stageSeq;
     }
     c->shape.hosts = static_cast<int>(hostList.size());
+    if (hostList.size() > 1)
+      for (const PeerInfo& p : c->peers) c->near.push_back(p.hostId == c->peers[static_cast<size_t>(rank)].hostId);
     c->shape.ranksPerHost = 0;
     for (const topo::HostEntry& h : hostList)
       if (static_cast<int>(h.ranks.size()) > c->shape.ranksPerHost) {

@@ -54,6 +54,7 @@ core::Job jobOf(horaComm* c, const core::Program* program) {
   j.describe = describeComm;
   j.describeCtx = c;
   j.stage = c->stage.get();
+  j.near = c->near.empty() ? nullptr : c->near.data();
   return j;
 }
 

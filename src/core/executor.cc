@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstring>
+#include <exception>
 
 #include "base/error.h"
 #include "base/socket.h"
@@ -187,6 +188,15 @@ void Executor::disarmWaits() {
     if (!waits_[qi].atEnd()) waits_[qi].stage->disarm();
 }
 
+bool Executor::waitsOnlyNear() const {
+  bool acrossHosts = false;
+  for (const Job& j : *jobs_) acrossHosts |= j.near != nullptr;
+  if (!acrossHosts) return false;
+  for (const Queue& q : queues_)
+    if (q.conn->busy() && !q.near) return false;
+  return true;
+}
+
 void Executor::block(milliseconds most) {
   fds_.clear();
   bool sleep = armWaits();
@@ -245,6 +255,7 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
         if (queues_.size() <= nq) queues_.emplace_back();
         Queue& q = queues_[nq++];
         q.conn = c;
+        q.near = jobs[j].near && jobs[j].near[o.peer];
         q.sends.clear();
         q.recvs.clear();
         q.nextSend = q.nextRecv = 0;
@@ -258,6 +269,14 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
   if (total == 0) return;
 
   Waiter w(timeout, nullptr, [this] { return describeWait(); }, spinFor);
+  // A timeout held back: across hosts, a rank that waits only on ranks of its own host times
+  // out at about the moment the one it waits for does, and that one, waiting across the
+  // network, knows the cause (the rank that fell silent over there). So the wait goes on, for
+  // at most another timeout, for that rank's failure to arrive (its abort frame, a PeerFailure
+  // that names the cause); only if none does, or if nothing at all arrives, is the timeout
+  // reported. Progress in the meantime ends the hold.
+  std::exception_ptr heldTimeout;
+  Clock::time_point heldUntil{};
   size_t doneAtScan = SIZE_MAX;  // local ops become ready only when something completes
   for (;;) {
     bool moved = false;
@@ -346,12 +365,24 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
     }
     if (moved) {
       w.progressed();
+      heldTimeout = nullptr;
       continue;
     }
     for (const Job& j : jobs)
       if (j.abortFlag && j.abortFlag->load(std::memory_order_relaxed))
         fail(Errc::InvalidUsage, "the communicator was aborted while waiting for %s", describeWait().c_str());
-    w.idle([this](milliseconds most) { block(most); });
+    if (heldTimeout) {
+      if (Clock::now() >= heldUntil) std::rethrow_exception(heldTimeout);
+      block(Waiter::kMaxBlock);
+      continue;
+    }
+    try {
+      w.idle([this](milliseconds most) { block(most); });
+    } catch (const Error& e) {
+      if (e.code() != Errc::Timeout || !waitsOnlyNear()) throw;
+      heldTimeout = std::current_exception();
+      heldUntil = Clock::now() + timeout;
+    }
   }
 }
 

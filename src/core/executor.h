@@ -29,6 +29,9 @@ struct Job {
   std::string (*describe)(const void* ctx) = nullptr;  // "AllReduce #3 on rank 1", for errors
   const void* describeCtx = nullptr;
   const transport::SharedStage* stage = nullptr;  // for Signal and Wait ops
+  // By peer rank, 1 for a rank of this host, when the communicator spans several hosts (null
+  // when it does not): a wait on such ranks alone holds its timeout back (Executor::run).
+  const uint8_t* near = nullptr;
   ComputeEngine* engine = nullptr;  // for actions; null: the executor's CPU engine
   // With a stage: the collective call announced there (SharedStage::announce), checked against
   // the peers' when this job waits; tag 0 for none.
@@ -51,6 +54,7 @@ class Executor {
  private:
   struct Queue {
     transport::Connection* conn;
+    bool near = false;  // its peer is a rank of this host, in a communicator across hosts
     std::vector<uint32_t> sends, recvs;  // global op indices, in program order
     size_t nextSend = 0, nextRecv = 0;
   };
@@ -58,6 +62,8 @@ class Executor {
     uint32_t job, op;
   };
 
+  // Every message in flight is with a rank of this host (Job::near), and some job spans hosts.
+  bool waitsOnlyNear() const;
   const Op& op(uint32_t g) const { return jobs_->at(refs_[g].job).program->ops[refs_[g].op]; }
   bool ready(uint32_t g) const;
   void complete(uint32_t g);
