@@ -1,10 +1,14 @@
 """The meson test of perf's scripts: a tool's -J file, anchors2json's files and compare's
-medians all pass the schema (hperf.validate), table lines them up, and plot draws them.
+medians all pass the schema (hperf.validate), table lines them up, and plot draws them;
+compare's --hosts and --algos are read and turned into commands as they should be (without
+making namespaces), and netns-agent takes its arguments as ssh does.
 
   /usr/bin/python3 perf/test_scripts.py BUILD/perf/allgather_perf
 
 plot is skipped (and said so) where matplotlib is missing; anything else failing fails.
 """
+import importlib.machinery
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -37,6 +41,86 @@ def check(cond, what):
     if not cond:
         sys.exit(f"test_scripts: FAILED: {what}")
     print(f"ok: {what}")
+
+
+def load_compare():
+    """perf/compare as a module (its name has no .py)."""
+    loader = importlib.machinery.SourceFileLoader("compare", os.path.join(HERE, "compare"))
+    spec = importlib.util.spec_from_loader("compare", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def refused(compare, argv):
+    """Whether compare's parse_args refuses argv (argparse exits with status 2)."""
+    stderr, sys.stderr = sys.stderr, open(os.devnull, "w")
+    try:
+        compare.parse_args(argv)
+        return False
+    except SystemExit as e:
+        return e.code == 2
+    finally:
+        sys.stderr.close()
+        sys.stderr = stderr
+
+
+def check_hosts(tmp):
+    compare = load_compare()
+    check(compare.parse_hosts("4x2") == (4, 2) and compare.parse_hosts(" 2X8 ") == (2, 8) and
+          compare.parse_hosts("4") is None and compare.parse_hosts("0x2") is None, "compare: HxR")
+    a = compare.parse_args(["--hosts", "4x2", "-c", "allreduce", "-o", tmp])
+    check(a.hosts_rpr == (4, 2) and a.ns == [8] and a.peers == ["ompi"] and a.prefix == "hcmp" and
+          a.hora_libs == [("hora", None)], "compare --hosts: 8 ranks, Open MPI across the hosts, a cluster made")
+    a = compare.parse_args(["--hosts", "2x1", "--cluster", "pq", "-p", "", "--algos", "auto ring allreduce:rd"])
+    check(a.prefix == "pq" and a.peers == [] and
+          a.hora_libs == [("hora-auto", "auto"), ("hora-ring", "ring"), ("hora-allreduce-rd", "allreduce:rd")],
+          "compare --cluster, -p '' and --algos")
+    check(refused(compare, ["--hosts", "4"]) and refused(compare, ["--hosts", "4x2", "-p", "gloo-ring"]) and
+          refused(compare, ["--cluster", "pq"]) and refused(compare, ["--hosts", "2x2", "--prefix", "a b"]) and
+          refused(compare, ["-p", "ompi"]), "compare refuses a bad --hosts, a peer that cannot cross hosts, "
+          "--cluster alone, a bad prefix, and ompi on one host")
+
+    tool = ["/b/perf/allreduce_perf", "-b", "8"]
+    cmds = compare.hora_rank_cmds("pq", 2, 3, "10.1.2.1:29601", "ab" * 32, "ring", tool)
+    env = [dict(w.split("=", 1) for w in c if "=" in w) for c in cmds]
+    check(len(cmds) == 6 and [c[2] for c in cmds] == ["0", "0", "0", "1", "1", "1"] and
+          all(c[0] == compare.NETNS and c[1] == "exec" and c[3:6] == ["-p", "pq", "env"] and c[-3:] == tool
+              for c in cmds), "compare: each rank in its host, a host's ranks consecutive")
+    check([e["HORA_RANK"] for e in env] == [str(r) for r in range(6)] and
+          [e["HORA_LOCAL_RANK"] for e in env] == ["0", "1", "2"] * 2 and
+          all(e["HORA_SIZE"] == "6" and e["HORA_LOCAL_SIZE"] == "3" and e["HORA_ROOT"] == "10.1.2.1:29601" and
+              e["HORA_SECRET"] == "ab" * 32 and e["HORA_ALGO"] == "ring" for e in env),
+          "compare: the ranks' rendezvous, ranks and algorithm")
+    check(not any("HORA_ALGO" in w for c in compare.hora_rank_cmds("pq", 1, 2, "a:1", "00", None, tool) for w in c),
+          "compare: no HORA_ALGO without --algos")
+    check(compare.hostfile_text("pq", 3, 2) == "pq0 slots=2\npq1 slots=2\npq2 slots=2\n", "compare: hostfile")
+    cmd = compare.ompi_hosts_cmd("pq", "10.1.2", 6, "/h", ["/a/mpi_bench", "-c", "allreduce"], True)
+    mca = {cmd[i + 1]: cmd[i + 2] for i, w in enumerate(cmd) if w == "--mca"}
+    check(cmd[:5] == [compare.NETNS, "exec", "0", "-p", "pq"] and cmd[5] == "mpirun" and
+          cmd[cmd.index("-np") + 1] == "6" and cmd[cmd.index("--hostfile") + 1] == "/h" and
+          cmd[-3:] == ["/a/mpi_bench", "-c", "allreduce"], "compare: mpirun in host 0 over the hostfile")
+    check(mca.get("plm_rsh_agent") == compare.AGENT and mca.get("btl") == "self,vader,tcp" and
+          mca.get("btl_tcp_if_include") == "10.1.2.0/24" and mca.get("oob_tcp_if_include") == "10.1.2.0/24" and
+          mca.get("mpi_yield_when_idle") == "1", "compare: Open MPI's launcher, BTLs and networks")
+    check("mpi_yield_when_idle" not in compare.ompi_hosts_cmd("pq", "10.1.2", 2, "/h", [], False),
+          "compare: no yielding where the cores suffice")
+
+    def doc(lib, times):
+        return {"library": lib, "rows": [{"size": s, "time_us": t} for s, t in times.items()]}
+    libs = [("hora-auto", "auto"), ("hora-ring", "ring"), ("hora-rd", "rd")]
+    med = {"hora-auto": doc("hora-auto", {8: 10.0, 1024: 30.0}), "hora-ring": doc("hora-ring", {8: 20.0, 1024: 20.0}),
+           "hora-rd": doc("hora-rd", {8: 9.5, 1024: 40.0})}
+    rows = compare.auto_vs_forced(med, libs)
+    check([(r[0], r[2]) for r in rows] == [(8, "hora-rd"), (1024, "hora-ring")] and
+          abs(rows[0][4] - 10 / 9.5) < 1e-9 and abs(rows[1][4] - 1.5) < 1e-9, "compare: auto beside the fastest forced")
+    check(compare.auto_vs_forced(med, libs[:1]) == [], "compare: no auto table without a forced algorithm")
+
+    if shutil.which("ip"):
+        r = subprocess.run([compare.AGENT, "-x", "-o", "BatchMode=yes", "-p", "22", "no-such-ns", "true"],
+                           stderr=subprocess.PIPE, text=True)
+        check(r.returncode == 255 and "no namespace 'no-such-ns'" in r.stderr,
+              "netns-agent: ssh's options passed over, the host is a namespace")
 
 
 def main():
@@ -77,6 +161,8 @@ def main():
               abs(float(cells[7]) - 41.83 / mine["time_us"]) < 0.01 * 41.83 / mine["time_us"] + 0.01,
               "table's ratios")
         check(lines[3].split("|")[5].strip() == "-", "table: a size a peer lacks")
+
+        check_hosts(tmp)
 
         try:
             import matplotlib  # noqa: F401
