@@ -33,7 +33,7 @@ const Variable kVariables[] = {
     {"HORA_TIMEOUT_MS", "600000", "ms without progress before a wait fails with horaTimeout"},
     {"HORA_SOCKET_IFNAME", "(the route to the rendezvous)", "interfaces for TCP: prefixes, =exact, ^excluded"},
     {"HORA_TRANSPORTS", "(every transport built in)", "transports to use, of those built in (shm, tcp); ^X excludes X"},
-    {"HORA_ALGO", "auto", "algorithm: auto, a name (flat, slice, rd, ring, direct, chain, pairwise, dissemination) for every collective that has it, or collective:name,..."},
+    {"HORA_ALGO", "auto", "algorithm: auto, a name (flat, slice, rd, ring, direct, chain, pairwise, dissemination, tree, binomial, rabenseifner, bruck) for every collective that has it, or collective:name,..."},
     {"HORA_TUNE_FILE", "", "the planner's cost model, as hora-tune writes it (default: built-in costs)"},
     {"HORA_NSOCKS_PERPEER", "1", "TCP sockets per peer, 1..16"},
     {"HORA_CHUNK_BYTES", "524288", "pipeline chunk in bytes, 4096..64M (K, M suffixes)"},
