@@ -174,7 +174,7 @@ TEST_CASE("config: HORA_ALGO and HORA_KERNEL_ISA", "[config]") {
   CHECK(c.algoForced[static_cast<size_t>(coll::Kind::AllReduce)] == static_cast<int>(coll::Algo::Slice));
   CHECK(c.algoForced[static_cast<size_t>(coll::Kind::Broadcast)] == static_cast<int>(coll::Algo::Chain));
   CHECK(c.algoForced[static_cast<size_t>(coll::Kind::Reduce)] == -1);
-  for (const char* bad : {"trees", "", "rings", "p2p", "broadcast:ring", "allreduce:", "gather:ring", ","})
+  for (const char* bad : {"trees", "", "rings", "allgather:tree", "p2p", "broadcast:ring", "allreduce:", "gather:ring", ","})
     expectInvalid("HORA_ALGO", bad);
   // The error names what is available.
   try {
