@@ -211,6 +211,7 @@ HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
            "(hora-run does), or run under srun, mpirun or torchrun");
     if (l.rank >= l.size) fail(Errc::InvalidArgument, "rank %d is out of range for size %d", l.rank, l.size);
     UniqueId id;
+    std::shared_ptr<RendezvousEnd> rendezvous;  // when this rank hosts it (HORA_ROOT)
     if (!l.idHex.empty()) {
       id = UniqueId::fromHex(l.idHex);
     } else if (!l.root.empty()) {
@@ -238,13 +239,18 @@ HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
             local = true;
         if (!local) bind = SockAddr::parse(bind.family() == AF_INET6 ? format("[::]:%u", bind.port())
                                                                       : format("0.0.0.0:%u", bind.port()));
-        startRendezvous(bind, id.secret, config().timeout);
+        rendezvous = std::make_shared<RendezvousEnd>();
+        startRendezvous(bind, id.secret, config().timeout, rendezvous);
       }
     } else {
       fail(Errc::InvalidArgument, "no rendezvous in the environment: set HORA_ID (hora-run does), or "
            "HORA_ROOT=host:port (or MASTER_ADDR/MASTER_PORT) with HORA_SECRET");
     }
     initRank(comm, l.size, id, l.rank, optionsFrom(nullptr));
+    // The rendezvous lives in this process: return only once it has served every rank (each
+    // leaves right after the last barrier), or a rank 0 that exits at once (a failed first
+    // call, a short job) would take it away from a rank still waiting for its last answer.
+    if (rendezvous) rendezvous->await(config().timeout);
   });
 }
 

@@ -370,13 +370,28 @@ class Root {
 
 }  // namespace
 
-UniqueId startRendezvous(const SockAddr& bindAddr, const Secret& secret, milliseconds timeout) {
+void RendezvousEnd::set() {
+  std::lock_guard<std::mutex> lock(mu_);
+  done_ = true;
+  cv_.notify_all();
+}
+
+bool RendezvousEnd::await(milliseconds most) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, most, [this] { return done_; });
+}
+
+UniqueId startRendezvous(const SockAddr& bindAddr, const Secret& secret, milliseconds timeout,
+                         std::shared_ptr<RendezvousEnd> end) {
   installForkHandler();
   auto root = std::make_shared<Root>(listenSocket(bindAddr), secret, timeout);
   UniqueId id;
   id.root = root->address();
   id.secret = secret;
-  std::thread([root] { root->run(); }).detach();
+  std::thread([root, end] {
+    root->run();
+    if (end) end->set();
+  }).detach();
   HORA_INFO(log::kBootstrap, "rendezvous listening at %s", id.root.str().c_str());
   return id;
 }

@@ -12,7 +12,9 @@
 // kMaxBootstrapFrame before anything is read.
 #pragma once
 #include <array>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -39,9 +41,25 @@ struct UniqueId {
   uint64_t commId() const;
 };
 
+// The end of a root thread: set when it has served its job (every rank left) or given up.
+class RendezvousEnd {
+ public:
+  void set();
+  // Waits for it at most `most`; returns whether it came.
+  bool await(milliseconds most);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
+
 // Creates an id and starts the root thread listening on `bindAddr` (port 0: any). The thread
-// serves one job and ends when all its ranks have left, or after `timeout` without progress.
-UniqueId startRendezvous(const SockAddr& bindAddr, const Secret& secret, milliseconds timeout);
+// serves one job and ends when all its ranks have left, or after `timeout` without progress;
+// `end`, if given, is set then. A process that hosts the rendezvous of its own job waits for it
+// before going on: the thread dies with the process, and a rank still being served would lose it.
+UniqueId startRendezvous(const SockAddr& bindAddr, const Secret& secret, milliseconds timeout,
+                         std::shared_ptr<RendezvousEnd> end = nullptr);
 
 // The root's report that the job failed: it names the first cause.
 class RendezvousFailure : public Error {
