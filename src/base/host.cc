@@ -30,14 +30,7 @@ std::string readLink(const char* path) {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
-std::string computeHostIdentity() {
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  struct stat st {};
-  stat("/dev/shm", &st);
-  std::string id = readLine("/proc/sys/kernel/random/boot_id") + "|" + host + "|" +
-                   std::to_string(static_cast<unsigned long long>(st.st_dev)) + "|" +
-                   readLink("/proc/self/ns/pid") + "|" + readLink("/proc/self/ns/net");
+std::string digestHex(const std::string& id) {
   uint8_t digest[16];
   crypto_generichash(digest, sizeof digest, reinterpret_cast<const uint8_t*>(id.data()), id.size(), nullptr, 0);
   static const char* hex = "0123456789abcdef";
@@ -49,11 +42,35 @@ std::string computeHostIdentity() {
   return out;
 }
 
+std::string computeHostIdentity() {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  struct stat st {};
+  stat("/dev/shm", &st);
+  std::string id = readLine("/proc/sys/kernel/random/boot_id") + "|" + host + "|" +
+                   std::to_string(static_cast<unsigned long long>(st.st_dev)) + "|" +
+                   readLink("/proc/self/ns/pid") + "|" + readLink("/proc/self/ns/net");
+  return digestHex(id);
+}
+
 
 }  // namespace
 
 const std::string& hostIdentity() {
   static const std::string id = computeHostIdentity();
+  return id;
+}
+
+const std::string& machineIdentity() {
+  static const std::string id = [] {
+    std::string boot = readLine("/proc/sys/kernel/random/boot_id");
+    if (boot.empty()) {  // no /proc: the host name stands in
+      char host[256] = {0};
+      gethostname(host, sizeof host - 1);
+      boot = host;
+    }
+    return digestHex("machine|" + boot);
+  }();
   return id;
 }
 

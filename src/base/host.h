@@ -9,5 +9,9 @@ namespace hora {
 
 // 32 hex digits; computed once per process.
 const std::string& hostIdentity();
+// What identifies one running kernel (its boot id): processes with one machine identity share
+// its processors even when they are in different network namespaces (hosts of their own for
+// hostIdentity), so they count together when deciding whether ranks outnumber the cores.
+const std::string& machineIdentity();
 
 }  // namespace hora

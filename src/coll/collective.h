@@ -92,6 +92,9 @@ struct Topo {
   int hosts = 1;
   int ranksPerHost = 1;  // on the host with the most
   int coresPerHost = 1;  // of that host
+  // The most ranks on one machine (one kernel): more than ranksPerHost when hosts are network
+  // namespaces of one machine, whose ranks share its cores. 0: ranksPerHost.
+  int ranksPerMachine = 0;
   LinkCost slowest{0.1, 20};
   // Across hosts: which rank is where (null when every rank is on one host), and the slowest
   // link between two ranks of one host (slowest is then the slowest between hosts).

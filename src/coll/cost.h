@@ -53,7 +53,7 @@ struct Costs {
 
 // Ranks per core on the busiest host (at least 1): how much the cores are shared.
 inline double sharing(const Topo& t) {
-  return std::max(1.0, static_cast<double>(t.ranksPerHost) / std::max(1, t.coresPerHost));
+  return std::max(1.0, static_cast<double>(std::max(t.ranksPerHost, t.ranksPerMachine)) / std::max(1, t.coresPerHost));
 }
 // One wait on a link, when the rank waited for may first have to be scheduled.
 inline double waitUs(const LinkCost& l, const Topo& t, const Costs& c) {

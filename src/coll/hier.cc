@@ -380,6 +380,7 @@ Topo teamTopo(const Topo& t) {
   s.hosts = t.hosts;
   s.ranksPerHost = t.ranksPerHost;
   s.coresPerHost = t.coresPerHost;
+  s.ranksPerMachine = t.ranksPerMachine;
   s.slowest = t.slowest;
   return s;
 }

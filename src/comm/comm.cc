@@ -94,6 +94,7 @@ std::string coreField(int rank, const Config& cfg) {
       .u32(cfg.hierStage ? 1u : 0u)
       .str(log::hostName())
       .str(hostIdentity())
+      .str(machineIdentity())
       .take();
 }
 
@@ -109,7 +110,7 @@ PeerInfo decodePeer(const std::string& blob, int expectRank, const Config& cfg) 
   uint64_t chunkBytes = 0;
   uint32_t hierStage = 0;
   if (!r.u32(&magic) || magic != kCoreMagic || !r.u32(&rank) || !r.u32(&pid) || !r.u64(&chunkBytes) || !r.u32(&hierStage) ||
-      !r.str(&p.host, kMaxHostName) || !r.str(&p.hostId, 64) || !r.atEnd() || static_cast<int>(rank) != expectRank)
+      !r.str(&p.host, kMaxHostName) || !r.str(&p.hostId, 64) || !r.str(&p.machineId, 64) || !r.atEnd() || static_cast<int>(rank) != expectRank)
     hora::fail(Errc::Remote, "rank %d sent a malformed peer record", expectRank);
   for (char& c : p.host)
     if (c < 0x20 || c > 0x7e) c = '?';
@@ -232,7 +233,9 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
     // Ranks of this host (whether or not they share memory) against its CPUs: with one CPU
     // each, a wait's spin costs no peer its core, and a yield would be a syscall per wait.
     long sameHost = 0;
-    for (const PeerInfo& p : c->peers) sameHost += p.hostId == c->peers[static_cast<size_t>(rank)].hostId;
+    // Ranks in other network namespaces of this kernel (other hosts to the topology) share
+    // these processors too.
+    for (const PeerInfo& p : c->peers) sameHost += p.machineId == c->peers[static_cast<size_t>(rank)].machineId;
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (sameHost <= cores) c->spinFor = Waiter::kSpinWhenAlone;
     const std::vector<topo::HostEntry> hostList = jobHosts(c->peers);
@@ -253,6 +256,11 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
         c->shape.ranksPerHost = static_cast<int>(h.ranks.size());
         c->shape.coresPerHost = std::max(1, h.host.pus);
       }
+    for (const PeerInfo& p : c->peers) {
+      int k = 0;
+      for (const PeerInfo& q : c->peers) k += q.machineId == p.machineId;
+      c->shape.ranksPerMachine = std::max(c->shape.ranksPerMachine, k);
+    }
     // Across hosts: where each rank is, the slowest link within a host and between hosts.
     if (hostList.size() > 1) {
       std::vector<int> label(static_cast<size_t>(nranks));

@@ -39,6 +39,7 @@ struct PeerInfo {
   int pid = 0;
   std::string host;
   std::string hostId;  // equal for ranks of one host (base/host.h)
+  std::string machineId;  // equal for ranks on one kernel, whatever their namespaces
   topo::Host machine;  // its host's topology (the record's "topo" field)
   topo::Place place;   // where it runs on that host
   Record record;
