@@ -35,9 +35,13 @@ struct Costs {
   // On one host the logarithmic AllGathers and the binomial Broadcast measured no faster than
   // the ring and the chain they would replace (8 and 4 ranks on 2 cores: the spread of repeated
   // runs was wider than any difference), so their fixed costs keep those picks there; across
-  // hosts their fewer waits outweigh it from about 4 ranks.
+  // hosts their fewer waits outweigh it from about 4 ranks. The hierarchical algorithm's three
+  // phases cost more than their waits say for small calls: at 4 hosts of 2 ranks (namespaces of
+  // a 2-core machine) it took 310 us at 4 KiB and 398 at 32 KiB against recursive doubling's
+  // 284 and 381, and it pays from about 256 KiB (1205 us against 1801).
   std::map<std::string, double> baseUs{{"rd", 0.45},    {"ring", 4.7},         {"slice", 10},   {"direct", 10},
-                                       {"chain", 0.5},  {"binomial", 1},       {"bruck", 10},   {"rd-allgather", 10}};
+                                       {"chain", 0.5},  {"binomial", 1},       {"bruck", 10},   {"rd-allgather", 10},
+                                       {"hier", 40}};
   // Where the measured time of an algorithm parts from its traffic count, a factor on its
   // bytes' cost, by algorithm name (1 when absent): the flat algorithm's n-way reduction out of
   // n peers' cache lines costs 1.75 times what its traffic says; the ring, whose chunks are
