@@ -144,9 +144,9 @@ inline int ceilLog2(int n) {
 // as peers, after `gate`. Returns an op that completes with it (gate when it is empty).
 int32_t buildOnTeam(const Algorithm& algo, const Args& sub, const std::vector<int>& team, int me, const Plan& p,
                     core::Scratch& scratch, core::ProgramBuilder& b, int32_t gate);
-// Across hosts whose ranks are not consecutive: builds a one-buffer algorithm (a ring or a
-// chain) over the ranks in host order, so that it crosses each host's link once each way, and
-// returns true; false when the order is already right (or the call has per-rank blocks).
+// Across hosts whose ranks are not consecutive: builds a ring or a chain over the ranks in host
+// order, so that it crosses each host's link once each way (AllGather and ReduceScatter through
+// a copy of their blocks in that order), and returns true; false when the order is right.
 bool buildInHostOrder(const Algorithm& algo, const Args& a, const Topo& t, const Plan& p, core::Scratch& s,
                       core::ProgramBuilder& b);
 

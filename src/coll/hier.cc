@@ -106,8 +106,31 @@ bool buildInHostOrder(const Algorithm& algo, const Args& a, const Topo& t, const
   if (a.kind == Kind::Broadcast || a.kind == Kind::Reduce)
     sub.root = static_cast<int>(std::find(order.begin(), order.end(), a.root) - order.begin());
   // The result blocks of AllGather and the input blocks of ReduceScatter are in rank order;
-  // in host order, the team's block k belongs to rank order[k]: those collectives keep the
-  // rank order (their rings cross each host's link more often), the others have one buffer.
+  // in host order, the team's block k belongs to rank order[k]: they go through a copy of the
+  // buffer in host order (one local pass over it, against n-1 crossings of a slow link).
+  const size_t E = dataTypeSize(a.dtype), N = a.count, n = order.size();
+  if (a.kind == Kind::AllGather && N) {
+    uint8_t* gathered = static_cast<uint8_t*>(s.get(n * N * E));
+    sub.recvbuf = gathered;
+    const int32_t done = buildOnTeam(algo, sub, order, me, p, s, b, -1);
+    for (size_t k = 0; k < n; ++k)
+      b.local(core::reduceAction(at(a.recvbuf, static_cast<size_t>(order[k]) * N, E), gathered + k * N * E, nullptr, N,
+                                 Reducer{a, 1}.spec(false, false)),
+              core::Deps{done});
+    return true;
+  }
+  if (a.kind == Kind::ReduceScatter && N) {
+    uint8_t* packed = static_cast<uint8_t*>(s.get(n * N * E));
+    const int32_t first = static_cast<int32_t>(b.size());
+    for (size_t k = 0; k < n; ++k)
+      b.local(core::reduceAction(packed + k * N * E, at(a.sendbuf, static_cast<size_t>(order[k]) * N, E), nullptr, N,
+                                 Reducer{a, 1}.spec(false, false)));
+    // In place, the result overwrites this rank's input block: every block is packed first.
+    const int32_t packedAll = b.join(first, static_cast<int32_t>(b.size()));
+    sub.sendbuf = packed;
+    buildOnTeam(algo, sub, order, me, p, s, b, packedAll);
+    return true;
+  }
   if (a.kind == Kind::AllGather || a.kind == Kind::ReduceScatter) return false;
   buildOnTeam(algo, sub, order, me, p, s, b, -1);
   return true;
