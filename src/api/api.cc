@@ -1,11 +1,13 @@
 // Version, errors, unique ids, communicators and reduction ops.
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <thread>
 
 #include "api/guard.h"
+#include "base/log.h"
 #include "comm/config.h"
 #include "comm/group.h"
 #include "kernels/cpu/scalar.h"
@@ -227,19 +229,27 @@ HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
       }
       id.root = SockAddr::parse(l.root);
       if (l.rank == 0) {
+        // Rank 0 hosts the rendezvous at that address, so it must be one of this host's: a
+        // test bind says (any 127.x address and ::1 included). Elsewhere every rank would wait
+        // out its timeout at an address nobody listens on.
         SockAddr bind = id.root;
-        bool local = false;
-        for (const Interface& i : listInterfaces())
-          if (i.addr.family() == bind.family() &&
-              (bind.family() == AF_INET
-                   ? memcmp(&reinterpret_cast<const sockaddr_in*>(&i.addr.ss)->sin_addr,
-                            &reinterpret_cast<const sockaddr_in*>(&bind.ss)->sin_addr, 4) == 0
-                   : memcmp(&reinterpret_cast<const sockaddr_in6*>(&i.addr.ss)->sin6_addr,
-                            &reinterpret_cast<const sockaddr_in6*>(&bind.ss)->sin6_addr, 16) == 0))
-            local = true;
-        if (!local) bind = SockAddr::parse(bind.family() == AF_INET6 ? format("[::]:%u", bind.port())
-                                                                      : format("0.0.0.0:%u", bind.port()));
-        rendezvous = std::make_shared<RendezvousEnd>();
+        bind.setPort(0);
+        const int probe = ::socket(bind.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+        const bool local = probe >= 0 && ::bind(probe, reinterpret_cast<const sockaddr*>(&bind.ss), bind.len) == 0;
+        const int err = errno;
+        if (probe >= 0) ::close(probe);
+        if (!local) {
+          std::string mine;
+          for (const Interface& i : listInterfaces()) {
+            std::string a = i.addr.str();
+            if (a.size() > 2 && a.compare(a.size() - 2, 2, ":0") == 0) a.resize(a.size() - 2);
+            mine += (mine.empty() ? "" : ", ") + i.name + " " + a;
+          }
+          fail(Errc::InvalidUsage, "the rendezvous address %s (HORA_ROOT, or MASTER_ADDR:MASTER_PORT): rank 0 hosts "
+               "it, but %s is not an address of this host (%s): %s; this host's addresses: %s", l.root.c_str(),
+               id.root.str().c_str(), log::hostName(), strerror(err), mine.empty() ? "none" : mine.c_str());
+        }
+        bind = id.root;        rendezvous = std::make_shared<RendezvousEnd>();
         startRendezvous(bind, id.secret, config().timeout, rendezvous);
       }
     } else {

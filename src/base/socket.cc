@@ -12,10 +12,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "base/wait.h"
 
 namespace hora {
@@ -289,15 +291,26 @@ int connectStatus(int fd) {
 }
 
 Fd connectWithRetry(const SockAddr& addr, Waiter& w) {
+  // Every 10 s without a connection, a warning says where this rank is still trying, and why.
+  auto nextWarn = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int lastErr = 0;
+  auto warn = [&] {
+    if (std::chrono::steady_clock::now() < nextWarn) return;
+    HORA_WARN(log::kBootstrap, "still waiting to reach %s: %s (is the rank that listens there running, and is "
+              "the address right?)", addr.str().c_str(), lastErr ? errnoText(lastErr).c_str() : "no answer yet");
+    nextWarn = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  };
   for (;;) {
     Fd fd = startConnect(addr);
     for (;;) {
+      warn();
       int st = connectStatus(fd.get());
       if (st == 0) return fd;
       if (st != EINPROGRESS) {
         if (st != ECONNREFUSED && st != ETIMEDOUT && st != ECONNRESET && st != EHOSTUNREACH &&
             st != ENETUNREACH)
           fail(Errc::System, "connect(%s): %s", addr.str().c_str(), errnoText(st).c_str());
+        lastErr = st;
         break;  // not listening yet: retry after a pause
       }
       w.idle([&](milliseconds most) {

@@ -152,7 +152,7 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
   c->wakeFd = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!c->wakeFd.valid()) hora::fail(Errc::System, "eventfd: %s", errnoText(errno).c_str());
 
-  std::string stage = "joining the rendezvous";
+  std::string stage = format("joining the rendezvous at %s, which rank 0 hosts", id.root.str().c_str());
   Waiter w(opts.timeout, &c->aborting, [&] { return stage; });
   BootstrapClient bs(id, rank, nranks, w);
   try {
