@@ -86,7 +86,9 @@ std::vector<int> HostLayout::hostOrder() const {
 
 int32_t buildOnTeam(const Algorithm& algo, const Args& sub, const std::vector<int>& team, int me, const Plan& p,
                     core::Scratch& scratch, ProgramBuilder& b, int32_t gate) {
-  core::Program prog;
+  // Reused: programs are built on every call, and a team's never contains another team's.
+  static thread_local core::Program prog;
+  prog.clear();
   ProgramBuilder sb(prog);
   Topo t;
   t.rank = me;
@@ -358,14 +360,13 @@ void hierReduceScatter(const Args& a, const Topo& t, const Plan& p, core::Scratc
   std::vector<int32_t> deps;
   for (int j = 0; j < pl.L; ++j) {
     uint8_t* pack = static_cast<uint8_t*>(scratch.get(H * block));
-    int32_t packed = -1;
+    const auto first = static_cast<int32_t>(b.size());
     for (size_t g = 0; g < H; ++g) {
       const int owner = pl.l.hosts[g][static_cast<size_t>(j)];
-      const int32_t k = b.local(reduceAction(pack + g * block, at(a.sendbuf, static_cast<size_t>(owner) * N, E), nullptr,
-                                             N, red.spec(true, false)));
-      deps.push_back(k);
-      packed = packed < 0 ? k : b.join(packed, k + 1);
+      deps.push_back(b.local(reduceAction(pack + g * block, at(a.sendbuf, static_cast<size_t>(owner) * N, E), nullptr,
+                                          N, red.spec(true, false))));
     }
+    const int32_t packed = b.join(first, static_cast<int32_t>(b.size()));
     if (j == pl.i) {
       srcs[static_cast<size_t>(j)] = pack;
       continue;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <cstring>
 #include <mutex>
 
@@ -256,11 +257,8 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
         c->shape.ranksPerHost = static_cast<int>(h.ranks.size());
         c->shape.coresPerHost = std::max(1, h.host.pus);
       }
-    for (const PeerInfo& p : c->peers) {
-      int k = 0;
-      for (const PeerInfo& q : c->peers) k += q.machineId == p.machineId;
-      c->shape.ranksPerMachine = std::max(c->shape.ranksPerMachine, k);
-    }
+    std::map<std::string, int> perMachine;
+    for (const PeerInfo& p : c->peers) c->shape.ranksPerMachine = std::max(c->shape.ranksPerMachine, ++perMachine[p.machineId]);
     // Across hosts: where each rank is, the slowest link within a host and between hosts.
     if (hostList.size() > 1) {
       std::vector<int> label(static_cast<size_t>(nranks));
