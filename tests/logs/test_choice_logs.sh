@@ -29,9 +29,17 @@ grep -q 'AllReduce 8 B float, 2 ranks on 1 host: chose rd (predicted' "$out/tcp"
 HORA_TRANSPORTS=tcp HORA_ALGO=allreduce:flat "$run" -n 2 "$perf" -b 8 -e 8 -n 1 -w 0 >"$out/forced" 2>&1 && fail "forced flat over TCP did not fail"
 grep -q 'HORA_ALGO forces flat for AllReduce, which cannot run .* shared stage' "$out/forced" ||
   fail "the forced error does not say why: $(tail -3 "$out/forced")"
-# The hierarchical algorithm on one host: the error names the reason and what could run instead.
-HORA_ALGO=allreduce:hier "$run" -n 2 "$perf" -b 1M -e 1M -n 1 -w 0 >"$out/hier" 2>&1 && fail "forced hier on one host did not fail"
-grep -q 'HORA_ALGO forces hier for AllReduce, which cannot run .*every rank is on one host (what could: .*ring' "$out/hier" ||
-  fail "the forced hier error does not say why and what could: $(tail -3 "$out/hier")"
-[ "$(grep -c 'HORA_ALGO forces hier' "$out/hier")" -ge 2 ] || fail "not every rank reported the forced hier: $(cat "$out/hier")"
+# The hierarchical algorithm on one host: every rank's error names the reason and what could run
+# instead. The ranks start by themselves (hora-run would stop the second once the first exits).
+secret=$(head -c32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+port=$((30000 + RANDOM % 20000))
+for r in 0 1; do
+  HORA_ALGO=allreduce:hier HORA_ROOT=127.0.0.1:$port HORA_SECRET=$secret HORA_RANK=$r HORA_SIZE=2 HORA_TIMEOUT_MS=60000 \
+    timeout 120 "$perf" -b 1M -e 1M -n 1 -w 0 >"$out/hier$r" 2>&1 &
+done
+for r in 0 1; do wait -n && fail "forced hier on one host did not fail on some rank"; done
+for r in 0 1; do
+  grep -q "rank $r: .*HORA_ALGO forces hier for AllReduce, which cannot run .*every rank is on one host (what could: .*ring" "$out/hier$r" ||
+    fail "rank $r's forced hier error does not say why and what could: $(tail -3 "$out/hier$r")"
+done
 echo "ok"
