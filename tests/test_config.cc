@@ -1,7 +1,6 @@
 // Tests of the configuration parser (comm/config.h) with a fake environment: defaults, every
 // variable's valid forms, every invalid value rejected with InvalidArgument naming the
-// variable and the value, the launcher variables with their Slurm / Open MPI / torchrun
-// fallbacks, and the detection of misspelt HORA_* names.
+// variable and the value, and the detection of misspelt HORA_* names.
 #include <map>
 #include <optional>
 #include <string>
@@ -11,24 +10,17 @@
 
 #include "base/error.h"
 #include "comm/config.h"
+#include "fake_env.h"
 
 using namespace hora;
 
 namespace {
 
-using Env = std::map<std::string, std::string>;
-
-EnvLookup lookup(const Env& env) {
-  return [env](const char* name) -> std::optional<std::string> {
-    auto it = env.find(name);
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using test::Env;
+using test::lookup;
+using test::contains;
 
 Config parse(const Env& env) { return parseConfig(lookup(env)); }
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Parses and expects InvalidArgument whose message names the variable and the value.
 void expectInvalid(const std::string& name, const std::string& value) {
@@ -213,118 +205,6 @@ TEST_CASE("config: all variables at once", "[config]") {
   CHECK(c.nsocksPerPeer == 4);
   CHECK(c.chunkBytes == 256 * 1024);
   CHECK(c.kernelIsa == "scalar");
-}
-
-// ---- launcher variables -----------------------------------------------------------------------
-
-TEST_CASE("launch env: HORA_* variables", "[config]") {
-  LaunchEnv l = parseLaunchEnv(lookup({{"HORA_RANK", "3"},
-                                       {"HORA_SIZE", "8"},
-                                       {"HORA_ID", " abcdef "},
-                                       {"HORA_ROOT", "10.0.0.1:29500"},
-                                       {"HORA_SECRET", "00ff"}}));
-  CHECK(l.rank == 3);
-  CHECK(l.size == 8);
-  CHECK(l.idHex == "abcdef");
-  CHECK(l.root == "10.0.0.1:29500");
-  CHECK(l.secretHex == "00ff");
-  CHECK(l.source == "rank from HORA_RANK, size from HORA_SIZE, rendezvous from HORA_ID");
-
-  LaunchEnv none = parseLaunchEnv(lookup({}));
-  CHECK(none.rank == -1);
-  CHECK(none.size == -1);
-  CHECK(none.idHex.empty());
-  CHECK(none.root.empty());
-  CHECK(none.secretHex.empty());
-  CHECK(none.source.empty());
-
-  LaunchEnv root = parseLaunchEnv(lookup({{"HORA_RANK", "0"}, {"HORA_SIZE", "2"}, {"HORA_ROOT", "10.0.0.1:29500"}}));
-  CHECK(root.source == "rank from HORA_RANK, size from HORA_SIZE, rendezvous from HORA_ROOT (10.0.0.1:29500)");
-}
-
-TEST_CASE("launch env: Slurm + Open MPI + torchrun fallbacks", "[config]") {
-  SECTION("Slurm") {
-    LaunchEnv l = parseLaunchEnv(lookup({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"}, {"SLURM_LOCALID", "2"}}));
-    CHECK(l.rank == 5);
-    CHECK(l.size == 6);
-    CHECK(l.source == "rank from SLURM_PROCID, size from SLURM_NTASKS");
-  }
-  SECTION("Open MPI") {
-    LaunchEnv l = parseLaunchEnv(lookup({{"OMPI_COMM_WORLD_RANK", "0"},
-                                         {"OMPI_COMM_WORLD_SIZE", "2"},
-                                         {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}}));
-    CHECK(l.rank == 0);
-    CHECK(l.size == 2);
-    CHECK(l.source == "rank from OMPI_COMM_WORLD_RANK, size from OMPI_COMM_WORLD_SIZE");
-  }
-  SECTION("torchrun") {
-    LaunchEnv l = parseLaunchEnv(lookup({{"RANK", "1"},
-                                         {"WORLD_SIZE", "4"},
-                                         {"LOCAL_RANK", "1"},
-                                         {"MASTER_ADDR", "node7"},
-                                         {"MASTER_PORT", "29500"}}));
-    CHECK(l.rank == 1);
-    CHECK(l.size == 4);
-    CHECK(l.root == "node7:29500");
-    CHECK(l.source == "rank from RANK, size from WORLD_SIZE, rendezvous from MASTER_ADDR:MASTER_PORT (node7:29500)");
-  }
-  SECTION("HORA_* wins over the others") {
-    LaunchEnv l = parseLaunchEnv(lookup({{"HORA_RANK", "2"},
-                                         {"SLURM_PROCID", "7"},
-                                         {"RANK", "9"},
-                                         {"HORA_SIZE", "3"},
-                                         {"WORLD_SIZE", "10"},
-                                         {"HORA_ROOT", "a:1"},
-                                         {"MASTER_ADDR", "b"},
-                                         {"MASTER_PORT", "2"}}));
-    CHECK(l.rank == 2);
-    CHECK(l.size == 3);
-    CHECK(l.root == "a:1");
-  }
-  SECTION("Slurm wins over Open MPI over torchrun") {
-    LaunchEnv l = parseLaunchEnv(lookup({{"SLURM_PROCID", "1"}, {"OMPI_COMM_WORLD_RANK", "2"}, {"RANK", "3"},
-                                         {"OMPI_COMM_WORLD_SIZE", "20"}, {"WORLD_SIZE", "30"}}));
-    CHECK(l.rank == 1);
-    CHECK(l.size == 20);
-    CHECK(l.source == "rank from SLURM_PROCID, size from OMPI_COMM_WORLD_SIZE");
-  }
-  SECTION("MASTER_ADDR without MASTER_PORT") {
-    try {
-      parseLaunchEnv(lookup({{"MASTER_ADDR", "node7"}}));
-      FAIL("no error");
-    } catch (const Error& e) {
-      CHECK(e.code() == Errc::InvalidArgument);
-      CHECK(contains(e.what(), "MASTER_PORT"));
-    }
-  }
-}
-
-TEST_CASE("launch env: bad ranks and sizes are rejected", "[config]") {
-  struct Case {
-    const char* name;
-    const char* value;
-  };
-  const Case cases[] = {
-      {"HORA_RANK", "-1"},          {"HORA_RANK", "abc"},     {"HORA_RANK", "1x"},
-      {"HORA_RANK", ""},            {"HORA_RANK", "1048576"}, {"SLURM_PROCID", "-3"},
-      {"OMPI_COMM_WORLD_RANK", "x"}, {"RANK", "2.0"},         {"HORA_SIZE", "0"},
-      {"HORA_SIZE", "-2"},          {"WORLD_SIZE", "many"},   {"SLURM_NTASKS", "1048577"},
-  };
-  for (const Case& c : cases) {
-    INFO(c.name << "='" << c.value << "'");
-    try {
-      parseLaunchEnv(lookup({{c.name, c.value}}));
-      FAIL("no error");
-    } catch (const Error& e) {
-      CHECK(e.code() == Errc::InvalidArgument);
-      CHECK(contains(e.what(), c.name));
-      CHECK(contains(e.what(), std::string("'") + c.value + "'"));
-    }
-  }
-  // The limits themselves are fine.
-  LaunchEnv l = parseLaunchEnv(lookup({{"HORA_RANK", "1048575"}, {"HORA_SIZE", "1048576"}}));
-  CHECK(l.rank == 1048575);
-  CHECK(l.size == 1048576);
 }
 
 // ---- unknown variables -------------------------------------------------------------------------

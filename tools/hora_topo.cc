@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "comm/comm.h"
 #include "comm/config.h"
+#include "comm/launch.h"
 #include "hora.h"
 #include "topo/topology.h"
 

@@ -9,6 +9,7 @@
 #include "api/guard.h"
 #include "base/log.h"
 #include "comm/config.h"
+#include "comm/launch.h"
 #include "comm/group.h"
 #include "kernels/cpu/scalar.h"
 
@@ -207,27 +208,29 @@ HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
   return guard("horaCommInitFromEnv", nullptr, [&] {
     banner();
     LaunchEnv l = parseLaunchEnv(processEnv());
-    HORA_INFO(log::kInit, "horaCommInitFromEnv: %s", l.source.empty() ? "nothing in the environment" : l.source.c_str());
-    if (l.size < 1 || l.rank < 0)
-      fail(Errc::InvalidArgument, "no rank and size in the environment: set HORA_RANK and HORA_SIZE "
-           "(hora-run does), or run under srun, mpirun or torchrun");
-    if (l.rank >= l.size) fail(Errc::InvalidArgument, "rank %d is out of range for size %d", l.rank, l.size);
+    HORA_INFO(log::kInit, "horaCommInitFromEnv: %s", l.source.c_str());
+    for (const std::string& w : l.warnings) HORA_WARN(log::kInit, "%s", w.c_str());
+    if (l.size < 1)
+      fail(Errc::InvalidArgument, "no rank and size in the environment%s%s: set HORA_RANK and HORA_SIZE (hora-run "
+           "does), or run under srun, mpirun or torchrun", l.rendezvousHint.empty() ? "" : "; ",
+           l.rendezvousHint.c_str());
     UniqueId id;
     std::shared_ptr<RendezvousEnd> rendezvous;  // when this rank hosts it (HORA_ROOT)
     if (!l.idHex.empty()) {
-      id = UniqueId::fromHex(l.idHex);
-    } else if (!l.root.empty()) {
-      if (l.secretHex.size() != 2 * kSecretBytes)
-        fail(Errc::InvalidArgument, "HORA_ROOT needs HORA_SECRET: %zu hex digits shared by every rank "
-             "(e.g. from `openssl rand -hex 32`)", 2 * kSecretBytes);
-      for (size_t i = 0; i < kSecretBytes; ++i) {
-        unsigned v;
-        if (sscanf(l.secretHex.c_str() + 2 * i, "%2x", &v) != 1 || !isxdigit(l.secretHex[2 * i]) ||
-            !isxdigit(l.secretHex[2 * i + 1]))
-          fail(Errc::InvalidArgument, "HORA_SECRET holds a non-hex character");
-        id.secret.bytes[i] = static_cast<uint8_t>(v);
+      try {
+        id = UniqueId::fromHex(l.idHex);
+      } catch (const Error& e) {
+        fail(Errc::InvalidArgument, "HORA_ID='%.24s%s' is invalid: %s (hora-run sets it; to name a rendezvous by "
+             "address use HORA_ROOT=host:port)", l.idHex.c_str(), l.idHex.size() > 24 ? "..." : "", e.what());
       }
-      id.root = SockAddr::parse(l.root);
+    } else if (!l.root.empty()) {
+      id.secret = parseSecret(l);
+      try {
+        id.root = SockAddr::parse(l.root);
+      } catch (const Error& e) {
+        fail(Errc::InvalidArgument, "the rendezvous address '%s' (from %s) is invalid: %s", l.root.c_str(),
+             l.rootFrom.c_str(), e.what());
+      }
       if (l.rank == 0) {
         // Rank 0 hosts the rendezvous at that address, so it must be one of this host's: a
         // test bind says (any 127.x address and ::1 included). Elsewhere every rank would wait
@@ -245,16 +248,23 @@ HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
             if (a.size() > 2 && a.compare(a.size() - 2, 2, ":0") == 0) a.resize(a.size() - 2);
             mine += (mine.empty() ? "" : ", ") + i.name + " " + a;
           }
-          fail(Errc::InvalidUsage, "the rendezvous address %s (HORA_ROOT, or MASTER_ADDR:MASTER_PORT): rank 0 hosts "
-               "it, but %s is not an address of this host (%s): %s; this host's addresses: %s", l.root.c_str(),
+          fail(Errc::InvalidUsage, "the rendezvous address %s (from %s): rank 0 hosts it, but %s is not an address "
+               "of this host (%s): %s; this host's addresses: %s", l.root.c_str(), l.rootFrom.c_str(),
                id.root.str().c_str(), log::hostName(), strerror(err), mine.empty() ? "none" : mine.c_str());
         }
-        bind = id.root;        rendezvous = std::make_shared<RendezvousEnd>();
-        startRendezvous(bind, id.secret, config().timeout, rendezvous);
+        rendezvous = std::make_shared<RendezvousEnd>();
+        try {
+          startRendezvous(id.root, id.secret, config().timeout, rendezvous);
+        } catch (const Error& e) {
+          fail(e.code(), "rank 0 cannot host the rendezvous at %s (from %s): %s%s", l.root.c_str(),
+               l.rootFrom.c_str(), e.what(),
+               strstr(e.what(), "in use") ? "; another process holds that port: choose another with "
+                                            "HORA_ROOT=host:port" : "");
+        }
       }
     } else {
-      fail(Errc::InvalidArgument, "no rendezvous in the environment: set HORA_ID (hora-run does), or "
-           "HORA_ROOT=host:port (or MASTER_ADDR/MASTER_PORT) with HORA_SECRET");
+      fail(Errc::InvalidArgument, "no rendezvous in the environment for rank %d of %d (from %s): %s", l.rank, l.size,
+           l.launcher.c_str(), l.rendezvousHint.c_str());
     }
     initRank(comm, l.size, id, l.rank, optionsFrom(nullptr));
     // The rendezvous lives in this process: return only once it has served every rank (each

@@ -45,8 +45,9 @@ const Variable kVariables[] = {
     {"HORA_LOCAL_RANK", "", "rank among this host's ranks (set by hora-run)"},
     {"HORA_LOCAL_SIZE", "", "number of ranks on this host (set by hora-run)"},
     {"HORA_ID", "", "unique id as 256 hex digits (set by hora-run)"},
-    {"HORA_ROOT", "", "host:port where rank 0 hosts the rendezvous (instead of HORA_ID)"},
-    {"HORA_SECRET", "", "64 hex digits shared by all ranks, required with HORA_ROOT"},
+    {"HORA_ROOT", "", "host:port where rank 0 hosts the rendezvous (instead of HORA_ID; default under torchrun and srun: derived, see Launching)"},
+    {"HORA_SECRET", "", "64 hex digits shared by all ranks, required with HORA_ROOT, MASTER_ADDR or srun"},
+    {"HORA_SECRET_FILE", "", "a file holding HORA_SECRET's 64 hex digits (e.g. on a shared file system)"},
     {"HORA_RUN_GRACE_S", "5", "hora-run: seconds between SIGTERM and SIGKILL when stopping ranks"},
     {"HORA_LIBRARY", "", "Python package: path of libhora.so to load"},
     {"HORA_FUSION_THRESHOLD", "67108864", "hora.torch: bytes of the tensor-fusion buffer (0: no fusion)"},
@@ -73,27 +74,16 @@ std::string upper(std::string s) {
   return s;
 }
 
-std::string trim(const std::string& s) {
+}  // namespace
+
+std::string trimBlanks(const std::string& s) {
   size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
   return a == std::string::npos ? "" : s.substr(a, b - a + 1);
 }
 
-std::vector<std::string> splitList(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t end = s.find(',', start);
-    if (end == std::string::npos) end = s.size();
-    std::string item = trim(s.substr(start, end - start));
-    if (!item.empty()) out.push_back(item);
-    start = end + 1;
-  }
-  return out;
-}
-
-long long parseInt(const char* name, const std::string& v, long long lo, long long hi,
-                   const char* expected) {
-  std::string t = trim(v);
+long long parseIntVariable(const char* name, const std::string& v, long long lo, long long hi,
+                           const char* expected) {
+  std::string t = trimBlanks(v);
   char* end = nullptr;
   errno = 0;
   long long x = strtoll(t.c_str(), &end, 10);
@@ -101,9 +91,24 @@ long long parseInt(const char* name, const std::string& v, long long lo, long lo
   return x;
 }
 
+namespace {
+
+std::vector<std::string> splitList(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    std::string item = trimBlanks(s.substr(start, end - start));
+    if (!item.empty()) out.push_back(item);
+    start = end + 1;
+  }
+  return out;
+}
+
 long long parseBytes(const char* name, const std::string& v, long long lo, long long hi,
                      const char* expected) {
-  std::string t = trim(v);
+  std::string t = trimBlanks(v);
   long long mult = 1;
   if (!t.empty()) {
     char last = static_cast<char>(toupper(static_cast<unsigned char>(t.back())));
@@ -143,7 +148,7 @@ EnvLookup processEnv() {
 Config parseConfig(const EnvLookup& env) {
   Config c;
   if (auto v = env("HORA_DEBUG")) {
-    std::string u = upper(trim(*v));
+    std::string u = upper(trimBlanks(*v));
     if (u == "NONE") c.debugLevel = log::Level::None;
     else if (u == "WARN") c.debugLevel = log::Level::Warn;
     else if (u == "INFO") c.debugLevel = log::Level::Info;
@@ -171,17 +176,17 @@ Config parseConfig(const EnvLookup& env) {
     c.debugSubsys = (anyInclude ? include : log::kAll) & ~exclude;
   }
   if (auto v = env("HORA_DEBUG_FILE")) {
-    if (trim(*v).empty()) bad("HORA_DEBUG_FILE", *v, "a file name (%h: host name, %p: pid)");
+    if (trimBlanks(*v).empty()) bad("HORA_DEBUG_FILE", *v, "a file name (%h: host name, %p: pid)");
     c.debugFile = *v;
   }
   if (auto v = env("HORA_TIMEOUT_MS"))
-    c.timeout = std::chrono::milliseconds(parseInt("HORA_TIMEOUT_MS", *v, 1, 365LL * 24 * 3600 * 1000,
+    c.timeout = std::chrono::milliseconds(parseIntVariable("HORA_TIMEOUT_MS", *v, 1, 365LL * 24 * 3600 * 1000,
                                                    "a positive number of milliseconds"));
   if (auto v = env("HORA_SOCKET_IFNAME")) {
     std::vector<std::string> items = splitList(*v);
     if (items.empty() || std::any_of(items.begin(), items.end(), [](const std::string& i) { return i == "^" || i == "="; }))
       bad("HORA_SOCKET_IFNAME", *v, "interface names (prefix, =exact, ^exclude)");
-    c.socketIfname = trim(*v);
+    c.socketIfname = trimBlanks(*v);
   }
   {
     // The transports of this build (transports/registry.h) that HORA_TRANSPORTS may name.
@@ -213,11 +218,11 @@ Config parseConfig(const EnvLookup& env) {
   }
   if (auto v = env("HORA_ALGO")) {
     c.algoForced = coll::parseForced(*v);  // throws, naming what is available
-    c.algo = trim(*v);
+    c.algo = trimBlanks(*v);
     for (char& ch : c.algo) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
   }
   if (auto v = env("HORA_TUNE_FILE")) {
-    c.tuneFile = trim(*v);
+    c.tuneFile = trimBlanks(*v);
     FILE* f = fopen(c.tuneFile.c_str(), "re");
     if (!f) fail(Errc::InvalidArgument, "HORA_TUNE_FILE='%s' cannot be read: %s", v->c_str(), strerror(errno));
     std::string text;
@@ -227,65 +232,27 @@ Config parseConfig(const EnvLookup& env) {
     c.costs = coll::parseCosts(text, "HORA_TUNE_FILE " + c.tuneFile);
   }
   if (auto v = env("HORA_NSOCKS_PERPEER"))
-    c.nsocksPerPeer = static_cast<int>(parseInt("HORA_NSOCKS_PERPEER", *v, 1, 16, "an integer from 1 to 16"));
+    c.nsocksPerPeer = static_cast<int>(parseIntVariable("HORA_NSOCKS_PERPEER", *v, 1, 16, "an integer from 1 to 16"));
   if (auto v = env("HORA_CHUNK_BYTES"))
     c.chunkBytes = static_cast<size_t>(parseBytes("HORA_CHUNK_BYTES", *v, 4096, 64LL << 20,
                                                   "a size from 4096 to 64M (K and M suffixes allowed)"));
   if (auto v = env("HORA_HIER_STAGE")) {
-    const std::string b = trim(*v);
+    const std::string b = trimBlanks(*v);
     if (b != "0" && b != "1") bad("HORA_HIER_STAGE", *v, "0 or 1");
     c.hierStage = b == "1";
   }
   if (auto v = env("HORA_KERNEL_ISA")) {
-    std::string a = trim(*v);
+    std::string a = trimBlanks(*v);
     for (char& ch : a) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
     if (a != "auto" && a != "scalar" && a != "avx2" && a != "avx512")
       bad("HORA_KERNEL_ISA", *v, "auto, scalar, avx2 or avx512");
     c.kernelIsa = a;
   }
   if (auto v = env("HORA_TOPO_FILE")) {
-    if (trim(*v).empty()) bad("HORA_TOPO_FILE", *v, "the path of an hwloc XML file");
+    if (trimBlanks(*v).empty()) bad("HORA_TOPO_FILE", *v, "the path of an hwloc XML file");
     c.topoFile = *v;
   }
   return c;
-}
-
-LaunchEnv parseLaunchEnv(const EnvLookup& env) {
-  LaunchEnv l;
-  auto firstOf = [&](std::initializer_list<const char*> names, const char** which) -> std::optional<std::string> {
-    for (const char* n : names)
-      if (auto v = env(n)) {
-        *which = n;
-        return v;
-      }
-    return std::nullopt;
-  };
-  const char* sizeVar = nullptr;
-  const char* rankVar = nullptr;
-  if (auto v = firstOf({"HORA_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"}, &sizeVar))
-    l.size = static_cast<int>(parseInt(sizeVar, *v, 1, 1 << 20, "a positive number of ranks"));
-  if (auto v = firstOf({"HORA_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "RANK"}, &rankVar))
-    l.rank = static_cast<int>(parseInt(rankVar, *v, 0, (1 << 20) - 1, "a rank >= 0"));
-  if (auto v = env("HORA_ID")) l.idHex = trim(*v);
-  std::string rootFrom;
-  if (auto v = env("HORA_ROOT")) {
-    l.root = trim(*v);
-    rootFrom = "HORA_ROOT";
-  } else if (auto a = env("MASTER_ADDR")) {
-    auto p = env("MASTER_PORT");
-    if (!p) fail(Errc::InvalidArgument, "MASTER_ADDR is set but MASTER_PORT is not");
-    l.root = trim(*a) + ":" + trim(*p);
-    rootFrom = "MASTER_ADDR:MASTER_PORT";
-  }
-  if (auto v = env("HORA_SECRET")) l.secretHex = trim(*v);
-  std::vector<std::string> from;
-  if (rankVar) from.push_back(std::string("rank from ") + rankVar);
-  if (sizeVar) from.push_back(std::string("size from ") + sizeVar);
-  // HORA_ID wins over a root (api.cc); the id itself holds the secret, so it is never shown.
-  if (!l.idHex.empty()) from.push_back("rendezvous from HORA_ID");
-  else if (!l.root.empty()) from.push_back("rendezvous from " + rootFrom + " (" + l.root + ")");
-  for (const std::string& f : from) l.source += (l.source.empty() ? "" : ", ") + f;
-  return l;
 }
 
 std::vector<std::string> unknownVariables(const std::vector<std::string>& names) {

@@ -33,26 +33,16 @@ struct Config {
   std::string topoFile;  // HORA_TOPO_FILE: an hwloc XML file; empty: this machine
 };
 
-// What a launcher tells a rank (horaCommInitFromEnv).
-struct LaunchEnv {
-  int rank = -1;
-  int size = -1;
-  std::string idHex;   // HORA_ID
-  std::string root;    // HORA_ROOT (host:port)
-  std::string secretHex;  // HORA_SECRET
-  // Which variables gave the rank, the size and the rendezvous, for the log: e.g. "rank from
-  // SLURM_PROCID, size from SLURM_NTASKS, rendezvous from MASTER_ADDR:MASTER_PORT (node7:29500)".
-  std::string source;
-};
-
 using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
 EnvLookup processEnv();
 
 // Parses the library's settings; throws Error(InvalidArgument) on the first bad value.
 Config parseConfig(const EnvLookup& env);
-// Parses the launcher's variables (HORA_RANK, HORA_SIZE, HORA_ID, HORA_ROOT, HORA_SECRET), and
-// the Slurm / Open MPI / torchrun equivalents when HORA_* are absent.
-LaunchEnv parseLaunchEnv(const EnvLookup& env);
+// A variable's value without leading and trailing blanks; an integer variable in [lo, hi],
+// or Error(InvalidArgument) "NAME='value' is invalid: expected <expected>".
+std::string trimBlanks(const std::string& s);
+long long parseIntVariable(const char* name, const std::string& v, long long lo, long long hi,
+                           const char* expected);
 
 // Names of HORA_* variables in `names` that Hora does not know, each with a suggestion.
 std::vector<std::string> unknownVariables(const std::vector<std::string>& names);
