@@ -2,6 +2,7 @@
 # A forced algorithm that cannot run across hosts: HORA_ALGO=allreduce:flat (the shared stage,
 # one host only) on 2 hosts fails the call on every rank, saying why and naming the algorithms
 # that could run it, each one of the registry's (as HORA_ALGO=nonsense lists them) and not flat.
+# Then HORA_SOCKET_IFNAME=lo across hosts: every rank says a loopback address was advertised.
 #   test_forced.sh HORA_NETNS MH_RANK
 NETNS=$1 RANK_BIN=$2
 . "${0%/*}/lib.sh" || exit 1
@@ -32,4 +33,16 @@ for layout in "0 1" "0 1 1 0"; do
   mh_check_links forced
   echo "hosts of ranks $layout: rank 0: $(mh_fact forced 0 error)"
 done
+
+# HORA_SOCKET_IFNAME=lo across hosts: every rank fails init saying that a loopback address was
+# advertised to a rank on another host (not a connection refused, or a peer's timeout).
+HORA_SOCKET_IFNAME=lo mh_start lo "0 1" one
+mh_wait
+for r in 0 1; do
+  [ "${MH_STATUS[$r]}" -ne 0 ] || fail "HORA_SOCKET_IFNAME=lo: rank $r succeeded across hosts"
+  text=$(mh_fact lo $r error)
+  [[ "$text" == *"rank 0 ("*") advertised the loopback address 127.0.0.1:"*" for TCP to rank 1 ("*"), on another host, which cannot reach it: choose with HORA_SOCKET_IFNAME"* ]] ||
+    fail "HORA_SOCKET_IFNAME=lo: rank $r does not say a loopback address was advertised: $(mh_log lo $r | tail -3)"
+done
+echo "HORA_SOCKET_IFNAME=lo: $(mh_fact lo 1 error)"
 echo ok

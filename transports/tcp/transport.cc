@@ -30,9 +30,22 @@ class TcpTransport final : public transport::Transport {
     if (self.rank == peer.rank) return 0;
     uint32_t theirs = 0;
     addressOf(peer, &theirs);
+    const SockAddr theirAddress = addressOf(peer, &theirs);
     if (static_cast<int>(theirs) != nsocks_)
       fail(Errc::InvalidUsage, "HORA_NSOCKS_PERPEER differs across ranks: %s has %u, this rank %d", peer.name.c_str(),
            theirs, nsocks_);
+    // A loopback address reaches only its own host: a rank on another host would connect to
+    // itself (or to nobody) there. Both ends of the pair say it alike, naming the rank that
+    // advertised it (the lower one, if both did).
+    const SockAddr mine = endpoint_->address();
+    if (peer.hostId != self.hostId && (mine.isLoopback() || theirAddress.isLoopback())) {
+      const bool selfAdvertised = mine.isLoopback() && (!theirAddress.isLoopback() || self.rank < peer.rank);
+      const transport::PeerView& adv = selfAdvertised ? self : peer;
+      const transport::PeerView& other = selfAdvertised ? peer : self;
+      fail(Errc::InvalidUsage, "%s advertised the loopback address %s for TCP to %s, on another host, which cannot "
+           "reach it: choose with HORA_SOCKET_IFNAME an interface that every host reaches", adv.name.c_str(),
+           (selfAdvertised ? mine : theirAddress).str().c_str(), other.name.c_str());
+    }
     return 1;
   }
 
