@@ -9,6 +9,7 @@ import atexit
 import ctypes
 import os
 import socket
+import sys
 import threading
 
 from hora import _core as C
@@ -55,17 +56,81 @@ def _host_layout(comm):
 
 
 # Variables by which a launcher tells a process its rank; without any of them, init() runs
-# alone (size 1), as a script started by hand does under Horovod.
+# alone (size 1), as a script started by hand does under Horovod. (A Slurm batch script is
+# not a launcher of its processes: srun is, and sets SLURM_STEP_ID.)
 _LAUNCHER_VARS = ("HORA_RANK", "HORA_SIZE", "HORA_ID", "HORA_ROOT", "OMPI_COMM_WORLD_SIZE",
-                  "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID", "WORLD_SIZE", "RANK")
+                  "PMI_SIZE", "PMIX_RANK", "SLURM_STEP_ID", "WORLD_SIZE", "RANK")
+_store_inits = 0      # unique ids passed through torch's store so far (one key each)
+
+
+def _info(text):
+    if os.environ.get("HORA_DEBUG", "").strip().upper() in ("INFO", "TRACE"):
+        print("%s:%d hora.torch INFO %s" % (socket.gethostname(), os.getpid(), text),
+              file=sys.stderr, flush=True)
+
+
+def _id_through_torch_store():
+    """Under torchrun, with no Hora rendezvous of its own: a unique id from rank 0, through torch's
+    store, as NCCL's and Gloo's backends get theirs. The store is the default process group's
+    when torch.distributed is initialised, else torchrun's agent store at MASTER_ADDR:MASTER_PORT,
+    else one that rank 0 hosts beside MASTER_PORT (MASTER_PORT + 10000, as horaCommInitFromEnv
+    would). Returns the id's hex, or None where that does not apply (not torchrun, or the
+    environment names a rendezvous itself)."""
+    global _store_inits
+    env = os.environ
+    if "TORCHELASTIC_RUN_ID" not in env or any(
+            v in env for v in ("HORA_ID", "HORA_ROOT", "HORA_RANK", "HORA_SIZE")):
+        return None
+    import datetime
+    import torch.distributed as dist
+    rank, size = int(env["RANK"]), int(env["WORLD_SIZE"])
+    timeout = datetime.timedelta(milliseconds=int(env.get("HORA_TIMEOUT_MS", "600000")))
+    prefix = "hora/unique_id/%s/%d" % (env.get("TORCHELASTIC_RESTART_COUNT", "0"), _store_inits)
+    _store_inits += 1
+    if dist.is_available() and dist.is_initialized():
+        store, where = dist.distributed_c10d._get_default_store(), "the default process group's store"
+    else:
+        addr, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
+        if env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true":
+            store = dist.TCPStore(addr, port, size, False, timeout)
+            where = "torchrun's agent store at %s:%d (MASTER_ADDR, MASTER_PORT)" % (addr, port)
+        else:
+            port = port + 10000 if port + 10000 <= 65535 else port - 10000
+            store = dist.TCPStore(addr, port, size, rank == 0, timeout)
+            where = ("a store rank 0 hosts at %s:%d (MASTER_ADDR, MASTER_PORT + 10000: MASTER_PORT "
+                     "is torch's)" % (addr, port))
+    if rank == 0:
+        uid = C.unique_id()
+        store.set(prefix, uid)
+    else:
+        uid = store.get(prefix)
+    # Rank 0 keeps a store it hosts until every rank has read the id.
+    store.set("%s/read/%d" % (prefix, rank), b"1")
+    if rank == 0:
+        store.wait(["%s/read/%d" % (prefix, r) for r in range(size)], timeout)
+    _info("the unique id comes through %s under key %s" % (where, prefix))
+    return bytes(uid).hex()
 
 
 def _launcher_comm():
     try:
-        return C.Comm.from_env()
+        uid = _id_through_torch_store()
+        if uid is None:
+            return C.Comm.from_env()
+        # horaCommInitFromEnv still takes rank and size from the launchers, with all its
+        # checks; only the rendezvous is the id just exchanged.
+        os.environ["HORA_ID"] = uid
+        try:
+            return C.Comm.from_env()
+        finally:
+            del os.environ["HORA_ID"]
     except C.HoraError:
         if any(v in os.environ for v in _LAUNCHER_VARS):
             raise
+    tasks = os.environ.get("SLURM_NTASKS", "1")
+    if "SLURM_JOB_ID" in os.environ and tasks.isdigit() and int(tasks) > 1:
+        print("hora.torch WARN: running alone (size 1) in a Slurm job of %s tasks without a step: "
+              "start the ranks with srun to run them as one job" % tasks, file=sys.stderr, flush=True)
     return C.Comm.init_rank(1, C.unique_id(), 0)
 
 
