@@ -266,7 +266,14 @@ HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
       fail(Errc::InvalidArgument, "no rendezvous in the environment for rank %d of %d (from %s): %s", l.rank, l.size,
            l.launcher.c_str(), l.rendezvousHint.c_str());
     }
-    initRank(comm, l.size, id, l.rank, optionsFrom(nullptr));
+    try {
+      initRank(comm, l.size, id, l.rank, optionsFrom(nullptr));
+    } catch (const Error& e) {
+      // A rank that cannot reach the rendezvous names its address; say where that came from,
+      // in the variables this job set (MASTER_ADDR, SLURM_STEP_NODELIST, ...).
+      if (l.rootFrom.empty() || !strstr(e.what(), id.root.str().c_str())) throw;
+      fail(e.code(), "%s (the rendezvous address %s came from %s)", e.what(), l.root.c_str(), l.rootFrom.c_str());
+    }
     // The rendezvous lives in this process: return only once it has served every rank (each
     // leaves right after the last barrier), or a rank 0 that exits at once (a failed first
     // call, a short job) would take it away from a rank still waiting for its last answer.

@@ -95,6 +95,10 @@ grep -q "error: horaCommInitFromEnv: the rendezvous at 127.0.0.1:39500 (from MAS
   fail "torchrun without a secret: the text does not name MASTER_ADDR/MASTER_PORT"
 grep -q "HORA_ROOT" "$out/nosecret" && fail "torchrun without a secret: the text names HORA_ROOT"
 port=$(free_port)
+rank unreached TORCHELASTIC_RUN_ID=t RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port HORA_SECRET="$secret" \
+  HORA_TIMEOUT_MS=3000 && fail "rank 1 joined a rendezvous nobody hosts"
+grep -q "error: horaCommInitFromEnv: .*joining the rendezvous at 127.0.0.1:$((port + 10000)), which rank 0 hosts.* (the rendezvous address 127.0.0.1:$((port + 10000)) came from MASTER_ADDR and MASTER_PORT)" "$out/unreached" ||
+  fail "a rank that cannot reach the rendezvous under torchrun: the text does not name MASTER_ADDR/MASTER_PORT"
 hold_port $((port + 10000))
 rank inuse TORCHELASTIC_RUN_ID=t RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port HORA_SECRET="$secret" &&
   fail "rank 0 hosted a rendezvous on a port someone holds"
