@@ -145,3 +145,54 @@ TEST_CASE("error strings and destroy/abort of NULL", "[api]") {
   CHECK(horaCommAbort(nullptr) == horaSuccess);
   CHECK(horaGetLastError(nullptr) != nullptr);
 }
+
+// A handle that is not a live communicator (a wild pointer, readable memory that is not a
+// communicator, one destroyed before) is an error in every entry point that takes one, never a
+// crash: handles are checked against the live communicators before they are touched.
+TEST_CASE("wild and destroyed communicator handles are errors, not crashes", "[api]") {
+  horaComm_t real = nullptr;
+  REQUIRE(horaCommInitAll(&real, 1, nullptr) == horaSuccess);
+  horaComm_t dead = nullptr;
+  REQUIRE(horaCommInitAll(&dead, 1, nullptr) == horaSuccess);
+  REQUIRE(horaCommDestroy(dead) == horaSuccess);
+  alignas(64) static unsigned char garbage[4096];
+  memset(garbage, 0xa5, sizeof garbage);
+  const horaComm_t wild[] = {reinterpret_cast<horaComm_t>(0x10), reinterpret_cast<horaComm_t>(garbage), dead,
+                             reinterpret_cast<horaComm_t>(reinterpret_cast<char*>(real) + 8)};
+  const horaResult_t IA = horaInvalidArgument;
+  float buf[8] = {0}, out[8] = {0};
+  int v = 0;
+  horaResult_t async = horaSuccess;
+  horaRedOp_t op;
+  float scalar = 2;
+  for (horaComm_t w : wild) {
+    INFO("handle " << static_cast<void*>(w));
+    CHECK(horaCommCount(w, &v) == IA);
+    CHECK(std::string(horaGetLastError(nullptr)).find("is not a live communicator") != std::string::npos);
+    CHECK(horaCommUserRank(w, &v) == IA);
+    CHECK(horaCommCuDevice(w, &v) == IA);
+    CHECK(horaCommGetAsyncError(w, &async) == IA);
+    CHECK(horaCommFinalize(w) == IA);
+    CHECK(horaAllReduce(buf, out, 8, horaFloat, horaSum, w, nullptr) == IA);
+    CHECK(horaBroadcast(buf, out, 8, horaFloat, 0, w, nullptr) == IA);
+    CHECK(horaReduce(buf, out, 8, horaFloat, horaSum, 0, w, nullptr) == IA);
+    CHECK(horaAllGather(buf, out, 1, horaFloat, w, nullptr) == IA);
+    CHECK(horaReduceScatter(buf, out, 1, horaFloat, horaSum, w, nullptr) == IA);
+    CHECK(horaAllToAll(buf, out, 1, horaFloat, w, nullptr) == IA);
+    CHECK(horaBarrier(w, nullptr) == IA);
+    CHECK(horaSend(buf, 1, horaFloat, 0, w, nullptr) == IA);
+    CHECK(horaRecv(buf, 1, horaFloat, 0, w, nullptr) == IA);
+    horaComm_t sub = nullptr;
+    CHECK(horaCommSplit(w, 0, 0, &sub, nullptr) == IA);
+    CHECK(horaRedOpCreatePreMulSum(&op, &scalar, horaFloat, horaScalarHostImmediate, w) == IA);
+    CHECK(horaRedOpDestroy(static_cast<horaRedOp_t>(5), w) == IA);
+    CHECK(std::strlen(horaGetLastError(w)) > 0);
+    CHECK(horaCommDestroy(w) == IA);
+    CHECK(horaCommAbort(w) == IA);
+  }
+  // The real one was never disturbed.
+  CHECK(horaCommCount(real, &v) == horaSuccess);
+  CHECK(v == 1);
+  CHECK(horaAllReduce(buf, out, 8, horaFloat, horaSum, real, nullptr) == horaSuccess);
+  CHECK(horaCommDestroy(real) == horaSuccess);
+}

@@ -30,8 +30,9 @@ void setLastError(horaComm* comm, const std::string& text) {
 
 horaComm* checkComm(horaComm_t comm) {
   if (!comm) fail(Errc::InvalidArgument, "comm is NULL");
-  if (comm->magic != horaComm::kMagic)
-    fail(Errc::InvalidArgument, "comm is not a live communicator (destroyed, or not made by horaCommInit*)");
+  if (!horaComm::isLive(comm) || comm->magic != horaComm::kMagic)
+    fail(Errc::InvalidArgument, "comm %p is not a live communicator (destroyed, or not made by horaCommInit*)",
+         static_cast<void*>(comm));
   return comm;
 }
 

@@ -19,7 +19,7 @@ void setLastError(horaComm* comm, const std::string& text);
 const char* tLastErrorText();
 
 // The communicator if it is a live one, else nullptr (for error reporting only).
-inline horaComm* liveComm(horaComm* c) { return c && c->magic == horaComm::kMagic ? c : nullptr; }
+inline horaComm* liveComm(horaComm* c) { return horaComm::isLive(c) && c->magic == horaComm::kMagic ? c : nullptr; }
 
 // Counts the threads inside an entry point on a communicator, so that horaCommAbort can wait
 // until every other caller has stopped touching it before it frees it.

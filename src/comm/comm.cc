@@ -7,6 +7,8 @@
 #include <map>
 #include <cstring>
 #include <mutex>
+#include <shared_mutex>
+#include <unordered_set>
 
 #include "base/host.h"
 #include "hora.h"
@@ -301,7 +303,32 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
   return c;
 }
 
-horaComm::~horaComm() { magic = kDead; }
+namespace {
+
+std::shared_mutex gLiveMu;
+std::unordered_set<const void*>& liveComms() {
+  static auto* s = new std::unordered_set<const void*>();  // never destroyed: calls may come at exit
+  return *s;
+}
+
+}  // namespace
+
+horaComm::horaComm() {
+  std::unique_lock<std::shared_mutex> lock(gLiveMu);
+  liveComms().insert(this);
+}
+
+horaComm::~horaComm() {
+  magic = kDead;
+  std::unique_lock<std::shared_mutex> lock(gLiveMu);
+  liveComms().erase(this);
+}
+
+bool horaComm::isLive(const void* p) noexcept {
+  if (!p) return false;
+  std::shared_lock<std::shared_mutex> lock(gLiveMu);
+  return liveComms().count(p) != 0;
+}
 
 void horaComm::check() const {
   int e = asyncError_.load(std::memory_order_acquire);

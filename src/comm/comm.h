@@ -87,6 +87,11 @@ struct horaComm {
                                           const hora::CommOptions& opts);
   ~horaComm();
 
+  // Whether p is a communicator that exists now: the process's live ones are kept in a set, so
+  // a handle is checked without touching the memory it points at (a destroyed communicator, or
+  // a wild pointer, must be an error and not a crash).
+  static bool isLive(const void* p) noexcept;
+
   bool valid() const { return magic == kMagic; }
 
   // Runs calls now (not in a group): the whole group API goes through runCalls().
@@ -155,7 +160,7 @@ struct horaComm {
   std::array<CachedPlan, 64> planCache{};
 
  private:
-  horaComm() = default;
+  horaComm();  // registers it as live (isLive)
   std::atomic<int> asyncError_{0};
   mutable std::mutex mu_;
   std::string errorText_;
