@@ -441,12 +441,14 @@ case_bindnuma() {
 }
 
 # job_bg NAME ARGS...: hora-run in the background, output in $WORK/NAME.out and NAME.err, its
-# pid in $JOB_PID (env execs hora-run: the pid is hora-run's) and in JOBS. Collect with job_wait.
+# pid in $JOB_PID (env and taskset exec hora-run: the pid is hora-run's) and in JOBS. Collect
+# with job_wait. With JOB_CPUS set, hora-run runs confined to those CPUs (taskset -c).
 JOBS=()
 job_bg() {
-  local name=$1
+  local name=$1 confine=()
   shift
-  env HR_TEST_TOKEN="$TOKEN" "$HR" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+  [ -n "${JOB_CPUS:-}" ] && confine=(taskset -c "$JOB_CPUS")
+  "${confine[@]}" env HR_TEST_TOKEN="$TOKEN" "$HR" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
   JOB_PID=$!
   JOBS+=("$JOB_PID")
 }
@@ -520,6 +522,30 @@ two_jobs() {
 case_beside() { two_jobs beside; }
 case_together() { two_jobs together; }
 
+# A job confined to CPU 1 (taskset) binds there and claims only CPU 1: a job beside it binds to
+# another CPU, without a word about CPUs taken.
+case_mask() {
+  local pid_a pid_b b
+  if [ "$(nproc)" -lt 2 ] || ! taskset -c 1 true 2>/dev/null; then
+    echo "# CPU 1 is not ours: nothing to confine to"; return 0
+  fi
+  new_dir a >/dev/null && new_dir b >/dev/null
+  JOB_CPUS=1 job_bg a -n 1 "${GUARD[@]}" "$HELPER" affinity "$WORK/a"
+  pid_a=$JOB_PID
+  wait_files "$WORK/a" cpus.0
+  [ "$(cpus_of "$WORK/a" 0)" = 1 ] || fail "the confined job's rank is on CPUs '$(cpus_of "$WORK/a" 0)', not 1"
+  job_bg b -n 1 "${GUARD[@]}" "$HELPER" affinity "$WORK/b"
+  pid_b=$JOB_PID
+  wait_files "$WORK/b" cpus.0
+  b=$(cpus_of "$WORK/b" 0)
+  [[ $b =~ ^[0-9]+$ ]] || fail "the job beside it is on CPUs '$b', not one CPU: $(cat "$WORK/b.err")"
+  [ "$b" != 1 ] || fail "the job beside it is on CPU 1 too"
+  grep -q 'taken' "$WORK/b.err" && fail "the job beside it found CPUs taken: $(cat "$WORK/b.err")"
+  touch "$WORK/a/exit" "$WORK/b/exit"
+  job_wait "$pid_a" a
+  job_wait "$pid_b" b
+}
+
 # The claim dies with its job: after hora-run is SIGKILLed, a new job gets the CPUs it had.
 case_reclaim() {
   local a c r pid_a pid_c
@@ -561,13 +587,17 @@ case_claimfile() {
   expect_rc 0
   [ "$(grep -c "Cpus_allowed_list:[[:space:]]*$mine\$" "$WORK/out")" -eq 2 ] || fail "HORA_RUN_BIND=none bound the ranks"
   [ -e "$dir/none" ] && fail "an unbound job made a claim file"
+  # HORA_DEBUG=INFO: where the ranks went.
+  HORA_DEBUG=INFO HORA_RUN_CPU_CLAIMS="$dir/cpus" hr -n 2 --bind core "${GUARD[@]}" true
+  expect_rc 0
+  expect_grep err "^hora-run: rank 0 on CPU [0-9]+, rank 1 on CPU [0-9]+ \(claimed in $dir/cpus\)\$"
   HORA_RUN_BIND=bogus hr -n 1 "${GUARD[@]}" true
   expect_rc 0
   expect_grep err "^hora-run: ignoring HORA_RUN_BIND='bogus': expected core, numa or none\$"
 }
 
 ALL_CASES=(env width args lines partial noprefix exitstatus killed sigterm sigint escalate grace
-  timeout noexec usage fds bind bindnuma beside together reclaim claimfile)
+  timeout noexec usage fds bind bindnuma beside together mask reclaim claimfile)
 
 [ $# -gt 0 ] || set -- "${ALL_CASES[@]}"
 for CASE in "$@"; do
