@@ -232,7 +232,7 @@ TEST_CASE("unknownVariables: known names and non-HORA names are not flagged", "[
       "HORA_DEBUG",      "HORA_DEBUG_SUBSYS", "HORA_DEBUG_FILE",     "HORA_TIMEOUT_MS",    "HORA_SOCKET_IFNAME",
       "HORA_TRANSPORTS", "HORA_ALGO",         "HORA_NSOCKS_PERPEER", "HORA_CHUNK_BYTES",   "HORA_KERNEL_ISA",
       "HORA_RANK",       "HORA_SIZE",         "HORA_LOCAL_RANK",     "HORA_LOCAL_SIZE",    "HORA_ID",
-      "HORA_ROOT",       "HORA_SECRET",       "HORA_RUN_GRACE_S",
+      "HORA_ROOT",       "HORA_SECRET",       "HORA_RUN_GRACE_S",    "HORA_RUN_BIND",      "HORA_RUN_CPU_CLAIMS",
   };
   CHECK(unknownVariables(known).empty());
   CHECK(unknownVariables({"PATH", "HOME", "NCCL_DEBUG", "HORA", "hora_debug", "XHORA_DEBUG", "RANK"}).empty());

@@ -267,6 +267,27 @@ TEST_CASE("topology: a synthetic machine from an XML file", "[topo]") {
   CHECK(cpusetFor(CpuLayout{}, Bind::Numa, 0).empty());
 }
 
+TEST_CASE("withoutCpus: another job's CPUs are left out, its cores go last", "[topo]") {
+  // Two cores of two PUs on node 0, two on node 1; another job has PU 0 (core 0) and core 2.
+  CpuLayout layout;
+  layout.cores = {{0, 1}, {2, 3}, {4, 5}, {6, 7}};
+  layout.numa = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+  CpuLayout left = withoutCpus(layout, {0, 4, 5});
+  CHECK(left.cores == (std::vector<std::vector<int>>{{2, 3}, {6, 7}, {1}}));
+  CHECK(left.numa == (std::vector<std::vector<int>>{{1, 2, 3}, {6, 7}}));
+  // Ranks take the free cores first, and a core the other job uses only after them.
+  CHECK(cpusetFor(left, Bind::Core, 0) == std::vector<int>{2});
+  CHECK(cpusetFor(left, Bind::Core, 1) == std::vector<int>{6});
+  CHECK(cpusetFor(left, Bind::Core, 2) == std::vector<int>{1});
+  CHECK(cpusetFor(left, Bind::Numa, 1) == std::vector<int>{6, 7});
+  // Nothing taken: the same layout; everything taken: none.
+  CHECK(withoutCpus(layout, {}).cores == layout.cores);
+  CpuLayout none = withoutCpus(layout, {0, 1, 2, 3, 4, 5, 6, 7});
+  CHECK(none.cores.empty());
+  CHECK(none.numa.empty());
+  CHECK(cpusetFor(none, Bind::Core, 0).empty());
+}
+
 TEST_CASE("hora-topo --json reads HORA_TOPO_FILE", "[topo]") {
   TempDir dir;
   std::optional<std::string> file = makeSynthetic(dir);

@@ -1,6 +1,7 @@
 // hora-run: the local launcher. hora_run_main.cc reads the command line and makes the
-// rendezvous id; hora_run_job.cc starts the ranks, forwards their signals and decides
-// hora-run's exit status; hora_run_output.cc forwards their output.
+// rendezvous id; hora_run_cpus.cc chooses the ranks' CPUs and claims them from other jobs;
+// hora_run_job.cc starts the ranks, forwards their signals and decides hora-run's exit
+// status; hora_run_output.cc forwards their output.
 #pragma once
 #include <unistd.h>
 
@@ -83,6 +84,25 @@ struct JobSpec {
   bool prefix = true;                 // prefix output lines with "[rank] "
   std::vector<std::vector<int>> cpus; // per rank: the CPUs to bind it to, or none
 };
+
+// How to bind ranks (--bind, HORA_RUN_BIND). Auto: Core when every rank can have a CPU of its
+// own, else None.
+enum class BindMode { Auto, Core, Numa, None };
+
+// The ranks' CPUs, and the claim on them that other hora-runs of this host respect: byte-range
+// locks on one file shared by every user (HORA_RUN_CPU_CLAIMS, /dev/shm/hora-run.cpus by
+// default), held by `claim`'s open file. The kernel drops them when hora-run exits, however it
+// exits, so a claim never outlives its job.
+struct Placement {
+  std::vector<std::vector<int>> cpus;  // per rank: the CPUs to bind it to, or none
+  Fd claim;                            // keep open for the job's life
+};
+
+// Places nranks ranks on the CPUs hora-run may use (its own affinity mask, from taskset or a
+// cpuset) that no other Hora job of this host has claimed, and claims them. Says on stderr when
+// other jobs leave too few and the ranks run unbound or share CPUs; says where every rank went
+// when HORA_DEBUG is INFO or TRACE.
+Placement placeRanks(int nranks, BindMode bind);
 
 // Starts the ranks, runs until all of them are gone and returns hora-run's exit status.
 int runJob(const JobSpec& spec);

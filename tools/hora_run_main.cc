@@ -3,9 +3,9 @@
 //
 //   hora-run -n N [--timeout S] [--bind core|numa|none] [--no-prefix] [--] PROGRAM [ARGS...]
 //
-// This file reads the command line and makes the rendezvous id; hora_run_job.cc does the rest.
+// This file reads the command line and makes the rendezvous id; hora_run_cpus.cc places the
+// ranks on CPUs and hora_run_job.cc does the rest.
 #include <fcntl.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,10 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
 #include "hora.h"
 #include "hora_run.h"
-#include "topo/topology.h"
 
 extern char** environ;
 
@@ -41,6 +39,12 @@ const char kUsage[] =
     "rank's (128+signal if it was killed). SIGINT and SIGTERM are forwarded to all ranks; a\n"
     "second one kills them. The ranks' standard input is /dev/null.\n"
     "\n"
+    "The CPUs hora-run may use are those of its affinity mask (taskset, cpuset) that no other\n"
+    "Hora job of this host has claimed; it claims the ones it binds to for the job's life in\n"
+    "HORA_RUN_CPU_CLAIMS (default /dev/shm/hora-run.cpus). When other jobs leave too few for\n"
+    "one per rank, the ranks run unbound (with --bind core, share the CPUs left) and hora-run\n"
+    "says so. HORA_RUN_BIND=core|numa|none sets --bind's default.\n"
+    "\n"
     "options:\n"
     "  -n N, -np N    number of ranks, 1 to 1024\n"
     "  --timeout S    stop all ranks after S seconds (may be fractional) and exit 124\n"
@@ -55,17 +59,6 @@ const char kUsage[] =
 
 enum class ParseOutcome { Run, Help, Error };
 
-// The CPUs hora-run may run on, in order.
-std::vector<int> allowedCpus() {
-  std::vector<int> cpus;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  return cpus;
-}
-
 struct Options {
   ParseOutcome outcome = ParseOutcome::Error;
   std::string error;  // why, when outcome is Error
@@ -73,7 +66,7 @@ struct Options {
   double timeoutS = 0;
   std::string timeoutText;
   bool prefix = true;
-  enum class Bind { Auto, Core, Numa, None } bind = Bind::Auto;
+  std::optional<BindMode> bind;  // --bind, if given
   std::vector<std::string> argv;
 };
 
@@ -117,33 +110,11 @@ bool startsWith(const std::string& text, const char* prefix) {
   return text.rfind(prefix, 0) == 0;
 }
 
-// The allowed CPUs by core and NUMA node, from hwloc; if hwloc cannot read this machine, each
-// CPU as a core of its own in one node.
-topo::CpuLayout layoutOf(const std::vector<int>& cpus) {
-  try {
-    return topo::cpuLayout(cpus);
-  } catch (const Error& e) {
-    printError(std::string("binding without the topology: ") + e.what());
-    topo::CpuLayout flat;
-    for (int cpu : cpus) flat.cores.push_back({cpu});
-    if (!cpus.empty()) flat.numa.push_back(cpus);
-    return flat;
-  }
-}
-
-// Each rank on a CPU of its own when every rank can have one (ranks that wait by spinning or
-// yielding keep their caches and never share a core), on a NUMA node's CPUs with --bind numa;
-// unbound when ranks outnumber the CPUs, unless --bind asks otherwise.
-std::vector<std::vector<int>> placeRanks(int nranks, Options::Bind bind) {
-  std::vector<std::vector<int>> out(static_cast<size_t>(nranks));
-  std::vector<int> cpus = allowedCpus();
-  bool pin = bind == Options::Bind::Core || bind == Options::Bind::Numa ||
-             (bind == Options::Bind::Auto && nranks <= static_cast<int>(cpus.size()));
-  if (!pin || cpus.empty()) return out;
-  topo::CpuLayout layout = layoutOf(cpus);
-  topo::Bind how = bind == Options::Bind::Numa ? topo::Bind::Numa : topo::Bind::Core;
-  for (int r = 0; r < nranks; ++r) out[static_cast<size_t>(r)] = topo::cpusetFor(layout, how, r);
-  return out;
+std::optional<BindMode> parseBind(const std::string& text) {
+  if (text == "core") return BindMode::Core;
+  if (text == "numa") return BindMode::Numa;
+  if (text == "none") return BindMode::None;
+  return std::nullopt;
 }
 
 Options parseOptions(const std::vector<std::string>& args) {
@@ -165,11 +136,8 @@ Options parseOptions(const std::vector<std::string>& args) {
     } else if (arg == "--bind" || startsWith(arg, "--bind=")) {
       std::string attached = arg == "--bind" ? "" : arg.substr(7);
       std::optional<std::string> value = optionValue(args, i, attached);
-      if (!value || (*value != "core" && *value != "numa" && *value != "none"))
-        return usageError("option --bind takes core, numa or none");
-      options.bind = *value == "core"   ? Options::Bind::Core
-                     : *value == "numa" ? Options::Bind::Numa
-                                        : Options::Bind::None;
+      options.bind = value ? parseBind(*value) : std::nullopt;
+      if (!options.bind) return usageError("option --bind takes core, numa or none");
     } else if (startsWith(arg, "-n")) {
       std::string attached = arg.substr(startsWith(arg, "-np") ? 3 : 2);
       std::optional<std::string> value = optionValue(args, i, attached);
@@ -219,6 +187,16 @@ double graceFromEnvironment() {
   if (seconds) return *seconds;
   printError(std::string("ignoring HORA_RUN_GRACE_S='") + text + "': not a number of seconds");
   return kDefaultGraceS;
+}
+
+// --bind's default: HORA_RUN_BIND, else Auto.
+BindMode bindFromEnvironment() {
+  const char* text = std::getenv("HORA_RUN_BIND");
+  if (text == nullptr || *text == '\0') return BindMode::Auto;
+  std::optional<BindMode> bind = parseBind(text);
+  if (bind) return *bind;
+  printError(std::string("ignoring HORA_RUN_BIND='") + text + "': expected core, numa or none");
+  return BindMode::Auto;
 }
 
 bool isRankVariable(const char* entry) {
@@ -281,7 +259,9 @@ int runMain(int argc, char** argv) {
   spec.timeoutText = options.timeoutText;
   spec.graceS = graceFromEnvironment();
   spec.prefix = options.prefix;
-  spec.cpus = placeRanks(options.nranks, options.bind);
+  // Holds the claim on the ranks' CPUs until hora-run exits.
+  Placement placement = placeRanks(options.nranks, options.bind ? *options.bind : bindFromEnvironment());
+  spec.cpus = placement.cpus;
   std::optional<std::string> id = makeUniqueId();
   if (!id) return 1;
   spec.idHex = *id;

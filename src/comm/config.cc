@@ -49,6 +49,8 @@ const Variable kVariables[] = {
     {"HORA_SECRET", "", "64 hex digits shared by all ranks, required with HORA_ROOT, MASTER_ADDR or srun"},
     {"HORA_SECRET_FILE", "", "a file holding HORA_SECRET's 64 hex digits (e.g. on a shared file system)"},
     {"HORA_RUN_GRACE_S", "5", "hora-run: seconds between SIGTERM and SIGKILL when stopping ranks"},
+    {"HORA_RUN_BIND", "(auto)", "hora-run: --bind's default, core, numa or none"},
+    {"HORA_RUN_CPU_CLAIMS", "/dev/shm/hora-run.cpus", "hora-run: the file where jobs of this host claim CPUs"},
     {"HORA_LIBRARY", "", "Python package: path of libhora.so to load"},
     {"HORA_FUSION_THRESHOLD", "67108864", "hora.torch: bytes of the tensor-fusion buffer (0: no fusion)"},
     {"HORA_CYCLE_TIME", "1", "hora.torch: ms between fusion cycles of the background thread"},

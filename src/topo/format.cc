@@ -281,6 +281,28 @@ std::string toText(const std::vector<HostEntry>& hosts) {
   return out;
 }
 
+CpuLayout withoutCpus(const CpuLayout& layout, const std::set<int>& taken) {
+  auto keep = [&taken](const std::vector<int>& cpus) {
+    std::vector<int> kept;
+    for (int cpu : cpus)
+      if (taken.count(cpu) == 0) kept.push_back(cpu);
+    return kept;
+  };
+  CpuLayout out;
+  std::vector<std::vector<int>> shared;
+  for (const std::vector<int>& core : layout.cores) {
+    std::vector<int> kept = keep(core);
+    if (kept.empty()) continue;
+    (kept.size() == core.size() ? out.cores : shared).push_back(kept);
+  }
+  out.cores.insert(out.cores.end(), shared.begin(), shared.end());
+  for (const std::vector<int>& node : layout.numa) {
+    std::vector<int> kept = keep(node);
+    if (!kept.empty()) out.numa.push_back(kept);
+  }
+  return out;
+}
+
 std::vector<int> cpusetFor(const CpuLayout& layout, Bind bind, int rank) {
   if (rank < 0) return {};
   if (bind == Bind::Numa) {

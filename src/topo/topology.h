@@ -9,6 +9,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,11 @@ struct CpuLayout {
 // The layout of this machine (or of an XML file) restricted to `allowed`; CPUs of `allowed`
 // that hwloc does not place are each taken as a core of their own, in one more node.
 CpuLayout cpuLayout(const std::vector<int>& allowed, const std::string& xmlFile = "");
+
+// The layout without `taken` (CPUs another job has). Cores that keep all their PUs come first,
+// then those that lost some, so that Bind::Core puts ranks on cores no other job uses while there
+// are any; cores and nodes left with no PU are dropped.
+CpuLayout withoutCpus(const CpuLayout& layout, const std::set<int>& taken);
 
 enum class Bind { Core, Numa };
 

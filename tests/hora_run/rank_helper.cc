@@ -7,6 +7,8 @@
 //   partial                  print a line, then a line without newline (stdout and stderr)
 //   fds                      print what fd 0 is and every fd above 2 that is a pipe
 //   closefds PROGRAM ARGS... close every fd above 2, then exec PROGRAM (to start hora-run clean)
+//   affinity DIR             print "cpus=<Cpus_allowed_list>", write the list to DIR/cpus.<rank>,
+//                            then wait until DIR/exit exists and exit 0
 //   sleeper DIR [OPTIONS]    record SIGTERM/SIGINT in DIR/sig.<rank> and then die of it; write
 //                            DIR/ready.<rank> once ready; sleep until a signal comes. Options:
 //     --stubborn             record the signal but do not die of it
@@ -197,6 +199,31 @@ int runFds() {
   return 0;
 }
 
+// The value of Cpus_allowed_list in /proc/self/status ("0-1,4").
+std::string cpusAllowed() {
+  FILE* status = std::fopen("/proc/self/status", "r");
+  if (status == nullptr) std::exit(94);
+  char line[4096];
+  std::string value;
+  while (std::fgets(line, sizeof line, status) != nullptr) {
+    if (std::strncmp(line, "Cpus_allowed_list:", 18) != 0) continue;
+    value = line + 18;
+    value.erase(0, value.find_first_not_of(" \t"));
+    value.erase(value.find_last_not_of(" \t\n") + 1);
+  }
+  std::fclose(status);
+  return value;
+}
+
+int runAffinity(const std::vector<std::string>& args) {
+  if (args.size() != 1) return 96;
+  std::string cpus = cpusAllowed();
+  std::printf("cpus=%s\n", cpus.c_str());
+  std::fflush(stdout);
+  writeFileAtomically(args[0] + "/cpus." + std::to_string(envInt("HORA_RANK")), cpus + "\n");
+  return waitForFile(args[0] + "/exit") ? 0 : 99;
+}
+
 int runCloseFdsAndExec(char** argv) {
   close_range(3, ~0U, 0);
   execvp(argv[0], argv);
@@ -220,6 +247,7 @@ int main(int argc, char** argv) {
   if (mode == "fds") return runFds();
   if (mode == "closefds" && argc > 2) return runCloseFdsAndExec(argv + 2);
   if (mode == "sleeper") return runSleeper(args);
+  if (mode == "affinity") return runAffinity(args);
   std::fprintf(stderr, "rank_helper: bad arguments\n");
   return 96;
 }

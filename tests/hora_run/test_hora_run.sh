@@ -17,12 +17,19 @@ trap 'rm -rf "$WORK"' EXIT
 # found (leftovers) without knowing their pids.
 TOKEN="hora_run_test_$$_$RANDOM"
 GUARD=(--timeout 120)
+# hora-run claims the CPUs it binds to in a file that every job of the host shares; the tests'
+# jobs claim in one of their own, so that other jobs on this host (other test runs) cannot take
+# the CPUs the cases expect.
+export HORA_RUN_CPU_CLAIMS="$WORK/cpu_claims"
 
 fail() {
   echo "FAIL [$CASE]: $*" >&2
-  for f in "$WORK"/out "$WORK"/err; do
+  for f in "$WORK"/out "$WORK"/err "$WORK"/*.out "$WORK"/*.err; do
     [ -f "$f" ] && { echo "--- $(basename "$f") (first 20 lines):" >&2; head -n 20 "$f" >&2; }
   done
+  # Jobs of job_bg still running would wait out their ranks' minute; their ranks die with them.
+  local pid
+  for pid in "${JOBS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
   exit 1
 }
 
@@ -433,8 +440,164 @@ case_bindnuma() {
   expect_rc 0
 }
 
+# job_bg NAME ARGS...: hora-run in the background, output in $WORK/NAME.out and NAME.err, its
+# pid in $JOB_PID (env and taskset exec hora-run: the pid is hora-run's) and in JOBS. Collect
+# with job_wait. With JOB_CPUS set, hora-run runs confined to those CPUs (taskset -c).
+JOBS=()
+job_bg() {
+  local name=$1 confine=()
+  shift
+  [ -n "${JOB_CPUS:-}" ] && confine=(taskset -c "$JOB_CPUS")
+  "${confine[@]}" env HR_TEST_TOKEN="$TOKEN" "$HR" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+  JOB_PID=$!
+  JOBS+=("$JOB_PID")
+}
+job_wait() {  # job_wait PID NAME: fails unless the job exited 0
+  wait "$1"
+  local rc=$?
+  [ $rc -eq 0 ] || fail "job $2 exited with $rc: $(cat "$WORK/$2.err")"
+}
+
+# The CPUs rank R of a job in DIR reported (rank_helper affinity).
+cpus_of() { cat "$1/cpus.$2"; }
+
+# expect_apart FIRST SECOND FIRST_PID: of two 2-rank jobs (rank_helper affinity in $WORK/FIRST
+# and $WORK/SECOND), FIRST bound each rank to a CPU of its own, and SECOND, which found FIRST's
+# claim, bound each rank only to a CPU FIRST has not or, when it could not give each rank one of
+# its own (fewer than 4 CPUs), runs unbound and says so, naming FIRST.
+expect_apart() {
+  local first=$WORK/$1 second=$WORK/$2 pid=$3 mine n r ra rb seen=""
+  mine=$(grep '^Cpus_allowed_list' /proc/self/status | awk '{print $2}')
+  n=$(nproc)
+  for r in 0 1; do
+    [[ $(cpus_of "$first" $r) =~ ^[0-9]+$ ]] || fail "job $1's rank $r is on CPUs '$(cpus_of "$first" $r)', not one CPU"
+  done
+  [ "$(cpus_of "$first" 0)" != "$(cpus_of "$first" 1)" ] || fail "job $1's ranks share CPU $(cpus_of "$first" 0)"
+  grep -q 'taken' "$WORK/$1.err" && fail "job $1 found CPUs taken"
+  ra=" $(cpus_of "$first" 0) $(cpus_of "$first" 1) "
+  if [ "$n" -ge 4 ]; then
+    grep -q 'unbound' "$WORK/$2.err" && fail "job $2 ran unbound with $n CPUs"
+    for r in 0 1; do
+      rb=$(cpus_of "$second" $r)
+      [[ $rb =~ ^[0-9]+$ ]] || fail "job $2's rank $r is on CPUs '$rb', not one CPU"
+      [[ $ra == *" $rb "* ]] && fail "job $2's rank $r is on CPU $rb, which job $1's ranks ($ra) have"
+      [[ $seen == *" $rb "* ]] && fail "job $2's ranks share CPU $rb"
+      seen+=" $rb "
+    done
+  else
+    grep -qE "^hora-run: CPUs? [0-9,-]+ (is|are) taken by another Hora job \(pid $pid\)(, leaving [^;]*)?; running 2 ranks unbound\$" "$WORK/$2.err" ||
+      fail "job $2 did not say it runs unbound because of job $1 (pid $pid)"
+    for r in 0 1; do
+      [ "$(cpus_of "$second" $r)" = "$mine" ] || fail "job $2's rank $r is on CPUs '$(cpus_of "$second" $r)', not unbound ($mine)"
+    done
+  fi
+  return 0
+}
+
+# two_jobs beside|together: jobs a and b of 2 ranks each (rank_helper affinity); b starts once
+# a's ranks have reported (beside), or at the same time (together: they claim one after the
+# other, whichever comes first, so one gets its CPUs and the other what is left, not each half
+# of what one needed). Checked by expect_apart; then both must exit 0.
+two_jobs() {
+  local pid_a pid_b
+  if [ "$(nproc)" -lt 2 ]; then echo "# one CPU: nothing to share"; return 0; fi
+  new_dir a >/dev/null && new_dir b >/dev/null
+  job_bg a -n 2 "${GUARD[@]}" "$HELPER" affinity "$WORK/a"
+  pid_a=$JOB_PID
+  [ "$1" = beside ] && wait_files "$WORK/a" cpus.0 cpus.1
+  job_bg b -n 2 "${GUARD[@]}" "$HELPER" affinity "$WORK/b"
+  pid_b=$JOB_PID
+  wait_files "$WORK/a" cpus.0 cpus.1
+  wait_files "$WORK/b" cpus.0 cpus.1
+  if [ "$1" = together ] && grep -q 'taken' "$WORK/a.err"; then
+    expect_apart b a "$pid_b"
+  else
+    expect_apart a b "$pid_a"
+  fi
+  touch "$WORK/a/exit" "$WORK/b/exit"
+  job_wait "$pid_a" a
+  job_wait "$pid_b" b
+}
+
+case_beside() { two_jobs beside; }
+case_together() { two_jobs together; }
+
+# A job confined to CPU 1 (taskset) binds there and claims only CPU 1: a job beside it binds to
+# another CPU, without a word about CPUs taken.
+case_mask() {
+  local pid_a pid_b b
+  if [ "$(nproc)" -lt 2 ] || ! taskset -c 1 true 2>/dev/null; then
+    echo "# CPU 1 is not ours: nothing to confine to"; return 0
+  fi
+  new_dir a >/dev/null && new_dir b >/dev/null
+  JOB_CPUS=1 job_bg a -n 1 "${GUARD[@]}" "$HELPER" affinity "$WORK/a"
+  pid_a=$JOB_PID
+  wait_files "$WORK/a" cpus.0
+  [ "$(cpus_of "$WORK/a" 0)" = 1 ] || fail "the confined job's rank is on CPUs '$(cpus_of "$WORK/a" 0)', not 1"
+  job_bg b -n 1 "${GUARD[@]}" "$HELPER" affinity "$WORK/b"
+  pid_b=$JOB_PID
+  wait_files "$WORK/b" cpus.0
+  b=$(cpus_of "$WORK/b" 0)
+  [[ $b =~ ^[0-9]+$ ]] || fail "the job beside it is on CPUs '$b', not one CPU: $(cat "$WORK/b.err")"
+  [ "$b" != 1 ] || fail "the job beside it is on CPU 1 too"
+  grep -q 'taken' "$WORK/b.err" && fail "the job beside it found CPUs taken: $(cat "$WORK/b.err")"
+  touch "$WORK/a/exit" "$WORK/b/exit"
+  job_wait "$pid_a" a
+  job_wait "$pid_b" b
+}
+
+# The claim dies with its job: after hora-run is SIGKILLed, a new job gets the CPUs it had.
+case_reclaim() {
+  local a c r pid_a pid_c
+  if [ "$(nproc)" -lt 2 ]; then echo "# one CPU: nothing to claim"; return 0; fi
+  a=$(new_dir reclaim_a) c=$(new_dir reclaim_c)
+  job_bg a -n 2 "${GUARD[@]}" "$HELPER" affinity "$a"
+  pid_a=$JOB_PID
+  wait_files "$a" cpus.0 cpus.1
+  kill -KILL "$pid_a"
+  wait "$pid_a" 2>/dev/null  # gone, its files closed: the kernel has dropped its locks
+  job_bg c -n 2 "${GUARD[@]}" "$HELPER" affinity "$c"
+  pid_c=$JOB_PID
+  wait_files "$c" cpus.0 cpus.1
+  touch "$c/exit"
+  job_wait "$pid_c" c
+  grep -q 'taken\|unbound' "$WORK/c.err" && fail "the new job still found CPUs taken: $(cat "$WORK/c.err")"
+  for r in 0 1; do
+    [ "$(cpus_of "$c" $r)" = "$(cpus_of "$a" $r)" ] ||
+      fail "the new job's rank $r is on CPUs '$(cpus_of "$c" $r)', not the killed job's '$(cpus_of "$a" $r)'"
+  done
+  expect_nothing_left
+}
+
+# The claim file: made readable and writable by every user whatever the umask; a file that
+# cannot be made leaves the ranks unbound with a message; HORA_RUN_BIND=none and --bind none
+# claim nothing.
+case_claimfile() {
+  local dir mine
+  mine=$(grep '^Cpus_allowed_list' /proc/self/status | awk '{print $2}')
+  dir=$(new_dir claimfile)
+  (umask 077 && HORA_RUN_CPU_CLAIMS="$dir/cpus" hr -n 1 --bind core "${GUARD[@]}" true)
+  [ "$(stat -c %a "$dir/cpus")" = 666 ] || fail "the claim file has mode $(stat -c %a "$dir/cpus"), not 666"
+  [ "$(head -c 16 "$dir/cpus")" = "hora-run claims" ] || fail "the claim file has no header"
+  HORA_RUN_CPU_CLAIMS="$dir/no/such/dir/cpus" hr -n 2 --bind core "${GUARD[@]}" sh -c 'grep ^Cpus_allowed_list /proc/self/status'
+  expect_rc 0
+  expect_grep err "^hora-run: cannot claim CPUs: .*: No such file or directory; running 2 ranks unbound\$"
+  [ "$(grep -c "Cpus_allowed_list:[[:space:]]*$mine\$" "$WORK/out")" -eq 2 ] || fail "the ranks were bound"
+  HORA_RUN_BIND=none HORA_RUN_CPU_CLAIMS="$dir/none" hr -n 2 "${GUARD[@]}" sh -c 'grep ^Cpus_allowed_list /proc/self/status'
+  expect_rc 0
+  [ "$(grep -c "Cpus_allowed_list:[[:space:]]*$mine\$" "$WORK/out")" -eq 2 ] || fail "HORA_RUN_BIND=none bound the ranks"
+  [ -e "$dir/none" ] && fail "an unbound job made a claim file"
+  # HORA_DEBUG=INFO: where the ranks went.
+  HORA_DEBUG=INFO HORA_RUN_CPU_CLAIMS="$dir/cpus" hr -n 2 --bind core "${GUARD[@]}" true
+  expect_rc 0
+  expect_grep err "^hora-run: rank 0 on CPU [0-9]+, rank 1 on CPU [0-9]+ \(claimed in $dir/cpus\)\$"
+  HORA_RUN_BIND=bogus hr -n 1 "${GUARD[@]}" true
+  expect_rc 0
+  expect_grep err "^hora-run: ignoring HORA_RUN_BIND='bogus': expected core, numa or none\$"
+}
+
 ALL_CASES=(env width args lines partial noprefix exitstatus killed sigterm sigint escalate grace
-  timeout noexec usage fds bind bindnuma)
+  timeout noexec usage fds bind bindnuma beside together mask reclaim claimfile)
 
 [ $# -gt 0 ] || set -- "${ALL_CASES[@]}"
 for CASE in "$@"; do
