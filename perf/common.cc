@@ -611,18 +611,12 @@ Launcher findLauncher() {
     if (std::strncmp(k.size, "SLURM_", 6) == 0 && !envValue("SLURM_STEP_ID")) continue;
     l.sizeVar = k.size;
     l.rankVar = k.rank;
-    l.name = k.size == std::string("HORA_SIZE") && !envValue("HORA_ID") ? "the environment" : k.name;
+    l.name = l.hora() && !envValue("HORA_ID") ? "the environment" : k.name;  // HORA_ROOT, by hand
     l.size = static_cast<int>(n);
     l.mpi = k.mpi;
     return l;
   }
   return l;
-}
-
-// Started by an MPI launcher: MPI_Init would find its job (PMIx, as Open MPI 5 and srun
-// --mpi=pmix, says the rank but not the size).
-bool launchedByMpi() {
-  return envValue("OMPI_COMM_WORLD_SIZE") || envValue("PMI_SIZE") || envValue("PMIX_RANK");
 }
 
 // One rank of a job whose launcher set the environment: horaCommInitFromEnv finds rank,
@@ -633,8 +627,10 @@ int runFromEnv(const Options& opt, const Collective& coll, const Launcher& l) {
   if (r != horaSuccess) {
     std::fprintf(stderr, "%s: rank %s: horaCommInitFromEnv failed: %s: %s\n", gProgram, l.rank(),
                  horaGetErrorString(r), horaGetLastError(nullptr));
-    // Started by a launcher that is not Hora's and without Hora's rendezvous: say how to run.
-    if (!l.hora() && !envValue("HORA_ID") && !envValue("HORA_ROOT") && !envValue("MASTER_ADDR")) {
+    // Started by a launcher that is not Hora's and without Hora's rendezvous: say how to run
+    // (once, on rank 0, where the rank is known).
+    const bool first = std::strcmp(l.rank(), "0") == 0 || std::strcmp(l.rank(), "?") == 0;
+    if (first && !l.hora() && !envValue("HORA_ID") && !envValue("HORA_ROOT") && !envValue("MASTER_ADDR")) {
       std::string instead;
       if (l.mpi)
         instead = kBuiltWithMpi ? "run without --mpi 0 (this build takes its ranks from MPI), or "
@@ -664,6 +660,12 @@ int runFromEnv(const Options& opt, const Collective& coll, const Launcher& l) {
 }
 
 #ifdef HORA_PERF_MPI
+// Started by an MPI launcher: MPI_Init would find its job (PMIx, as Open MPI 5 and srun
+// --mpi=pmix, says the rank but not the size).
+bool launchedByMpi() {
+  return envValue("OMPI_COMM_WORLD_SIZE") || envValue("PMI_SIZE") || envValue("PMIX_RANK");
+}
+
 // The ranks of MPI_COMM_WORLD, as nccl-tests built with MPI=1: rank 0 makes Hora's unique
 // id, MPI_Bcast hands it to the others, and each joins with horaCommInitRank. MPI carries
 // nothing else: timing, the check's counts and the table go through Hora, as under
