@@ -17,6 +17,10 @@
 #include <thread>
 #include <vector>
 
+#ifdef HORA_PERF_MPI
+#include <mpi.h>
+#endif
+
 namespace hperf {
 namespace {
 
@@ -37,11 +41,18 @@ struct Options {
   int blocking = 0;
   int root = 0;
   int threads = 0;  // -N: ranks as threads of this process
+  int mpi = 1;      // --mpi 0: not MPI's ranks even when an MPI launcher started us
   std::vector<horaDataType_t> types{horaFloat};
   std::vector<horaRedOp_t> ops{horaSum};
   std::string json;
   std::vector<size_t> sizes;
 };
+
+#ifdef HORA_PERF_MPI
+constexpr bool kBuiltWithMpi = true;
+#else
+constexpr bool kBuiltWithMpi = false;
+#endif
 
 void usage(FILE* out) {
   std::fprintf(out,
@@ -64,10 +75,13 @@ void usage(FILE* out) {
       "  -a, --average <0/1/2/3>     time reported: rank 0's, average, min or max over ranks (default 1)\n"
       "  -J, --output_file <file>    also write the results as JSON (schema hora-perf/1: perf/common.h)\n"
       "  -N, --nranks <n>            run n ranks as threads of this process (horaCommInitAll);\n"
-      "                              without it, ranks come from hora-run (HORA_SIZE), else 1 rank\n"
+      "                              without it, ranks come from the launcher (mpirun, srun, hora-run),\n"
+      "                              else 1 rank\n"
+      "      --mpi <0/1>             0: do not use MPI even when mpirun started the ranks (they then need\n"
+      "                              HORA_ROOT and HORA_SECRET); default 1: MPI's ranks when %s\n"
       "  -g, --ngpus 1, -t, --nthreads 1    accepted for compatibility (only 1)\n"
       "  -h, --help                  show this text\n",
-      gProgram);
+      gProgram, kBuiltWithMpi ? "launched by MPI" : "built with MPI (this build is not)");
 }
 
 [[noreturn]] void badUsage(const char* fmt, const char* what) {
@@ -124,6 +138,7 @@ const horaRedOp_t kAllOps[] = {horaSum, horaProd, horaMax, horaMin, horaAvg};
 
 Options parseOptions(int argc, char** argv) {
   Options o;
+  constexpr int kMpiOption = 256;  // long only
   bool factorGiven = false, bytesGiven = false;
   static const option longOpts[] = {
       {"minbytes", required_argument, nullptr, 'b'}, {"maxbytes", required_argument, nullptr, 'e'},
@@ -136,7 +151,7 @@ Options parseOptions(int argc, char** argv) {
       {"average", required_argument, nullptr, 'a'}, {"output_file", required_argument, nullptr, 'J'},
       {"nranks", required_argument, nullptr, 'N'}, {"ngpus", required_argument, nullptr, 'g'},
       {"nthreads", required_argument, nullptr, 't'}, {"help", no_argument, nullptr, 'h'},
-      {nullptr, 0, nullptr, 0}};
+      {"mpi", required_argument, nullptr, kMpiOption}, {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, ":b:e:f:i:n:S:w:m:c:o:d:r:z:a:J:N:g:t:h", longOpts, nullptr)) != -1) {
@@ -156,6 +171,7 @@ Options parseOptions(int argc, char** argv) {
       case 'N': o.threads = intOption(optarg, 1, 1024, "-N"); break;
       case 'g': intOption(optarg, 1, 1, "-g"); break;
       case 't': intOption(optarg, 1, 1, "-t"); break;
+      case kMpiOption: o.mpi = intOption(optarg, 0, 1, "--mpi"); break;
       case 'J': o.json = optarg; if (o.json.empty()) badUsage("%s", "empty file name for -J"); break;
       case 'o': {
         std::string v = optarg;
@@ -178,7 +194,8 @@ Options parseOptions(int argc, char** argv) {
       case 'h': usage(stdout); std::exit(0);
       case ':':
       default: {
-        std::string name = optopt ? std::string("-") + static_cast<char>(optopt) : std::string(argv[optind - 1]);
+        std::string name = optopt > 0 && optopt < 128 ? std::string("-") + static_cast<char>(optopt)
+                                                      : std::string(argv[optind - 1]);
         badUsage(c == ':' ? "option %s needs a value" : "unknown option %s", name.c_str());
       }
     }
@@ -218,6 +235,7 @@ struct Rank {
   horaComm_t comm = nullptr;
   int rank = 0, nranks = 1;
   bool threads = false;
+  const std::string& from;  // where the ranks came from, for the header
   char* sendBuf = nullptr;
   char* recvBuf = nullptr;
   uint32_t seed = 0;
@@ -225,7 +243,8 @@ struct Rank {
   double wrongTotal = 0, bwSum = 0;
   int bwCount = 0;
 
-  Rank(const Options& o, const Collective& c, horaComm_t cm, bool th) : opt(o), coll(c), comm(cm), threads(th) {}
+  Rank(const Options& o, const Collective& c, horaComm_t cm, bool th, const std::string& fr)
+      : opt(o), coll(c), comm(cm), threads(th), from(fr) {}
 
   bool printer() const { return rank == 0; }
 
@@ -291,6 +310,7 @@ struct Rank {
     std::printf("# %s: Hora %d.%d.%d, %d rank%s as %s\n", gProgram, version / 10000, version / 100 % 100,
                 version % 100, nranks, nranks == 1 ? "" : "s",
                 threads ? "threads of one process" : "processes");
+    std::printf("# Ranks from %s\n", from.c_str());
     if (opt.increment)
       std::printf("# minBytes %zu maxBytes %zu step: %zu(bytes)", opt.minBytes, opt.maxBytes, opt.stepBytes);
     else
@@ -538,6 +558,165 @@ FILE* openJson(const Options& opt) {
   return f;
 }
 
+// ---- where the ranks come from -----------------------------------------------------
+
+const char* envValue(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+// What a launcher's environment says of this process: the first of kLaunchers whose size
+// variable holds a number (HORA_SIZE whatever it holds: horaCommInitFromEnv judges it).
+// Open MPI's and PMI's come before Slurm's: mpirun in an allocation starts its daemons with
+// srun, so its ranks see a Slurm step of one task per host as well.
+struct Launcher {
+  const char* sizeVar = nullptr;  // nullptr: none
+  const char* rankVar = nullptr;
+  const char* name = "";
+  int size = 0;      // 0: HORA_SIZE that is not a number
+  bool mpi = false;  // MPI_Init would take its ranks from this launcher
+
+  bool hora() const { return sizeVar && std::strcmp(sizeVar, "HORA_SIZE") == 0; }
+  bool slurm() const { return sizeVar && std::strncmp(sizeVar, "SLURM_", 6) == 0; }
+  const char* rank() const {
+    const char* v = rankVar ? envValue(rankVar) : nullptr;
+    return v ? v : "?";
+  }
+  // "Open MPI's mpirun (OMPI_COMM_WORLD_SIZE=4)"
+  std::string describe() const {
+    return std::string(name) + " (" + sizeVar + "=" + envValue(sizeVar) + ")";
+  }
+};
+
+Launcher findLauncher() {
+  static const struct {
+    const char* size;
+    const char* rank;
+    const char* name;
+    bool mpi;
+  } kLaunchers[] = {
+      {"HORA_SIZE", "HORA_RANK", "hora-run", false},
+      {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "Open MPI's mpirun", true},
+      {"PMI_SIZE", "PMI_RANK", "a PMI launcher", true},  // MPICH's mpiexec, srun --mpi=pmi2
+      {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID", "srun", false},
+      {"SLURM_NTASKS", "SLURM_PROCID", "srun", false},  // in a step only: not a batch script's
+      {"WORLD_SIZE", "RANK", "torchrun", false},
+  };
+  Launcher l;
+  for (const auto& k : kLaunchers) {
+    const char* v = envValue(k.size);
+    long n = 0;
+    const bool number = v && parseInt(v, 1, 1 << 20, &n);
+    if (!v || (!number && std::strcmp(k.size, "HORA_SIZE") != 0)) continue;
+    if (std::strncmp(k.size, "SLURM_", 6) == 0 && !envValue("SLURM_STEP_ID")) continue;
+    l.sizeVar = k.size;
+    l.rankVar = k.rank;
+    l.name = l.hora() && !envValue("HORA_ID") ? "the environment" : k.name;  // HORA_ROOT, by hand
+    l.size = static_cast<int>(n);
+    l.mpi = k.mpi;
+    return l;
+  }
+  return l;
+}
+
+// One rank of a job whose launcher set the environment: horaCommInitFromEnv finds rank,
+// size and rendezvous there (HORA_ID from hora-run, or HORA_ROOT with HORA_SECRET).
+int runFromEnv(const Options& opt, const Collective& coll, const Launcher& l) {
+  horaComm_t comm = nullptr;
+  horaResult_t r = horaCommInitFromEnv(&comm);
+  if (r != horaSuccess) {
+    std::fprintf(stderr, "%s: rank %s: horaCommInitFromEnv failed: %s: %s\n", gProgram, l.rank(),
+                 horaGetErrorString(r), horaGetLastError(nullptr));
+    // Started by a launcher that is not Hora's and without Hora's rendezvous: say how to run
+    // (once, on rank 0, where the rank is known).
+    const bool first = std::strcmp(l.rank(), "0") == 0 || std::strcmp(l.rank(), "?") == 0;
+    if (first && !l.hora() && !envValue("HORA_ID") && !envValue("HORA_ROOT") && !envValue("MASTER_ADDR")) {
+      std::string instead;
+      if (l.mpi)
+        instead = kBuiltWithMpi ? "run without --mpi 0 (this build takes its ranks from MPI), or "
+                                : "rebuild the perf tools with MPI (Debian: apt-get install libopenmpi-dev; "
+                                  "meson setup --reconfigure -Dmpi=enabled build), or ";
+      else if (l.slurm())
+        instead = kBuiltWithMpi ? "run srun --mpi=pmix (or pmi2, as this MPI supports), or "
+                                : "build the perf tools with MPI and run srun --mpi=pmix, or ";
+      std::fprintf(stderr,
+                   "%s: %s=%d says this is one of %d ranks started by %s, but %s; %sgive every rank Hora's "
+                   "own rendezvous: HORA_ROOT=<rank 0's host>:<port> and HORA_SECRET=<64 hex digits, "
+                   "e.g. from openssl rand -hex 32>%s\n",
+                   gProgram, l.sizeVar, l.size, l.size, l.name,
+                   !l.mpi ? "Hora has no rendezvous to meet the others at"
+                   : kBuiltWithMpi ? "--mpi 0 keeps MPI out, and Hora has no rendezvous to meet the others at"
+                                   : "this build of the perf tools has no MPI to meet the others through",
+                   instead.c_str(), l.mpi ? " (mpirun -x HORA_ROOT -x HORA_SECRET)" : "");
+    }
+    return 1;
+  }
+  int rank = 0;
+  horaCommUserRank(comm, &rank);
+  FILE* json = rank == 0 ? openJson(opt) : nullptr;
+  const std::string from = l.describe();
+  Rank me(opt, coll, comm, false, from);
+  return me.main(json);
+}
+
+#ifdef HORA_PERF_MPI
+// Started by an MPI launcher: MPI_Init would find its job (PMIx, as Open MPI 5 and srun
+// --mpi=pmix, says the rank but not the size).
+bool launchedByMpi() {
+  return envValue("OMPI_COMM_WORLD_SIZE") || envValue("PMI_SIZE") || envValue("PMIX_RANK");
+}
+
+// The ranks of MPI_COMM_WORLD, as nccl-tests built with MPI=1: rank 0 makes Hora's unique
+// id, MPI_Bcast hands it to the others, and each joins with horaCommInitRank. MPI carries
+// nothing else: timing, the check's counts and the table go through Hora, as under
+// hora-run. A failure after MPI_Init exits without MPI_Finalize, so that mpirun reports
+// it and stops the other ranks.
+int runMpi(int argc, char** argv, const Options& opt, const Collective& coll) {
+  if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {
+    std::fprintf(stderr, "%s: MPI_Init failed\n", gProgram);
+    return 1;
+  }
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  struct {
+    horaUniqueId id;
+    int32_t ok;
+  } root{};
+  if (rank == 0) {
+    horaResult_t r = horaGetUniqueId(&root.id);
+    root.ok = r == horaSuccess;
+    if (!root.ok)
+      std::fprintf(stderr, "%s: rank 0: horaGetUniqueId failed: %s: %s\n", gProgram, horaGetErrorString(r),
+                   horaGetLastError(nullptr));
+  }
+  if (MPI_Bcast(&root, static_cast<int>(sizeof root), MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    std::fprintf(stderr, "%s: rank %d: MPI_Bcast of the unique id failed\n", gProgram, rank);
+    return 1;
+  }
+  if (!root.ok) return 1;
+  horaComm_t comm = nullptr;
+  horaResult_t r = horaCommInitRank(&comm, size, root.id, rank);
+  if (r != horaSuccess) {
+    std::fprintf(stderr, "%s: rank %d of %d (MPI): horaCommInitRank failed: %s: %s\n", gProgram, rank, size,
+                 horaGetErrorString(r), horaGetLastError(nullptr));
+    return 1;
+  }
+  char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  MPI_Get_library_version(version, &length);
+  std::string library(version, static_cast<size_t>(std::max(length, 0)));
+  library = library.substr(0, library.find_first_of(",\n"));  // "Open MPI v4.1.4", "MPICH Version:\t4.0"
+  std::replace(library.begin(), library.end(), '\t', ' ');
+  const std::string from = "MPI (" + library + ", " + std::to_string(size) + " rank" + (size == 1 ? "" : "s") + ")";
+  FILE* json = rank == 0 ? openJson(opt) : nullptr;
+  Rank me(opt, coll, comm, false, from);
+  const int status = me.main(json);
+  MPI_Finalize();
+  return status;
+}
+#endif
+
 }  // namespace
 
 int perfMain(int argc, char** argv, const Collective& coll) {
@@ -546,27 +725,24 @@ int perfMain(int argc, char** argv, const Collective& coll) {
     gProgram = slash ? slash + 1 : argv[0];
   }
   Options opt = parseOptions(argc, argv);
-  const char* launched = std::getenv("HORA_SIZE");
-  if (launched && *launched && opt.threads > 0)
-    badUsage("%s", "-N runs ranks as threads; it cannot be combined with a launcher (HORA_SIZE is set)");
-
-  if (opt.threads == 0 && launched && *launched) {  // one rank of a job started by hora-run
-    horaComm_t comm = nullptr;
-    horaResult_t r = horaCommInitFromEnv(&comm);
-    if (r != horaSuccess) {
-      std::fprintf(stderr, "%s: rank %s: horaCommInitFromEnv failed: %s: %s\n", gProgram,
-                   std::getenv("HORA_RANK") ? std::getenv("HORA_RANK") : "?", horaGetErrorString(r),
-                   horaGetLastError(nullptr));
-      return 1;
-    }
-    int rank = 0;
-    horaCommUserRank(comm, &rank);
-    FILE* json = rank == 0 ? openJson(opt) : nullptr;
-    Rank me(opt, coll, comm, false);
-    return me.main(json);
+  // Never one lone rank where a launcher says there are more: MPI's ranks, or the
+  // launcher's through horaCommInitFromEnv, which fails saying why without a rendezvous.
+  const Launcher launcher = findLauncher();
+  const bool launched = launcher.hora() || launcher.size > 1;
+  if (launched && opt.threads > 0)
+    badUsage("%s", ("-N runs ranks as threads; it cannot be combined with a launcher (" + launcher.describe() +
+                    ")").c_str());
+  if (opt.threads == 0) {
+#ifdef HORA_PERF_MPI
+    if (!launcher.hora() && opt.mpi && launchedByMpi()) return runMpi(argc, argv, opt, coll);
+#endif
+    if (launched) return runFromEnv(opt, coll, launcher);
   }
 
   const int n = opt.threads > 0 ? opt.threads : 1;
+  const std::string from = opt.threads > 0 ? "threads (-N " + std::to_string(n) + ")"
+                           : launcher.sizeVar ? "one process, of " + launcher.describe()
+                                              : "one process (no launcher)";
   FILE* json = openJson(opt);
   std::vector<horaComm_t> comms(static_cast<size_t>(n), nullptr);
   horaResult_t r = horaCommInitAll(comms.data(), n, nullptr);
@@ -579,7 +755,7 @@ int perfMain(int argc, char** argv, const Collective& coll) {
   std::vector<std::thread> workers;
   for (int i = 0; i < n; ++i) {
     workers.emplace_back([&, i] {
-      Rank me(opt, coll, comms[static_cast<size_t>(i)], true);
+      Rank me(opt, coll, comms[static_cast<size_t>(i)], true, from);
       status[static_cast<size_t>(i)] = me.main(json);  // only rank 0 writes it
     });
   }

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what Hora needs to build and test, from Debian's packages (Debian 12 or later).
 # iproute2 and nftables: the multi-host tests' hosts (tools/hora-netns) and their impaired links.
+# openmpi-bin and libopenmpi-dev: the perf tools built with MPI, so they run under mpirun, and
+# the tests that run them so.
 set -euo pipefail
 pkgs=(gcc g++ meson ninja-build pkg-config libsodium-dev libhwloc-dev hwloc catch2 python3 python3-matplotlib python3-numpy python3-torch
-      dataset-fashion-mnist iproute2 nftables)
+      dataset-fashion-mnist iproute2 nftables openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 [ ${#missing[@]} -eq 0 ] && exit 0
