@@ -49,7 +49,7 @@ void int32Sweep(Kind kind, uint32_t seed, const coll::Plan& thePlan = kSmall) {
           c.op = op;
           c.plan = thePlan;
           c.seed = seed++;
-          c.eager = needsEager(kind);
+          c.eager = eagerFor(c.seed);
           // Broadcast and AllGather do not reduce: one op is enough.
           if ((kind == Kind::Broadcast || kind == Kind::AllGather) && op != RedOp::Sum) continue;
           if (kind != Kind::Reduce && kind != Kind::Broadcast) {
@@ -201,7 +201,7 @@ TEST_CASE("collectives: every plan (chunk sizes and slot counts)", "[coll]") {
             c.op = op;
             for (Kind k : {Kind::AllReduce, Kind::ReduceScatter}) {
               c.kind = k;
-              c.eager = needsEager(k);
+              c.eager = eagerFor(c.seed);
               check<int32_t>(c);
             }
             c.kind = Kind::Reduce;
@@ -236,7 +236,7 @@ TEST_CASE("collectives: large buffers with the default plan (several 512 KiB chu
       c.deferP = 0.3;
       for (Kind k : {Kind::AllReduce, Kind::ReduceScatter, Kind::AllGather, Kind::Broadcast, Kind::Reduce}) {
         c.kind = k;
-        c.eager = needsEager(k);
+        c.eager = eagerFor(c.seed);
         c.root = n - 1;
         check<int32_t>(c);
       }
@@ -258,7 +258,7 @@ TEST_CASE("collectives: float every op exact with small integer inputs", "[coll]
           c.seed = seed++;
           for (Kind k : {Kind::AllReduce, Kind::ReduceScatter, Kind::Reduce}) {
             c.kind = k;
-            c.eager = needsEager(k);
+            c.eager = eagerFor(c.seed);
             c.root = static_cast<int>(seed % static_cast<uint32_t>(n));
             check<float>(c);
           }
@@ -281,7 +281,7 @@ TEST_CASE("collectives: other element sizes and signedness", "[coll]") {
           c.root = n - 1;
           for (Kind k : {Kind::AllReduce, Kind::ReduceScatter, Kind::Reduce, Kind::AllGather}) {
             c.kind = k;
-            c.eager = needsEager(k);
+            c.eager = eagerFor(c.seed);
             check<int8_t>(c);
             check<uint8_t>(c);
             check<uint32_t>(c);
@@ -319,7 +319,7 @@ TEST_CASE("collectives: half-precision spot check", "[coll]") {
         }
         std::vector<std::vector<uint16_t>> orig = send;
         unit::MemWorld w(n, 7, 0.5);
-        w.eager = needsEager(kind);
+        w.eager = inPlace;  // one pass with each kind of send (unit_coll.h)
         runAll(w, calls, kSmall);
         for (int r = 0; r < n; ++r) {
           if (kind == Kind::Reduce && r != root) continue;

@@ -171,9 +171,19 @@ TEST_CASE("stream: two streams on two communicators from one thread overlap", "[
     horaStreamCreate(&s2);
     const size_t N = 300000;
     std::vector<double> a(N, rank + 1.0), b(N, 2.0 * (rank + 1)), ra(N), rb(N);
-    for (int i = 0; i < 5; ++i) {
-      horaAllReduce(a.data(), ra.data(), N, horaDouble, horaSum, comm, s1);
-      horaAllReduce(b.data(), rb.data(), N, horaDouble, horaMax, other, s2);
+    // Overlap, shown without a clock: rank 0 queues the allreduce on s1 first, which cannot
+    // finish before the other ranks join it, and they join it only once the allreduce on s2
+    // has finished everywhere. So rank 0's s2 work must run while its s1 work waits: streams
+    // run one after the other would never finish (the test would fail at its timeout).
+    for (int i = 0; i < 3; ++i) {
+      if (rank == 0) {
+        if (horaAllReduce(a.data(), ra.data(), N, horaDouble, horaSum, comm, s1) != horaSuccess) return err("a", comm);
+        if (horaAllReduce(b.data(), rb.data(), N, horaDouble, horaMax, other, s2) != horaSuccess) return err("b", other);
+      } else {
+        if (horaAllReduce(b.data(), rb.data(), N, horaDouble, horaMax, other, s2) != horaSuccess) return err("b", other);
+        if (horaStreamSynchronize(s2) != horaSuccess) return std::string("synchronize s2: ") + horaGetLastError(nullptr);
+        if (horaAllReduce(a.data(), ra.data(), N, horaDouble, horaSum, comm, s1) != horaSuccess) return err("a", comm);
+      }
     }
     if (horaStreamSynchronize(s1) != horaSuccess || horaStreamSynchronize(s2) != horaSuccess)
       return std::string("synchronize: ") + horaGetLastError(nullptr);
