@@ -256,10 +256,16 @@ HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
       fail(Errc::InvalidArgument, "no rendezvous in the environment: set HORA_ID (hora-run does), or "
            "HORA_ROOT=host:port (or MASTER_ADDR/MASTER_PORT) with HORA_SECRET");
     }
-    initRank(comm, l.size, id, l.rank, optionsFrom(nullptr));
     // The rendezvous lives in this process: return only once it has served every rank (each
     // leaves right after the last barrier), or a rank 0 that exits at once (a failed first
     // call, a short job) would take it away from a rank still waiting for its last answer.
+    // After a failure, likewise until every rank connected has heard why.
+    try {
+      initRank(comm, l.size, id, l.rank, optionsFrom(nullptr));
+    } catch (...) {
+      if (rendezvous) rendezvous->await(config().timeout);
+      throw;
+    }
     if (rendezvous) rendezvous->await(config().timeout);
   });
 }

@@ -119,10 +119,11 @@ struct Member {
 
 class Root {
  public:
-  Root(Fd listener, const Secret& secret, milliseconds timeout)
+  Root(Fd listener, const Secret& secret, milliseconds timeout, std::shared_ptr<RendezvousEnd> end)
       : acceptor_(std::move(listener), secret, LinkKind::Bootstrap,
                   std::min(timeout, milliseconds(30000)), log::kBootstrap),
-        timeout_(timeout) {}
+        timeout_(timeout),
+        end_(std::move(end)) {}
 
   const SockAddr& address() const { return acceptor_.address(); }
 
@@ -154,16 +155,22 @@ class Root {
 
   // After a failure: every rank, joined or still to come, is told why, and its link is closed
   // only once it has read that (its end closes first), so that no reset can overtake the news.
-  // Ends when every rank of the job has been told, or after the timeout without progress.
+  // A round's answer already under way goes out whole first (a rank may need it to find the
+  // cause itself). Ends when every rank of the job has been told, or after the timeout without
+  // progress; the end is signalled early, once every rank connected has been told and closed.
   void drainFailed(const std::string& why) {
     static const std::atomic<bool> never{false};
     const std::string f = frame(FrameType::Error, why);
-    std::vector<Fd> told;      // the error written, write side shut, waiting for the rank's close
-    std::vector<Fd> telling;   // accepted or joined, the error not yet written
+    struct Telling {
+      Fd fd;
+      std::string pending;  // the rest of an answer under way, then the error
+    };
+    std::vector<Fd> told;         // the error written, write side shut, waiting for the rank's close
+    std::vector<Telling> telling;  // accepted or joined, the error not yet written
     size_t done = 0;  // ranks that have left: told, or gone before the failure
     for (Member& m : members_) {
       if (m.gone) ++done;
-      else telling.push_back(std::move(m.fd));
+      else telling.push_back(Telling{std::move(m.fd), m.out.substr(m.outOff) + f});
     }
     members_.clear();
     Waiter w(std::min(timeout_, milliseconds(60000)), &never, [] { return std::string("ranks to hear of the failure"); });
@@ -172,27 +179,29 @@ class Root {
         bool moved = false;
         fresh_.clear();
         moved |= acceptor_.advance(fresh_);
-        for (Acceptor::Accepted& a : fresh_) telling.push_back(std::move(a.fd));
+        for (Acceptor::Accepted& a : fresh_) telling.push_back(Telling{std::move(a.fd), f});
         for (size_t i = 0; i < telling.size();) {
-          // Small, so one nonblocking send suffices; a rank that cannot take it is dropped.
-          (void)::send(telling[i].get(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-          ::shutdown(telling[i].get(), SHUT_WR);
-          told.push_back(std::move(telling[i]));
+          Telling& t = telling[i];
+          const ssize_t n = ::send(t.fd.get(), t.pending.data(), t.pending.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+          if (n > 0) {
+            t.pending.erase(0, static_cast<size_t>(n));
+            moved = true;
+          }
+          // Written, or a rank that cannot take it (its link broken): shut, and wait for its close.
+          const bool broken = n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+          if (!t.pending.empty() && !broken) {
+            ++i;
+            continue;
+          }
+          ::shutdown(t.fd.get(), SHUT_WR);
+          told.push_back(std::move(t.fd));
           telling.erase(telling.begin() + static_cast<long>(i));
           moved = true;
         }
-        for (size_t i = 0; i < told.size();) {
-          char sink[256];
-          ssize_t n = ::recv(told[i].get(), sink, sizeof sink, MSG_DONTWAIT);
-          if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-            told.erase(told.begin() + static_cast<long>(i));
-            ++done;
-            moved = true;
-            continue;
-          }
-          moved |= n > 0;
-          ++i;
-        }
+        size_t closed = 0;
+        moved |= dropClosed(told, &closed);
+        done += closed;
+        if (telling.empty() && told.empty() && end_) end_->set();
         if (moved) {
           w.progressed();
           continue;
@@ -200,6 +209,7 @@ class Root {
         w.idle([&](milliseconds most) {
           std::vector<pollfd> fds;
           acceptor_.addPollFds(fds);
+          for (const Telling& t : telling) fds.push_back(pollfd{t.fd.get(), POLLOUT, 0});
           for (const Fd& t : told) fds.push_back(pollfd{t.get(), POLLIN, 0});
           pollFor(fds.data(), fds.size(), static_cast<int>(most.count()));
         });
@@ -252,6 +262,25 @@ class Root {
       m.rank = static_cast<int>(h.rank);
       members_.push_back(std::move(m));
       HORA_TRACE(log::kBootstrap, "rank %u joined from %s", h.rank, a.peer.str().c_str());
+    }
+    return moved;
+  }
+
+  // Reads and drops what the links still send; forgets (and counts in `closed`) each link once
+  // its end has closed. Returns whether anything moved.
+  static bool dropClosed(std::vector<Fd>& links, size_t* closed) {
+    bool moved = false;
+    for (size_t i = 0; i < links.size();) {
+      char sink[4096];
+      ssize_t n = ::recv(links[i].get(), sink, sizeof sink, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        links.erase(links.begin() + static_cast<long>(i));
+        ++*closed;
+        moved = true;
+        continue;
+      }
+      moved |= n > 0;
+      ++i;
     }
     return moved;
   }
@@ -362,6 +391,7 @@ class Root {
 
   Acceptor acceptor_;
   milliseconds timeout_;
+  std::shared_ptr<RendezvousEnd> end_;
   std::vector<Member> members_;
   std::vector<Acceptor::Accepted> fresh_;
   int nranks_ = -1;
@@ -384,7 +414,7 @@ bool RendezvousEnd::await(milliseconds most) {
 UniqueId startRendezvous(const SockAddr& bindAddr, const Secret& secret, milliseconds timeout,
                          std::shared_ptr<RendezvousEnd> end) {
   installForkHandler();
-  auto root = std::make_shared<Root>(listenSocket(bindAddr), secret, timeout);
+  auto root = std::make_shared<Root>(listenSocket(bindAddr), secret, timeout, end);
   UniqueId id;
   id.root = root->address();
   id.secret = secret;
