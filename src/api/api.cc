@@ -250,7 +250,7 @@ HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
                id.root.str().c_str(), log::hostName(), strerror(err), mine.empty() ? "none" : mine.c_str());
         }
         bind = id.root;        rendezvous = std::make_shared<RendezvousEnd>();
-        startRendezvous(bind, id.secret, config().timeout, rendezvous);
+        startRendezvous(bind, id.secret, config().timeout, rendezvous, l.size);
       }
     } else {
       fail(Errc::InvalidArgument, "no rendezvous in the environment: set HORA_ID (hora-run does), or "

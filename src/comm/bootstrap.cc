@@ -11,6 +11,8 @@
 #include <mutex>
 #include <thread>
 
+#include <unistd.h>
+
 #include "base/acceptor.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -19,12 +21,23 @@ namespace hora {
 
 namespace {
 constexpr uint32_t kIdMagic = 0x44495248;  // "HRID"
-// Gather, Error and Bye go from a rank to the root; Result and Error from the root to ranks.
-enum class FrameType : uint32_t { Gather = 1, Result = 2, Error = 3, Bye = 4 };
+// Gather, Error and Bye go from a rank to the root; Result and Error from the root to ranks,
+// Reject from the root to a process that it turns away (its rank is taken, or its size is not
+// the job's) without failing the job.
+enum class FrameType : uint32_t { Gather = 1, Result = 2, Error = 3, Bye = 4, Reject = 5 };
 
+// Who joins: the rank and size it was started with, and its host and pid, so that a process
+// turned away can be told which one holds its rank.
 struct HelloPayload {
-  uint32_t rank, nranks;
+  uint32_t rank, nranks, pid;
+  char host[kHandshakePayloadBytes - 12];  // NUL-padded, cut to fit
 };
+static_assert(sizeof(HelloPayload) == kHandshakePayloadBytes, "the hello fills the handshake's payload");
+
+// "rank R (host, pid P)", as PeerInfo::name() says it.
+std::string rankName(int rank, const std::string& host, int pid) {
+  return format("rank %d (%s, pid %d)", rank, host.c_str(), pid);
+}
 
 void putU32(std::string& s, uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); }
 
@@ -108,6 +121,7 @@ namespace {
 struct Member {
   Fd fd;
   int rank = -1;
+  std::string name;      // "rank R (host, pid P)"
   std::string in;        // bytes of the frame being read
   std::string out;       // bytes to write
   size_t outOff = 0;
@@ -119,11 +133,12 @@ struct Member {
 
 class Root {
  public:
-  Root(Fd listener, const Secret& secret, milliseconds timeout, std::shared_ptr<RendezvousEnd> end)
+  Root(Fd listener, const Secret& secret, milliseconds timeout, int nranks, std::shared_ptr<RendezvousEnd> end)
       : acceptor_(std::move(listener), secret, LinkKind::Bootstrap,
                   std::min(timeout, milliseconds(30000)), log::kBootstrap),
         timeout_(timeout),
-        end_(std::move(end)) {}
+        end_(std::move(end)),
+        nranks_(nranks) {}
 
   const SockAddr& address() const { return acceptor_.address(); }
 
@@ -135,6 +150,8 @@ class Root {
         bool moved = acceptNew();
         for (Member& m : members_) moved |= service(m);
         moved |= maybeAnswerRound();
+        size_t closed = 0;
+        moved |= dropClosed(turnedAway_, &closed);  // told why they may not join
         if (moved) {
           w.progressed();
           continue;
@@ -144,6 +161,7 @@ class Root {
           acceptor_.addPollFds(fds);
           for (Member& m : members_)
             if (!m.gone) fds.push_back(pollfd{m.fd.get(), static_cast<short>(POLLIN | (m.out.size() > m.outOff ? POLLOUT : 0)), 0});
+          for (const Fd& t : turnedAway_) fds.push_back(pollfd{t.get(), POLLIN, 0});
           pollFor(fds.data(), fds.size(), static_cast<int>(most.count()));
         });
       }
@@ -237,8 +255,9 @@ class Root {
       if (!have && count++ < 8) missing += format("%s%d", missing.empty() ? "" : ", ", r);
     }
     if (!missing.empty())
-      return format("ranks %s%s to join the rendezvous at %s (%zu of %d joined)", missing.c_str(),
-                    count > 8 ? ", ..." : "", address().str().c_str(), members_.size(), nranks_);
+      return format("ranks %s%s to join the rendezvous at %s (%zu of %d joined%s%s)", missing.c_str(),
+                    count > 8 ? ", ..." : "", address().str().c_str(), members_.size(), nranks_,
+                    firstTurnedAway_.empty() ? "" : "; turned away: ", firstTurnedAway_.c_str());
     return format("all ranks to reach bootstrap round %d", round_ + 1);
   }
 
@@ -248,22 +267,56 @@ class Root {
     for (Acceptor::Accepted& a : fresh_) {
       HelloPayload h;
       memcpy(&h, a.payload, sizeof h);
-      if (h.nranks < 1 || h.nranks > (1u << 20) || h.rank >= h.nranks)
-        fail(Errc::InvalidArgument, "a rank joined as rank %u of %u", h.rank, h.nranks);
+      std::string host(h.host, strnlen(h.host, sizeof h.host));
+      for (char& c : host)
+        if (c < 0x20 || c > 0x7e) c = '?';
+      const std::string name = rankName(static_cast<int>(h.rank), host, static_cast<int>(h.pid));
+      // A process that does not fit the job is turned away, and the job goes on: it may be a
+      // stray of another job that shares the address and secret. Should it be one of this job,
+      // the job's timeout names its missing rank and this process.
+      const std::string where = format("the rendezvous at %s", address().str().c_str());
+      if (h.nranks < 1 || h.nranks > (1u << 20) || h.rank >= h.nranks) {
+        turnAway(std::move(a.fd), format("%s cannot join %s as rank %u of %u ranks", name.c_str(), where.c_str(),
+                                         h.rank, h.nranks));
+        continue;
+      }
       if (nranks_ < 0) nranks_ = static_cast<int>(h.nranks);
-      if (static_cast<int>(h.nranks) != nranks_)
-        fail(Errc::InvalidArgument, "rank %u joined a job of %u ranks, but others joined one of %d",
-             h.rank, h.nranks, nranks_);
+      if (static_cast<int>(h.nranks) != nranks_) {
+        turnAway(std::move(a.fd),
+                 format("%s cannot join %s: it was started as one of %u ranks, but the job there has %d ranks "
+                        "(a different HORA_SIZE, or a second job on the same address and secret?)",
+                        name.c_str(), where.c_str(), h.nranks, nranks_));
+        continue;
+      }
+      const Member* holder = nullptr;
       for (const Member& m : members_)
-        if (m.rank == static_cast<int>(h.rank))
-          fail(Errc::InvalidArgument, "two processes joined as rank %u", h.rank);
+        if (m.rank == static_cast<int>(h.rank)) holder = &m;
+      if (holder) {
+        turnAway(std::move(a.fd), format("%s cannot join %s: %s has joined it already (a second job on the "
+                                         "same address and secret, or two processes given the same rank?)",
+                                         name.c_str(), where.c_str(), holder->name.c_str()));
+        continue;
+      }
       Member m;
       m.fd = std::move(a.fd);
       m.rank = static_cast<int>(h.rank);
+      m.name = name;
       members_.push_back(std::move(m));
-      HORA_TRACE(log::kBootstrap, "rank %u joined from %s", h.rank, a.peer.str().c_str());
+      HORA_TRACE(log::kBootstrap, "%s joined from %s", name.c_str(), a.peer.str().c_str());
     }
     return moved;
+  }
+
+  // Tells a process why it may not join, and keeps its link until it has read that and closed
+  // (dropClosed), so that no reset overtakes the news.
+  void turnAway(Fd fd, const std::string& why) {
+    HORA_WARN(log::kBootstrap, "turned away: %s", why.c_str());
+    if (firstTurnedAway_.empty()) firstTurnedAway_ = why;
+    const std::string f = frame(FrameType::Reject, why);
+    // Small, so one nonblocking send suffices on a fresh link.
+    (void)::send(fd.get(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    ::shutdown(fd.get(), SHUT_WR);
+    if (turnedAway_.size() < 64) turnedAway_.push_back(std::move(fd));
   }
 
   // Reads and drops what the links still send; forgets (and counts in `closed`) each link once
@@ -289,7 +342,7 @@ class Root {
   bool service(Member& m) {
     if (m.gone) return false;
     bool moved = false;
-    std::string who = format("rank %d", m.rank);
+    const std::string& who = m.name;
     while (m.out.size() > m.outOff) {
       size_t n;
       try {
@@ -316,12 +369,12 @@ class Root {
                            type == static_cast<uint32_t>(FrameType::Error) ||
                            type == static_cast<uint32_t>(FrameType::Bye);
         if (!known || len > kMaxBootstrapFrame)
-          fail(Errc::Remote, "rank %d sent a malformed bootstrap frame (type %u, %u bytes)", m.rank, type, len);
+          fail(Errc::Remote, "%s sent a malformed bootstrap frame (type %u, %u bytes)", m.name.c_str(), type, len);
         if (m.in.size() == 8 + static_cast<size_t>(len) && type == static_cast<uint32_t>(FrameType::Error)) {
           std::string why = m.in.substr(8, std::min<size_t>(len, 1024));
           for (char& ch : why)
             if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) ch = '?';
-          fail(Errc::Remote, "rank %d failed during init: %s", m.rank, why.c_str());
+          fail(Errc::Remote, "%s failed during init: %s", m.name.c_str(), why.c_str());
         }
         if (m.in.size() == 8 + static_cast<size_t>(len) && type == static_cast<uint32_t>(FrameType::Bye)) {
           m.said_bye = true;
@@ -331,7 +384,7 @@ class Root {
         }
         if (m.in.size() == 8 + static_cast<size_t>(len)) {
           if (m.rounds > round_)
-            fail(Errc::Remote, "rank %d sent two bootstrap rounds at once", m.rank);
+            fail(Errc::Remote, "%s sent two bootstrap rounds at once", m.name.c_str());
           m.blob = m.in.substr(8);
           m.in.clear();
           ++m.rounds;
@@ -361,7 +414,7 @@ class Root {
     m.gone = true;
     m.fd.reset();
     if (!m.said_bye)
-      fail(Errc::Remote, "rank %d left the rendezvous before its init completed (it exited or failed)", m.rank);
+      fail(Errc::Remote, "%s left the rendezvous before its init completed (it exited or failed)", m.name.c_str());
     return true;
   }
 
@@ -394,7 +447,9 @@ class Root {
   std::shared_ptr<RendezvousEnd> end_;
   std::vector<Member> members_;
   std::vector<Acceptor::Accepted> fresh_;
-  int nranks_ = -1;
+  std::vector<Fd> turnedAway_;    // told why, waiting for them to close
+  std::string firstTurnedAway_;   // why, for the timeout's text
+  int nranks_;
   int round_ = 0;
 };
 
@@ -412,9 +467,9 @@ bool RendezvousEnd::await(milliseconds most) {
 }
 
 UniqueId startRendezvous(const SockAddr& bindAddr, const Secret& secret, milliseconds timeout,
-                         std::shared_ptr<RendezvousEnd> end) {
+                         std::shared_ptr<RendezvousEnd> end, int nranks) {
   installForkHandler();
-  auto root = std::make_shared<Root>(listenSocket(bindAddr), secret, timeout, end);
+  auto root = std::make_shared<Root>(listenSocket(bindAddr), secret, timeout, nranks, end);
   UniqueId id;
   id.root = root->address();
   id.secret = secret;
@@ -433,7 +488,11 @@ BootstrapClient::BootstrapClient(const UniqueId& id, int rank, int nranks, Waite
   installForkHandler();
   fd_ = connectWithRetry(id.root, w);
   uint8_t payload[kHandshakePayloadBytes] = {0};
-  HelloPayload h{static_cast<uint32_t>(rank), static_cast<uint32_t>(nranks)};
+  HelloPayload h{};
+  h.rank = static_cast<uint32_t>(rank);
+  h.nranks = static_cast<uint32_t>(nranks);
+  h.pid = static_cast<uint32_t>(getpid());
+  strncpy(h.host, log::hostName(), sizeof h.host - 1);
   memcpy(payload, &h, sizeof h);
   try {
     clientHandshake(fd_.get(), id.secret, LinkKind::Bootstrap, payload, w, "the rendezvous");
@@ -488,6 +547,7 @@ std::vector<std::string> BootstrapClient::allgather(const std::string& mine, Wai
     std::string payload(hdr[1], '\0');
     readAll(fd_.get(), payload.data(), payload.size(), w, who);
     if (hdr[0] == static_cast<uint32_t>(FrameType::Error)) throw RendezvousFailure("the rendezvous failed: " + payload);
+    if (hdr[0] == static_cast<uint32_t>(FrameType::Reject)) throw Error(Errc::InvalidUsage, payload);
     if (hdr[0] != static_cast<uint32_t>(FrameType::Result))
       fail(Errc::Remote, "the rendezvous sent an unknown frame type %u", hdr[0]);
     std::vector<std::string> out;

@@ -58,8 +58,12 @@ class RendezvousEnd {
 // serves one job and ends when all its ranks have left, or after `timeout` without progress;
 // `end`, if given, is set then. A process that hosts the rendezvous of its own job waits for it
 // before going on: the thread dies with the process, and a rank still being served would lose it.
+// `nranks` is the job's size where the host knows it (else the first rank to join sets it).
+// A process whose rank has joined already, or whose size is not the job's, is turned away
+// (its allgather fails with the root's text, naming the process that holds the rank) and the
+// job goes on: it may be a stray of a second job started on the same address and secret.
 UniqueId startRendezvous(const SockAddr& bindAddr, const Secret& secret, milliseconds timeout,
-                         std::shared_ptr<RendezvousEnd> end = nullptr);
+                         std::shared_ptr<RendezvousEnd> end = nullptr, int nranks = -1);
 
 // The root's report that the job failed: it names the first cause.
 class RendezvousFailure : public Error {

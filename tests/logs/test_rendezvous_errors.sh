@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # What a rank hears when a launch goes wrong at the rendezvous (HORA_ROOT), one case per call:
+#   duplicate  a process of a second job on the same address and secret, as a rank that has
+#              joined already or with another size, is turned away naming the rank and the
+#              process that holds it (or both sizes); the job in progress completes exactly
 #   settings   HORA_CHUNK_BYTES differs across ranks: every rank fails with the same text,
 #              naming the setting, the ranks (host, pid) and their values
 #   test_rendezvous_errors.sh CASE ALLREDUCE_PERF
@@ -36,6 +39,30 @@ await() {
 }
 
 case $case_ in
+duplicate)
+  # Job A of 3 ranks: ranks 0 and 1 join, rank 2 comes only after the strays were turned away.
+  start a0 0 3 HORA_DEBUG=TRACE HORA_DEBUG_SUBSYS=BOOTSTRAP
+  start a1 1 3
+  await "$out/a0" 'TRACE BOOTSTRAP rank [01] (.*) joined from' 2
+  # A stray rank 1 of a second job: turned away, naming rank 1 and the process holding it.
+  start dup 1 3
+  wait "$pid_dup" && fail "a second rank 1 joined the job: $(tail -3 "$out/dup")"
+  grep -qF "rank 1 ($host, pid $pid_dup) cannot join the rendezvous at 127.0.0.1:$port: rank 1 ($host, pid $pid_a1) has joined it already" "$out/dup" ||
+    fail "the second rank 1's error does not name the rank and its holder: $(tail -3 "$out/dup")"
+  # A stray of a job of another size: turned away, naming both sizes.
+  start size 2 4
+  wait "$pid_size" && fail "a rank of a job of 4 joined a job of 3: $(tail -3 "$out/size")"
+  grep -qF "rank 2 ($host, pid $pid_size) cannot join the rendezvous at 127.0.0.1:$port: it was started as one of 4 ranks, but the job there has 3 ranks" "$out/size" ||
+    fail "the stray of another size does not name both sizes: $(tail -3 "$out/size")"
+  await "$out/a0" 'WARN BOOTSTRAP turned away' 2
+  # Job A goes on: its rank 2 joins, and every rank completes exactly.
+  start a2 2 3
+  for r in 0 1 2; do
+    p=pid_a$r
+    wait "${!p}" || fail "job A's rank $r failed after the strays were turned away: $(tail -3 "$out/a$r")"
+  done
+  grep -q 'Out of bounds values : 0 OK' "$out/a0" || fail "job A's results are wrong: $(tail -3 "$out/a0")"
+  ;;
 settings)
   # Rank 2 differs from ranks 0 and 1; every rank names rank 0's value and rank 2's.
   start s0 0 3 HORA_CHUNK_BYTES=524288
