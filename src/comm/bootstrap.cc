@@ -255,7 +255,7 @@ class Root {
       if (!have && count++ < 8) missing += format("%s%d", missing.empty() ? "" : ", ", r);
     }
     if (!missing.empty())
-      return format("ranks %s%s to join the rendezvous at %s (%zu of %d joined%s%s)", missing.c_str(),
+      return format("rank%s %s%s to join the rendezvous at %s (%zu of %d joined%s%s)", count > 1 ? "s" : "", missing.c_str(),
                     count > 8 ? ", ..." : "", address().str().c_str(), members_.size(), nranks_,
                     firstTurnedAway_.empty() ? "" : "; turned away: ", firstTurnedAway_.c_str());
     return format("all ranks to reach bootstrap round %d", round_ + 1);
@@ -374,7 +374,10 @@ class Root {
           std::string why = m.in.substr(8, std::min<size_t>(len, 1024));
           for (char& ch : why)
             if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) ch = '?';
-          fail(Errc::Remote, "%s failed during init: %s", m.name.c_str(), why.c_str());
+          // A rank that gave up waiting, while ranks are missing, gave up on them.
+          const bool missing = nranks_ > 0 && static_cast<int>(members_.size()) < nranks_;
+          fail(Errc::Remote, "%s failed during init: %s%s%s", m.name.c_str(), why.c_str(),
+               missing ? "; the root was still waiting for " : "", missing ? describe().c_str() : "");
         }
         if (m.in.size() == 8 + static_cast<size_t>(len) && type == static_cast<uint32_t>(FrameType::Bye)) {
           m.said_bye = true;
@@ -517,6 +520,14 @@ void BootstrapClient::abandon(const std::string& why) noexcept {
   if (!fd_.valid()) return;
   std::string f = frame(FrameType::Error, why.substr(0, 1024));
   (void)::send(fd_.get(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  fd_.reset();
+}
+
+void BootstrapClient::giveUp(const std::string& why, milliseconds most) {
+  if (!fd_.valid()) return;
+  std::string f = frame(FrameType::Error, why.substr(0, 1024));
+  (void)::send(fd_.get(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  awaitFailureReport(most);
   fd_.reset();
 }
 

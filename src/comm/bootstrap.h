@@ -86,6 +86,10 @@ class BootstrapClient {
   // abandon(), makes the root fail the rendezvous for every rank at once.
   void finish(Waiter& w);
   void abandon(const std::string& why) noexcept;
+  // As abandon(), but first waits up to `most` for the root's verdict and throws it
+  // (RendezvousFailure): a rank that gives up waiting learns what the root was waiting for
+  // (the ranks that never joined, say).
+  void giveUp(const std::string& why, milliseconds most);
   // Between rounds: throws the root's error report (RendezvousFailure) if one has arrived.
   // Never blocks.
   void checkForFailure();

@@ -240,13 +240,14 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
   } catch (const Error& e) {
     // A peer that dropped us may have done so because the job failed elsewhere: prefer the
     // rendezvous's report of the first cause, if it comes promptly.
-    if (e.code() == Errc::Remote) {
-      try {
-        bs.awaitFailureReport(milliseconds(1000));
-      } catch (const RendezvousFailure&) {
-        bs.close();
-        throw;
-      }
+    // One that gave up waiting tells the root, whose verdict names what it was waiting for
+    // (ranks that never joined, say).
+    try {
+      if (e.code() == Errc::Remote) bs.awaitFailureReport(milliseconds(1000));
+      if (e.code() == Errc::Timeout) bs.giveUp(format("%s: %s", stage.c_str(), e.what()), milliseconds(1000));
+    } catch (const RendezvousFailure&) {
+      bs.close();
+      throw;
     }
     bs.abandon(format("%s: %s", stage.c_str(), e.what()));
     throw;

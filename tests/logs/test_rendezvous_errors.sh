@@ -5,6 +5,7 @@
 #              process that holds it (or both sizes); the job in progress completes exactly
 #   settings   HORA_CHUNK_BYTES differs across ranks: every rank fails with the same text,
 #              naming the setting, the ranks (host, pid) and their values
+#   missing    a rank never comes: the error every rank gets names it
 #   test_rendezvous_errors.sh CASE ALLREDUCE_PERF
 # The ranks are sequenced through their logs, never by sleeping; timeouts only bound a hang.
 set -u
@@ -79,6 +80,22 @@ settings)
   # The same text on every rank, word for word.
   for r in 0 1 2; do grep -F "horaCommInitFromEnv failed" "$out/s$r" | sed 's/.*horaCommInitFromEnv failed: //'; done | sort -u >"$out/texts"
   [ "$(wc -l <"$out/texts")" -eq 1 ] || fail "the ranks' errors differ: $(cat "$out/texts")"
+  ;;
+missing)
+  # A job of 3 where rank 2 never comes: both ranks' errors name rank 2 as the one missing,
+  # whether the rendezvous gives up first (the same timeout everywhere) or a rank does (rank 1's
+  # shorter timeout: the rendezvous answers its giving up with what it was waiting for).
+  for t1 in 3000 1500; do
+    port=$((30000 + RANDOM % 20000))
+    TIMEOUT_MS=3000 start m0 0 3
+    TIMEOUT_MS=$t1 start m1 1 3
+    for r in 0 1; do
+      p=pid_m$r
+      wait "${!p}" && fail "rank $r completed a job whose rank 2 never came"
+      grep -F "horaCommInitFromEnv failed" "$out/m$r" | grep -qF "waiting for rank 2 to join the rendezvous at 127.0.0.1:$port (2 of 3 joined)" ||
+        fail "rank $r's error does not name rank 2 as missing (rank 1's timeout $t1 ms): $(tail -2 "$out/m$r")"
+    done
+  done
   ;;
 *) fail "unknown case $case_" ;;
 esac
