@@ -283,9 +283,9 @@ class Root {
       if (nranks_ < 0) nranks_ = static_cast<int>(h.nranks);
       if (static_cast<int>(h.nranks) != nranks_) {
         turnAway(std::move(a.fd),
-                 format("%s cannot join %s: it was started as one of %u ranks, but the job there has %d ranks "
+                 format("%s cannot join %s: it was started as one of %u ranks, but the job there has %d rank%s "
                         "(a different HORA_SIZE, or a second job on the same address and secret?)",
-                        name.c_str(), where.c_str(), h.nranks, nranks_));
+                        name.c_str(), where.c_str(), h.nranks, nranks_, nranks_ == 1 ? "" : "s"));
         continue;
       }
       const Member* holder = nullptr;
