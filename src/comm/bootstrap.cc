@@ -21,7 +21,8 @@ namespace hora {
 
 namespace {
 constexpr uint32_t kIdMagic = 0x44495248;  // "HRID"
-// Gather, Error and Bye go from a rank to the root; Result and Error from the root to ranks,
+// Gather, Error and Bye go from a rank to the root; Result and Error from the root to ranks (the
+// root's Error: the u32 code of the failure, then its text),
 // Reject from the root to a process that it turns away (its rank is taken, or its size is not
 // the job's) without failing the job.
 enum class FrameType : uint32_t { Gather = 1, Result = 2, Error = 3, Bye = 4, Reject = 5 };
@@ -46,6 +47,17 @@ std::string frame(FrameType t, const std::string& payload) {
   putU32(s, static_cast<uint32_t>(t));
   putU32(s, static_cast<uint32_t>(payload.size()));
   return s + payload;
+}
+
+// The root's report of a failure, as a rank throws it: with the failure's code (a rank that
+// never joined is a timeout; a rank that failed, a remote error).
+RendezvousFailure rootReport(const std::string& payload) {
+  uint32_t code = static_cast<uint32_t>(Errc::Remote);
+  if (payload.size() >= 4) memcpy(&code, payload.data(), 4);
+  const bool known = code == static_cast<uint32_t>(Errc::Timeout) || code == static_cast<uint32_t>(Errc::InvalidUsage) ||
+                     code == static_cast<uint32_t>(Errc::InvalidArgument) || code == static_cast<uint32_t>(Errc::System);
+  return RendezvousFailure(known ? static_cast<Errc>(code) : Errc::Remote,
+                           "the rendezvous failed: " + payload.substr(std::min<size_t>(payload.size(), 4)));
 }
 }  // namespace
 
@@ -165,8 +177,10 @@ class Root {
           pollFor(fds.data(), fds.size(), static_cast<int>(most.count()));
         });
       }
+    } catch (const Error& e) {
+      failAll(e.code(), e.what());
     } catch (const std::exception& e) {
-      failAll(e.what());
+      failAll(Errc::Internal, e.what());
     }
     HORA_INFO(log::kBootstrap, "rendezvous at %s done", address().str().c_str());
   }
@@ -176,9 +190,11 @@ class Root {
   // A round's answer already under way goes out whole first (a rank may need it to find the
   // cause itself). Ends when every rank of the job has been told, or after the timeout without
   // progress; the end is signalled early, once every rank connected has been told and closed.
-  void drainFailed(const std::string& why) {
+  void drainFailed(Errc code, const std::string& why) {
     static const std::atomic<bool> never{false};
-    const std::string f = frame(FrameType::Error, why);
+    std::string report;
+    putU32(report, static_cast<uint32_t>(code));
+    const std::string f = frame(FrameType::Error, report + why);
     struct Telling {
       Fd fd;
       std::string pending;  // the rest of an answer under way, then the error
@@ -376,7 +392,7 @@ class Root {
             if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) ch = '?';
           // A rank that gave up waiting, while ranks are missing, gave up on them.
           const bool missing = nranks_ > 0 && static_cast<int>(members_.size()) < nranks_;
-          fail(Errc::Remote, "%s failed during init: %s%s%s", m.name.c_str(), why.c_str(),
+          fail(missing ? Errc::Timeout : Errc::Remote, "%s failed during init: %s%s%s", m.name.c_str(), why.c_str(),
                missing ? "; the root was still waiting for " : "", missing ? describe().c_str() : "");
         }
         if (m.in.size() == 8 + static_cast<size_t>(len) && type == static_cast<uint32_t>(FrameType::Bye)) {
@@ -440,9 +456,9 @@ class Root {
     return true;
   }
 
-  void failAll(const std::string& why) {
+  void failAll(Errc code, const std::string& why) {
     HORA_WARN(log::kBootstrap, "rendezvous at %s failed: %s", address().str().c_str(), why.c_str());
-    drainFailed(why);
+    drainFailed(code, why);
   }
 
   Acceptor acceptor_;
@@ -543,7 +559,7 @@ void BootstrapClient::checkForFailure() {
     fail(Errc::Remote, "the rendezvous sent an unexpected frame (type %u) between rounds", hdr[0]);
   std::string payload(hdr[1], '\0');
   readAll(fd_.get(), payload.data(), payload.size(), w, "the rendezvous");
-  throw RendezvousFailure("the rendezvous failed: " + payload);
+  throw rootReport(payload);
 }
 
 std::vector<std::string> BootstrapClient::allgather(const std::string& mine, Waiter& w) {
@@ -557,7 +573,7 @@ std::vector<std::string> BootstrapClient::allgather(const std::string& mine, Wai
       fail(Errc::Remote, "the rendezvous sent a frame of %u bytes (at most %u allowed)", hdr[1], kMaxBootstrapFrame);
     std::string payload(hdr[1], '\0');
     readAll(fd_.get(), payload.data(), payload.size(), w, who);
-    if (hdr[0] == static_cast<uint32_t>(FrameType::Error)) throw RendezvousFailure("the rendezvous failed: " + payload);
+    if (hdr[0] == static_cast<uint32_t>(FrameType::Error)) throw rootReport(payload);
     if (hdr[0] == static_cast<uint32_t>(FrameType::Reject)) throw Error(Errc::InvalidUsage, payload);
     if (hdr[0] != static_cast<uint32_t>(FrameType::Result))
       fail(Errc::Remote, "the rendezvous sent an unknown frame type %u", hdr[0]);

@@ -65,10 +65,11 @@ class RendezvousEnd {
 UniqueId startRendezvous(const SockAddr& bindAddr, const Secret& secret, milliseconds timeout,
                          std::shared_ptr<RendezvousEnd> end = nullptr, int nranks = -1);
 
-// The root's report that the job failed: it names the first cause.
+// The root's report that the job failed: it names the first cause, with its code (Timeout when
+// ranks never joined, Remote when a rank failed).
 class RendezvousFailure : public Error {
  public:
-  explicit RendezvousFailure(std::string message) : Error(Errc::Remote, std::move(message)) {}
+  RendezvousFailure(Errc code, std::string message) : Error(code, std::move(message)) {}
 };
 
 // A rank's link to the root.

@@ -85,6 +85,8 @@ missing)
   # A job of 3 where rank 2 never comes: both ranks' errors name rank 2 as the one missing,
   # whether the rendezvous gives up first (the same timeout everywhere) or a rank does (rank 1's
   # shorter timeout: the rendezvous answers its giving up with what it was waiting for).
+  # Either way the result is horaTimeout.
+  timeout_text='timed out waiting for a peer'
   for t1 in 3000 1500; do
     port=$((30000 + RANDOM % 20000))
     TIMEOUT_MS=3000 start m0 0 3
@@ -94,6 +96,8 @@ missing)
       wait "${!p}" && fail "rank $r completed a job whose rank 2 never came"
       grep -F "horaCommInitFromEnv failed" "$out/m$r" | grep -qF "waiting for rank 2 to join the rendezvous at 127.0.0.1:$port (2 of 3 joined)" ||
         fail "rank $r's error does not name rank 2 as missing (rank 1's timeout $t1 ms): $(tail -2 "$out/m$r")"
+      grep -q "horaCommInitFromEnv failed: $timeout_text:" "$out/m$r" ||
+        fail "rank $r's error is not horaTimeout's (rank 1's timeout $t1 ms): $(tail -2 "$out/m$r")"
     done
   done
   ;;
