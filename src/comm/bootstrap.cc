@@ -532,17 +532,20 @@ void BootstrapClient::finish(Waiter& w) {
   fd_.reset();
 }
 
-void BootstrapClient::abandon(const std::string& why) noexcept {
-  if (!fd_.valid()) return;
+void BootstrapClient::tellRoot(const std::string& why) noexcept {
   std::string f = frame(FrameType::Error, why.substr(0, 1024));
   (void)::send(fd_.get(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+void BootstrapClient::abandon(const std::string& why) noexcept {
+  if (!fd_.valid()) return;
+  tellRoot(why);
   fd_.reset();
 }
 
 void BootstrapClient::giveUp(const std::string& why, milliseconds most) {
   if (!fd_.valid()) return;
-  std::string f = frame(FrameType::Error, why.substr(0, 1024));
-  (void)::send(fd_.get(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  tellRoot(why);
   awaitFailureReport(most);
   fd_.reset();
 }

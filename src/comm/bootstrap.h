@@ -100,6 +100,9 @@ class BootstrapClient {
   int fd() const { return fd_.get(); }
 
  private:
+  // Sends the root this rank's failure (an Error frame), without waiting or closing.
+  void tellRoot(const std::string& why) noexcept;
+
   Fd fd_;
   int rank_, nranks_;
 };

@@ -100,6 +100,19 @@ missing)
         fail "rank $r's error is not horaTimeout's (rank 1's timeout $t1 ms): $(tail -2 "$out/m$r")"
     done
   done
+  # Rank 2 started with another size (a launcher's mistake, not a stray): it is turned away at
+  # once, and the job's timeout names it beside the rank missing.
+  port=$((30000 + RANDOM % 20000))
+  TIMEOUT_MS=3000 start w0 0 3
+  TIMEOUT_MS=3000 start w1 1 3
+  TIMEOUT_MS=3000 start w2 2 4
+  wait "$pid_w2" && fail "a rank of size 4 joined a job of 3"
+  for r in 0 1; do
+    p=pid_w$r
+    wait "${!p}" && fail "rank $r completed a job whose rank 2 was turned away"
+    grep -F "horaCommInitFromEnv failed" "$out/w$r" | grep -qF "waiting for rank 2 to join the rendezvous at 127.0.0.1:$port (2 of 3 joined; turned away: rank 2 ($host, pid $pid_w2) cannot join" ||
+      fail "rank $r's timeout does not name the rank 2 turned away: $(tail -2 "$out/w$r")"
+  done
   ;;
 *) fail "unknown case $case_" ;;
 esac
