@@ -1,16 +1,21 @@
-// Tests of the unique id (comm/bootstrap.h: encode/decode, hex, commId) and of the address
-// helpers it is built on (base/socket.h: SockAddr::parse, pack/unpack, interfaceMatches).
+// Tests of the unique id (comm/bootstrap.h: encode/decode, hex, commId), of the address
+// helpers it is built on (base/socket.h: SockAddr::parse, pack/unpack, interfaceMatches), and of
+// the rendezvous turning away a process that does not fit its job.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "base/error.h"
 #include "base/handshake.h"
+#include "base/log.h"
 #include "base/socket.h"
 #include "comm/bootstrap.h"
 
@@ -288,4 +293,38 @@ TEST_CASE("interfaceMatches", "[addr]") {
   CHECK(interfaceMatches("eth,,", "eth0"));
   CHECK(interfaceMatches(",", "anything"));
   CHECK(interfaceMatches("", "anything"));
+}
+
+// Once every rank has joined (and before they have left: the root serves them until then), a
+// process that comes as one of them is turned away naming the rank and its holder, and one of
+// another size naming both sizes; the job goes on and its rendezvous ends when its rank leaves.
+TEST_CASE("rendezvous: a latecomer after the job's rendezvous is turned away, and the job goes on", "[rendezvous]") {
+  auto end = std::make_shared<RendezvousEnd>();
+  const UniqueId id = startRendezvous(SockAddr::parse("127.0.0.1:0"), makeSecret(7), milliseconds(20000), end, 1);
+  Waiter w(milliseconds(20000), nullptr, [] { return std::string("the test's rendezvous"); });
+  BootstrapClient rank0(id, 0, 1, w);
+  CHECK(rank0.allgather("mine", w) == std::vector<std::string>{"mine"});
+
+  const std::string me = format("rank 0 (%s, pid %d)", log::hostName(), static_cast<int>(getpid()));
+  const std::string where = "cannot join the rendezvous at " + id.root.str() + ": ";
+  auto turnedAway = [&](int rank, int nranks) -> std::string {
+    BootstrapClient late(id, rank, nranks, w);
+    try {
+      late.allgather("late", w);
+    } catch (const Error& e) {
+      CHECK(e.code() == Errc::InvalidUsage);
+      late.abandon("turned away");
+      return e.what();
+    }
+    return "joined";
+  };
+  const std::string dup = turnedAway(0, 1);
+  CHECK(contains(dup, me + " " + where + me + " has joined it already"));
+  const std::string size = turnedAway(1, 2);
+  CHECK(contains(size, format("rank 1 (%s, pid %d) ", log::hostName(), static_cast<int>(getpid())) + where +
+                           "it was started as one of 2 ranks, but the job there has 1 rank "));
+
+  rank0.barrier(w);
+  rank0.finish(w);
+  CHECK(end->await(milliseconds(20000)));
 }

@@ -255,7 +255,7 @@ HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
         }
         rendezvous = std::make_shared<RendezvousEnd>();
         try {
-          startRendezvous(id.root, id.secret, config().timeout, rendezvous);
+          startRendezvous(id.root, id.secret, config().timeout, rendezvous, l.size);
         } catch (const Error& e) {
           fail(e.code(), "rank 0 cannot host the rendezvous at %s (from %s): %s%s", l.root.c_str(),
                l.rootFrom.c_str(), e.what(),
@@ -267,17 +267,22 @@ HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
       fail(Errc::InvalidArgument, "no rendezvous in the environment for rank %d of %d (from %s): %s", l.rank, l.size,
            l.launcher.c_str(), l.rendezvousHint.c_str());
     }
+    // The rendezvous lives in this process: return only once it has served every rank (each
+    // leaves right after the last barrier), or a rank 0 that exits at once (a failed first
+    // call, a short job) would take it away from a rank still waiting for its last answer.
+    // After a failure, likewise until every rank connected has heard why.
     try {
       initRank(comm, l.size, id, l.rank, optionsFrom(nullptr));
     } catch (const Error& e) {
+      if (rendezvous) rendezvous->await(config().timeout);
       // A rank that cannot reach the rendezvous names its address; say where that came from,
       // in the variables this job set (MASTER_ADDR, SLURM_STEP_NODELIST, ...).
       if (l.rootFrom.empty() || !strstr(e.what(), id.root.str().c_str())) throw;
       fail(e.code(), "%s (the rendezvous address %s came from %s)", e.what(), l.root.c_str(), l.rootFrom.c_str());
+    } catch (...) {
+      if (rendezvous) rendezvous->await(config().timeout);
+      throw;
     }
-    // The rendezvous lives in this process: return only once it has served every rank (each
-    // leaves right after the last barrier), or a rank 0 that exits at once (a failed first
-    // call, a short job) would take it away from a rank still waiting for its last answer.
     if (rendezvous) rendezvous->await(config().timeout);
   });
 }

@@ -11,6 +11,8 @@
 #include <mutex>
 #include <thread>
 
+#include <unistd.h>
+
 #include "base/acceptor.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -19,12 +21,24 @@ namespace hora {
 
 namespace {
 constexpr uint32_t kIdMagic = 0x44495248;  // "HRID"
-// Gather, Error and Bye go from a rank to the root; Result and Error from the root to ranks.
-enum class FrameType : uint32_t { Gather = 1, Result = 2, Error = 3, Bye = 4 };
+// Gather, Error and Bye go from a rank to the root; Result and Error from the root to ranks (the
+// root's Error: the u32 code of the failure, then its text),
+// Reject from the root to a process that it turns away (its rank is taken, or its size is not
+// the job's) without failing the job.
+enum class FrameType : uint32_t { Gather = 1, Result = 2, Error = 3, Bye = 4, Reject = 5 };
 
+// Who joins: the rank and size it was started with, and its host and pid, so that a process
+// turned away can be told which one holds its rank.
 struct HelloPayload {
-  uint32_t rank, nranks;
+  uint32_t rank, nranks, pid;
+  char host[kHandshakePayloadBytes - 12];  // NUL-padded, cut to fit
 };
+static_assert(sizeof(HelloPayload) == kHandshakePayloadBytes, "the hello fills the handshake's payload");
+
+// "rank R (host, pid P)", as PeerInfo::name() says it.
+std::string rankName(int rank, const std::string& host, int pid) {
+  return format("rank %d (%s, pid %d)", rank, host.c_str(), pid);
+}
 
 void putU32(std::string& s, uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); }
 
@@ -33,6 +47,17 @@ std::string frame(FrameType t, const std::string& payload) {
   putU32(s, static_cast<uint32_t>(t));
   putU32(s, static_cast<uint32_t>(payload.size()));
   return s + payload;
+}
+
+// The root's report of a failure, as a rank throws it: with the failure's code (a rank that
+// never joined is a timeout; a rank that failed, a remote error).
+RendezvousFailure rootReport(const std::string& payload) {
+  uint32_t code = static_cast<uint32_t>(Errc::Remote);
+  if (payload.size() >= 4) memcpy(&code, payload.data(), 4);
+  const bool known = code == static_cast<uint32_t>(Errc::Timeout) || code == static_cast<uint32_t>(Errc::InvalidUsage) ||
+                     code == static_cast<uint32_t>(Errc::InvalidArgument) || code == static_cast<uint32_t>(Errc::System);
+  return RendezvousFailure(known ? static_cast<Errc>(code) : Errc::Remote,
+                           "the rendezvous failed: " + payload.substr(std::min<size_t>(payload.size(), 4)));
 }
 }  // namespace
 
@@ -108,6 +133,7 @@ namespace {
 struct Member {
   Fd fd;
   int rank = -1;
+  std::string name;      // "rank R (host, pid P)"
   std::string in;        // bytes of the frame being read
   std::string out;       // bytes to write
   size_t outOff = 0;
@@ -119,10 +145,12 @@ struct Member {
 
 class Root {
  public:
-  Root(Fd listener, const Secret& secret, milliseconds timeout)
+  Root(Fd listener, const Secret& secret, milliseconds timeout, int nranks, std::shared_ptr<RendezvousEnd> end)
       : acceptor_(std::move(listener), secret, LinkKind::Bootstrap,
                   std::min(timeout, milliseconds(30000)), log::kBootstrap),
-        timeout_(timeout) {}
+        timeout_(timeout),
+        end_(std::move(end)),
+        nranks_(nranks) {}
 
   const SockAddr& address() const { return acceptor_.address(); }
 
@@ -134,6 +162,8 @@ class Root {
         bool moved = acceptNew();
         for (Member& m : members_) moved |= service(m);
         moved |= maybeAnswerRound();
+        size_t closed = 0;
+        moved |= dropClosed(turnedAway_, &closed);  // told why they may not join
         if (moved) {
           w.progressed();
           continue;
@@ -143,27 +173,38 @@ class Root {
           acceptor_.addPollFds(fds);
           for (Member& m : members_)
             if (!m.gone) fds.push_back(pollfd{m.fd.get(), static_cast<short>(POLLIN | (m.out.size() > m.outOff ? POLLOUT : 0)), 0});
+          for (const Fd& t : turnedAway_) fds.push_back(pollfd{t.get(), POLLIN, 0});
           pollFor(fds.data(), fds.size(), static_cast<int>(most.count()));
         });
       }
+    } catch (const Error& e) {
+      failAll(e.code(), e.what());
     } catch (const std::exception& e) {
-      failAll(e.what());
+      failAll(Errc::Internal, e.what());
     }
     HORA_INFO(log::kBootstrap, "rendezvous at %s done", address().str().c_str());
   }
 
   // After a failure: every rank, joined or still to come, is told why, and its link is closed
   // only once it has read that (its end closes first), so that no reset can overtake the news.
-  // Ends when every rank of the job has been told, or after the timeout without progress.
-  void drainFailed(const std::string& why) {
+  // A round's answer already under way goes out whole first (a rank may need it to find the
+  // cause itself). Ends when every rank of the job has been told, or after the timeout without
+  // progress; the end is signalled early, once every rank connected has been told and closed.
+  void drainFailed(Errc code, const std::string& why) {
     static const std::atomic<bool> never{false};
-    const std::string f = frame(FrameType::Error, why);
-    std::vector<Fd> told;      // the error written, write side shut, waiting for the rank's close
-    std::vector<Fd> telling;   // accepted or joined, the error not yet written
+    std::string report;
+    putU32(report, static_cast<uint32_t>(code));
+    const std::string f = frame(FrameType::Error, report + why);
+    struct Telling {
+      Fd fd;
+      std::string pending;  // the rest of an answer under way, then the error
+    };
+    std::vector<Fd> told;         // the error written, write side shut, waiting for the rank's close
+    std::vector<Telling> telling;  // accepted or joined, the error not yet written
     size_t done = 0;  // ranks that have left: told, or gone before the failure
     for (Member& m : members_) {
       if (m.gone) ++done;
-      else telling.push_back(std::move(m.fd));
+      else telling.push_back(Telling{std::move(m.fd), m.out.substr(m.outOff) + f});
     }
     members_.clear();
     Waiter w(std::min(timeout_, milliseconds(60000)), &never, [] { return std::string("ranks to hear of the failure"); });
@@ -172,27 +213,29 @@ class Root {
         bool moved = false;
         fresh_.clear();
         moved |= acceptor_.advance(fresh_);
-        for (Acceptor::Accepted& a : fresh_) telling.push_back(std::move(a.fd));
+        for (Acceptor::Accepted& a : fresh_) telling.push_back(Telling{std::move(a.fd), f});
         for (size_t i = 0; i < telling.size();) {
-          // Small, so one nonblocking send suffices; a rank that cannot take it is dropped.
-          (void)::send(telling[i].get(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-          ::shutdown(telling[i].get(), SHUT_WR);
-          told.push_back(std::move(telling[i]));
+          Telling& t = telling[i];
+          const ssize_t n = ::send(t.fd.get(), t.pending.data(), t.pending.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+          if (n > 0) {
+            t.pending.erase(0, static_cast<size_t>(n));
+            moved = true;
+          }
+          // Written, or a rank that cannot take it (its link broken): shut, and wait for its close.
+          const bool broken = n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+          if (!t.pending.empty() && !broken) {
+            ++i;
+            continue;
+          }
+          ::shutdown(t.fd.get(), SHUT_WR);
+          told.push_back(std::move(t.fd));
           telling.erase(telling.begin() + static_cast<long>(i));
           moved = true;
         }
-        for (size_t i = 0; i < told.size();) {
-          char sink[256];
-          ssize_t n = ::recv(told[i].get(), sink, sizeof sink, MSG_DONTWAIT);
-          if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-            told.erase(told.begin() + static_cast<long>(i));
-            ++done;
-            moved = true;
-            continue;
-          }
-          moved |= n > 0;
-          ++i;
-        }
+        size_t closed = 0;
+        moved |= dropClosed(told, &closed);
+        done += closed;
+        if (telling.empty() && told.empty() && end_) end_->set();
         if (moved) {
           w.progressed();
           continue;
@@ -200,6 +243,7 @@ class Root {
         w.idle([&](milliseconds most) {
           std::vector<pollfd> fds;
           acceptor_.addPollFds(fds);
+          for (const Telling& t : telling) fds.push_back(pollfd{t.fd.get(), POLLOUT, 0});
           for (const Fd& t : told) fds.push_back(pollfd{t.get(), POLLIN, 0});
           pollFor(fds.data(), fds.size(), static_cast<int>(most.count()));
         });
@@ -227,8 +271,9 @@ class Root {
       if (!have && count++ < 8) missing += format("%s%d", missing.empty() ? "" : ", ", r);
     }
     if (!missing.empty())
-      return format("ranks %s%s to join the rendezvous at %s (%zu of %d joined)", missing.c_str(),
-                    count > 8 ? ", ..." : "", address().str().c_str(), members_.size(), nranks_);
+      return format("rank%s %s%s to join the rendezvous at %s (%zu of %d joined%s%s)", count > 1 ? "s" : "", missing.c_str(),
+                    count > 8 ? ", ..." : "", address().str().c_str(), members_.size(), nranks_,
+                    firstTurnedAway_.empty() ? "" : "; turned away: ", firstTurnedAway_.c_str());
     return format("all ranks to reach bootstrap round %d", round_ + 1);
   }
 
@@ -238,20 +283,73 @@ class Root {
     for (Acceptor::Accepted& a : fresh_) {
       HelloPayload h;
       memcpy(&h, a.payload, sizeof h);
-      if (h.nranks < 1 || h.nranks > (1u << 20) || h.rank >= h.nranks)
-        fail(Errc::InvalidArgument, "a rank joined as rank %u of %u", h.rank, h.nranks);
+      std::string host(h.host, strnlen(h.host, sizeof h.host));
+      for (char& c : host)
+        if (c < 0x20 || c > 0x7e) c = '?';
+      const std::string name = rankName(static_cast<int>(h.rank), host, static_cast<int>(h.pid));
+      // A process that does not fit the job is turned away, and the job goes on: it may be a
+      // stray of another job that shares the address and secret. Should it be one of this job,
+      // the job's timeout names its missing rank and this process.
+      const std::string where = format("the rendezvous at %s", address().str().c_str());
+      if (h.nranks < 1 || h.nranks > (1u << 20) || h.rank >= h.nranks) {
+        turnAway(std::move(a.fd), format("%s cannot join %s as rank %u of %u ranks", name.c_str(), where.c_str(),
+                                         h.rank, h.nranks));
+        continue;
+      }
       if (nranks_ < 0) nranks_ = static_cast<int>(h.nranks);
-      if (static_cast<int>(h.nranks) != nranks_)
-        fail(Errc::InvalidArgument, "rank %u joined a job of %u ranks, but others joined one of %d",
-             h.rank, h.nranks, nranks_);
+      if (static_cast<int>(h.nranks) != nranks_) {
+        turnAway(std::move(a.fd),
+                 format("%s cannot join %s: it was started as one of %u ranks, but the job there has %d rank%s "
+                        "(a different HORA_SIZE, or a second job on the same address and secret?)",
+                        name.c_str(), where.c_str(), h.nranks, nranks_, nranks_ == 1 ? "" : "s"));
+        continue;
+      }
+      const Member* holder = nullptr;
       for (const Member& m : members_)
-        if (m.rank == static_cast<int>(h.rank))
-          fail(Errc::InvalidArgument, "two processes joined as rank %u", h.rank);
+        if (m.rank == static_cast<int>(h.rank)) holder = &m;
+      if (holder) {
+        turnAway(std::move(a.fd), format("%s cannot join %s: %s has joined it already (a second job on the "
+                                         "same address and secret, or two processes given the same rank?)",
+                                         name.c_str(), where.c_str(), holder->name.c_str()));
+        continue;
+      }
       Member m;
       m.fd = std::move(a.fd);
       m.rank = static_cast<int>(h.rank);
+      m.name = name;
       members_.push_back(std::move(m));
-      HORA_TRACE(log::kBootstrap, "rank %u joined from %s", h.rank, a.peer.str().c_str());
+      HORA_TRACE(log::kBootstrap, "%s joined from %s", name.c_str(), a.peer.str().c_str());
+    }
+    return moved;
+  }
+
+  // Tells a process why it may not join, and keeps its link until it has read that and closed
+  // (dropClosed), so that no reset overtakes the news.
+  void turnAway(Fd fd, const std::string& why) {
+    HORA_WARN(log::kBootstrap, "turned away: %s", why.c_str());
+    if (firstTurnedAway_.empty()) firstTurnedAway_ = why;
+    const std::string f = frame(FrameType::Reject, why);
+    // Small, so one nonblocking send suffices on a fresh link.
+    (void)::send(fd.get(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    ::shutdown(fd.get(), SHUT_WR);
+    if (turnedAway_.size() < 64) turnedAway_.push_back(std::move(fd));
+  }
+
+  // Reads and drops what the links still send; forgets (and counts in `closed`) each link once
+  // its end has closed. Returns whether anything moved.
+  static bool dropClosed(std::vector<Fd>& links, size_t* closed) {
+    bool moved = false;
+    for (size_t i = 0; i < links.size();) {
+      char sink[4096];
+      ssize_t n = ::recv(links[i].get(), sink, sizeof sink, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        links.erase(links.begin() + static_cast<long>(i));
+        ++*closed;
+        moved = true;
+        continue;
+      }
+      moved |= n > 0;
+      ++i;
     }
     return moved;
   }
@@ -260,7 +358,7 @@ class Root {
   bool service(Member& m) {
     if (m.gone) return false;
     bool moved = false;
-    std::string who = format("rank %d", m.rank);
+    const std::string& who = m.name;
     while (m.out.size() > m.outOff) {
       size_t n;
       try {
@@ -287,12 +385,15 @@ class Root {
                            type == static_cast<uint32_t>(FrameType::Error) ||
                            type == static_cast<uint32_t>(FrameType::Bye);
         if (!known || len > kMaxBootstrapFrame)
-          fail(Errc::Remote, "rank %d sent a malformed bootstrap frame (type %u, %u bytes)", m.rank, type, len);
+          fail(Errc::Remote, "%s sent a malformed bootstrap frame (type %u, %u bytes)", m.name.c_str(), type, len);
         if (m.in.size() == 8 + static_cast<size_t>(len) && type == static_cast<uint32_t>(FrameType::Error)) {
           std::string why = m.in.substr(8, std::min<size_t>(len, 1024));
           for (char& ch : why)
             if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) ch = '?';
-          fail(Errc::Remote, "rank %d failed during init: %s", m.rank, why.c_str());
+          // A rank that gave up waiting, while ranks are missing, gave up on them.
+          const bool missing = nranks_ > 0 && static_cast<int>(members_.size()) < nranks_;
+          fail(missing ? Errc::Timeout : Errc::Remote, "%s failed during init: %s%s%s", m.name.c_str(), why.c_str(),
+               missing ? "; the root was still waiting for " : "", missing ? describe().c_str() : "");
         }
         if (m.in.size() == 8 + static_cast<size_t>(len) && type == static_cast<uint32_t>(FrameType::Bye)) {
           m.said_bye = true;
@@ -302,7 +403,7 @@ class Root {
         }
         if (m.in.size() == 8 + static_cast<size_t>(len)) {
           if (m.rounds > round_)
-            fail(Errc::Remote, "rank %d sent two bootstrap rounds at once", m.rank);
+            fail(Errc::Remote, "%s sent two bootstrap rounds at once", m.name.c_str());
           m.blob = m.in.substr(8);
           m.in.clear();
           ++m.rounds;
@@ -332,7 +433,7 @@ class Root {
     m.gone = true;
     m.fd.reset();
     if (!m.said_bye)
-      fail(Errc::Remote, "rank %d left the rendezvous before its init completed (it exited or failed)", m.rank);
+      fail(Errc::Remote, "%s left the rendezvous before its init completed (it exited or failed)", m.name.c_str());
     return true;
   }
 
@@ -355,16 +456,19 @@ class Root {
     return true;
   }
 
-  void failAll(const std::string& why) {
+  void failAll(Errc code, const std::string& why) {
     HORA_WARN(log::kBootstrap, "rendezvous at %s failed: %s", address().str().c_str(), why.c_str());
-    drainFailed(why);
+    drainFailed(code, why);
   }
 
   Acceptor acceptor_;
   milliseconds timeout_;
+  std::shared_ptr<RendezvousEnd> end_;
   std::vector<Member> members_;
   std::vector<Acceptor::Accepted> fresh_;
-  int nranks_ = -1;
+  std::vector<Fd> turnedAway_;    // told why, waiting for them to close
+  std::string firstTurnedAway_;   // why, for the timeout's text
+  int nranks_;
   int round_ = 0;
 };
 
@@ -382,9 +486,9 @@ bool RendezvousEnd::await(milliseconds most) {
 }
 
 UniqueId startRendezvous(const SockAddr& bindAddr, const Secret& secret, milliseconds timeout,
-                         std::shared_ptr<RendezvousEnd> end) {
+                         std::shared_ptr<RendezvousEnd> end, int nranks) {
   installForkHandler();
-  auto root = std::make_shared<Root>(listenSocket(bindAddr), secret, timeout);
+  auto root = std::make_shared<Root>(listenSocket(bindAddr), secret, timeout, nranks, end);
   UniqueId id;
   id.root = root->address();
   id.secret = secret;
@@ -403,7 +507,11 @@ BootstrapClient::BootstrapClient(const UniqueId& id, int rank, int nranks, Waite
   installForkHandler();
   fd_ = connectWithRetry(id.root, w);
   uint8_t payload[kHandshakePayloadBytes] = {0};
-  HelloPayload h{static_cast<uint32_t>(rank), static_cast<uint32_t>(nranks)};
+  HelloPayload h{};
+  h.rank = static_cast<uint32_t>(rank);
+  h.nranks = static_cast<uint32_t>(nranks);
+  h.pid = static_cast<uint32_t>(getpid());
+  strncpy(h.host, log::hostName(), sizeof h.host - 1);
   memcpy(payload, &h, sizeof h);
   try {
     clientHandshake(fd_.get(), id.secret, LinkKind::Bootstrap, payload, w, "the rendezvous");
@@ -424,10 +532,21 @@ void BootstrapClient::finish(Waiter& w) {
   fd_.reset();
 }
 
-void BootstrapClient::abandon(const std::string& why) noexcept {
-  if (!fd_.valid()) return;
+void BootstrapClient::tellRoot(const std::string& why) noexcept {
   std::string f = frame(FrameType::Error, why.substr(0, 1024));
   (void)::send(fd_.get(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+void BootstrapClient::abandon(const std::string& why) noexcept {
+  if (!fd_.valid()) return;
+  tellRoot(why);
+  fd_.reset();
+}
+
+void BootstrapClient::giveUp(const std::string& why, milliseconds most) {
+  if (!fd_.valid()) return;
+  tellRoot(why);
+  awaitFailureReport(most);
   fd_.reset();
 }
 
@@ -443,7 +562,7 @@ void BootstrapClient::checkForFailure() {
     fail(Errc::Remote, "the rendezvous sent an unexpected frame (type %u) between rounds", hdr[0]);
   std::string payload(hdr[1], '\0');
   readAll(fd_.get(), payload.data(), payload.size(), w, "the rendezvous");
-  throw RendezvousFailure("the rendezvous failed: " + payload);
+  throw rootReport(payload);
 }
 
 std::vector<std::string> BootstrapClient::allgather(const std::string& mine, Waiter& w) {
@@ -457,7 +576,8 @@ std::vector<std::string> BootstrapClient::allgather(const std::string& mine, Wai
       fail(Errc::Remote, "the rendezvous sent a frame of %u bytes (at most %u allowed)", hdr[1], kMaxBootstrapFrame);
     std::string payload(hdr[1], '\0');
     readAll(fd_.get(), payload.data(), payload.size(), w, who);
-    if (hdr[0] == static_cast<uint32_t>(FrameType::Error)) throw RendezvousFailure("the rendezvous failed: " + payload);
+    if (hdr[0] == static_cast<uint32_t>(FrameType::Error)) throw rootReport(payload);
+    if (hdr[0] == static_cast<uint32_t>(FrameType::Reject)) throw Error(Errc::InvalidUsage, payload);
     if (hdr[0] != static_cast<uint32_t>(FrameType::Result))
       fail(Errc::Remote, "the rendezvous sent an unknown frame type %u", hdr[0]);
     std::vector<std::string> out;

@@ -58,13 +58,18 @@ class RendezvousEnd {
 // serves one job and ends when all its ranks have left, or after `timeout` without progress;
 // `end`, if given, is set then. A process that hosts the rendezvous of its own job waits for it
 // before going on: the thread dies with the process, and a rank still being served would lose it.
+// `nranks` is the job's size where the host knows it (else the first rank to join sets it).
+// A process whose rank has joined already, or whose size is not the job's, is turned away
+// (its allgather fails with the root's text, naming the process that holds the rank) and the
+// job goes on: it may be a stray of a second job started on the same address and secret.
 UniqueId startRendezvous(const SockAddr& bindAddr, const Secret& secret, milliseconds timeout,
-                         std::shared_ptr<RendezvousEnd> end = nullptr);
+                         std::shared_ptr<RendezvousEnd> end = nullptr, int nranks = -1);
 
-// The root's report that the job failed: it names the first cause.
+// The root's report that the job failed: it names the first cause, with its code (Timeout when
+// ranks never joined, Remote when a rank failed).
 class RendezvousFailure : public Error {
  public:
-  explicit RendezvousFailure(std::string message) : Error(Errc::Remote, std::move(message)) {}
+  RendezvousFailure(Errc code, std::string message) : Error(code, std::move(message)) {}
 };
 
 // A rank's link to the root.
@@ -82,6 +87,10 @@ class BootstrapClient {
   // abandon(), makes the root fail the rendezvous for every rank at once.
   void finish(Waiter& w);
   void abandon(const std::string& why) noexcept;
+  // As abandon(), but first waits up to `most` for the root's verdict and throws it
+  // (RendezvousFailure): a rank that gives up waiting learns what the root was waiting for
+  // (the ranks that never joined, say).
+  void giveUp(const std::string& why, milliseconds most);
   // Between rounds: throws the root's error report (RendezvousFailure) if one has arrived.
   // Never blocks.
   void checkForFailure();
@@ -91,6 +100,9 @@ class BootstrapClient {
   int fd() const { return fd_.get(); }
 
  private:
+  // Sends the root this rank's failure (an Error frame), without waiting or closing.
+  void tellRoot(const std::string& why) noexcept;
+
   Fd fd_;
   int rank_, nranks_;
 };

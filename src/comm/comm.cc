@@ -101,7 +101,13 @@ std::string coreField(int rank, const Config& cfg) {
       .take();
 }
 
-PeerInfo decodePeer(const std::string& blob, int expectRank, const Config& cfg) {
+// The settings of the core field that must agree across ranks.
+struct CoreSettings {
+  uint64_t chunkBytes = 0;
+  uint32_t hierStage = 0;
+};
+
+PeerInfo decodePeer(const std::string& blob, int expectRank, CoreSettings* settings) {
   PeerInfo p;
   p.rank = expectRank;
   std::string why;
@@ -110,9 +116,8 @@ PeerInfo decodePeer(const std::string& blob, int expectRank, const Config& cfg) 
   if (!core) hora::fail(Errc::Remote, "rank %d sent a peer record without its identity", expectRank);
   FieldReader r(*core);
   uint32_t magic = 0, rank = 0, pid = 0;
-  uint64_t chunkBytes = 0;
-  uint32_t hierStage = 0;
-  if (!r.u32(&magic) || magic != kCoreMagic || !r.u32(&rank) || !r.u32(&pid) || !r.u64(&chunkBytes) || !r.u32(&hierStage) ||
+  if (!r.u32(&magic) || magic != kCoreMagic || !r.u32(&rank) || !r.u32(&pid) || !r.u64(&settings->chunkBytes) ||
+      !r.u32(&settings->hierStage) ||
       !r.str(&p.host, kMaxHostName) || !r.str(&p.hostId, 64) || !r.str(&p.machineId, 64) || !r.atEnd() || static_cast<int>(rank) != expectRank)
     hora::fail(Errc::Remote, "rank %d sent a malformed peer record", expectRank);
   for (char& c : p.host)
@@ -122,13 +127,26 @@ PeerInfo decodePeer(const std::string& blob, int expectRank, const Config& cfg) 
   if (!topology || !topo::decode(*topology, &p.machine, &p.place, &why))
     hora::fail(Errc::Remote, "%s sent a malformed topology in its peer record: %s", p.name().c_str(),
                topology ? why.c_str() : "none");
-  if (chunkBytes != cfg.chunkBytes)
-    hora::fail(Errc::InvalidUsage, "HORA_CHUNK_BYTES differs across ranks: %s has %llu, this rank %zu",
-               p.name().c_str(), static_cast<unsigned long long>(chunkBytes), cfg.chunkBytes);
-  if ((hierStage != 0) != cfg.hierStage)
-    hora::fail(Errc::InvalidUsage, "HORA_HIER_STAGE differs across ranks: %s has %u, this rank %d", p.name().c_str(),
-               hierStage, cfg.hierStage ? 1 : 0);
   return p;
+}
+
+// The settings that must agree, checked against rank 0's in rank order: every rank sees every
+// record, so every rank finds the same first difference and fails with the same text.
+void checkSettingsAgree(const std::vector<PeerInfo>& peers, const std::vector<CoreSettings>& settings) {
+  struct Setting {
+    const char* name;
+    uint64_t (*value)(const CoreSettings&);
+  };
+  static const Setting kSettings[] = {
+      {"HORA_CHUNK_BYTES", [](const CoreSettings& s) { return s.chunkBytes; }},
+      {"HORA_HIER_STAGE", [](const CoreSettings& s) -> uint64_t { return s.hierStage != 0; }},
+  };
+  for (size_t r = 1; r < settings.size(); ++r)
+    for (const Setting& k : kSettings)
+      if (k.value(settings[r]) != k.value(settings[0]))
+        hora::fail(Errc::InvalidUsage, "%s differs across ranks: %s has %llu, %s has %llu", k.name, peers[0].name().c_str(),
+                   static_cast<unsigned long long>(k.value(settings[0])), peers[r].name().c_str(),
+                   static_cast<unsigned long long>(k.value(settings[r])));
 }
 
 bool enabled(const transport::Registration& r, const Config& cfg) {
@@ -186,7 +204,10 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
 
     stage = "every rank's peer record (bootstrap allgather)";
     std::vector<std::string> blobs = bs.allgather(mine.encode(), w);
-    for (int r = 0; r < nranks; ++r) c->peers.push_back(decodePeer(blobs[static_cast<size_t>(r)], r, cfg));
+    std::vector<CoreSettings> settings(static_cast<size_t>(nranks));
+    for (int r = 0; r < nranks; ++r)
+      c->peers.push_back(decodePeer(blobs[static_cast<size_t>(r)], r, &settings[static_cast<size_t>(r)]));
+    checkSettingsAgree(c->peers, settings);
 
     // The transport of each peer, chosen alike on both ends; then each transport connects the
     // peers it won, in registry order (so no two ranks wait on each other in different ones).
@@ -221,13 +242,14 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
   } catch (const Error& e) {
     // A peer that dropped us may have done so because the job failed elsewhere: prefer the
     // rendezvous's report of the first cause, if it comes promptly.
-    if (e.code() == Errc::Remote) {
-      try {
-        bs.awaitFailureReport(milliseconds(1000));
-      } catch (const RendezvousFailure&) {
-        bs.close();
-        throw;
-      }
+    // One that gave up waiting tells the root, whose verdict names what it was waiting for
+    // (ranks that never joined, say).
+    try {
+      if (e.code() == Errc::Remote) bs.awaitFailureReport(milliseconds(1000));
+      if (e.code() == Errc::Timeout) bs.giveUp(format("%s: %s", stage.c_str(), e.what()), milliseconds(1000));
+    } catch (const RendezvousFailure&) {
+      bs.close();
+      throw;
     }
     bs.abandon(format("%s: %s", stage.c_str(), e.what()));
     throw;
