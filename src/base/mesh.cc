@@ -21,7 +21,12 @@ struct Dial {
   Fd fd;
   std::unique_ptr<Handshake> hs;  // set once the connect completed
   bool done = false;
+  Clock::time_point retryAt{};  // with no fd: when to dial again (the listener's backlog was full)
 };
+
+// A dial that found the listener's backlog full tries again after this long, within the
+// waiter's deadline: the listener drains its backlog as soon as it runs (base/acceptor.h).
+constexpr milliseconds kRedial{20};
 }  // namespace
 
 std::vector<std::vector<Fd>> connectMesh(Acceptor& acceptor, const MeshSpec& spec,
@@ -48,8 +53,16 @@ std::vector<std::vector<Fd>> connectMesh(Acceptor& acceptor, const MeshSpec& spe
   std::vector<pollfd> fds;
   while (accepted < expectAccepts || dialled < dials.size()) {
     bool moved = false;
+    bool redialPending = false;
     for (Dial& d : dials) {
       if (d.done) continue;
+      if (!d.fd.valid()) {
+        if (Clock::now() < d.retryAt || !(d.fd = d.peer->dial()).valid()) {
+          if (Clock::now() >= d.retryAt) d.retryAt = Clock::now() + kRedial;
+          redialPending = true;
+          continue;
+        }
+      }
       if (!d.hs) {
         int st = connectStatus(d.fd.get());
         if (st == EINPROGRESS) continue;
@@ -104,9 +117,9 @@ std::vector<std::vector<Fd>> connectMesh(Acceptor& acceptor, const MeshSpec& spe
       fds.clear();
       acceptor.addPollFds(fds);
       for (const Dial& d : dials)
-        if (!d.done) fds.push_back(pollfd{d.fd.get(), d.hs ? d.hs->events() : short(POLLOUT), 0});
+        if (!d.done && d.fd.valid()) fds.push_back(pollfd{d.fd.get(), d.hs ? d.hs->events() : short(POLLOUT), 0});
       if (watchFd >= 0) fds.push_back(pollfd{watchFd, POLLIN, 0});
-      pollFor(fds.data(), fds.size(), static_cast<int>(most.count()));
+      pollFor(fds.data(), fds.size(), static_cast<int>(redialPending ? std::min(most, kRedial).count() : most.count()));
       if (watchFd >= 0 && (fds.back().revents & (POLLIN | POLLHUP | POLLERR)) && onWatch) onWatch();
     });
   }

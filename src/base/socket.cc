@@ -276,6 +276,7 @@ Fd startConnect(const SockAddr& addr) {
   trackSocket(fd.get());
   setNoDelay(fd.get());
   int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr.ss), addr.len);
+  if (rc != 0 && errno == EAGAIN) return Fd();
   if (rc != 0 && errno != EINPROGRESS && errno != EINTR)
     fail(Errc::System, "connect(%s): %s", addr.str().c_str(), errnoText(errno).c_str());
   return fd;
@@ -302,7 +303,11 @@ Fd connectWithRetry(const SockAddr& addr, Waiter& w) {
   };
   for (;;) {
     Fd fd = startConnect(addr);
-    for (;;) {
+    if (!fd.valid()) {  // its backlog is full: a flood, or many ranks at once; retry
+      lastErr = EAGAIN;
+      warn();
+    }
+    for (; fd.valid();) {
       warn();
       int st = connectStatus(fd.get());
       if (st == 0) return fd;

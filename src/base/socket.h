@@ -83,7 +83,9 @@ bool interfaceMatches(const std::string& spec, const std::string& name);
 Fd listenSocket(const SockAddr& addr, int backlog = 512);  // nonblocking, cloexec
 SockAddr localAddress(int fd);
 
-// Starts a nonblocking connect; returns the socket (connect may still be in progress).
+// Starts a nonblocking connect; returns the socket (connect may still be in progress), or no
+// socket (!valid()) when the listener's backlog is full (EAGAIN: a Unix socket says so at once):
+// a transient state to retry, as a flood of idle connections can cause.
 Fd startConnect(const SockAddr& addr);
 // 0 when connected, EINPROGRESS while pending, else the errno of the failure.
 int connectStatus(int fd);
