@@ -198,6 +198,7 @@ struct Pump {
 struct Outcome {
   bool threw = false;  // a hora::Error
   bool hung = false;
+  Errc code = Errc::Success;  // the hora::Error's
   std::string what, where;
   std::string describe() const {
     if (threw) return "threw from " + where + ": " + what;
@@ -217,6 +218,7 @@ Outcome capture(const Pump& p, F f) {
   } catch (const Error& e) {
     o.threw = true;
     o.what = e.what();
+    o.code = e.code();
     o.where = p.where;
   } catch (const std::exception& e) {
     o.what = e.what();

@@ -307,6 +307,8 @@ TEST_CASE("mismatched calls across ranks are reported, not misread", "[faults]")
                                : horaAllGather(a.data(), b.data(), 1000, horaFloat, comm, nullptr);
     if (r == horaSuccess) return "a mismatched call succeeded";
     std::string text = horaGetLastError(comm);
+    // One code for the cause, whichever rank found it and over whichever transport.
+    if (r != horaInvalidUsage) return std::string("a mismatch returned ") + horaGetErrorString(r) + ": " + text;
     if (text.find("mismatched") == std::string::npos) return "unhelpful error: " + text;
     return "";
   });
@@ -319,6 +321,8 @@ TEST_CASE("mismatched calls across ranks are reported, not misread", "[faults]")
     std::vector<int32_t> a(1001, 1);
     horaResult_t r = horaAllReduce(a.data(), a.data(), rank == 0 ? 1000 : 1001, horaInt32, horaSum, comm, nullptr);
     if (r == horaSuccess) return "mismatched counts succeeded";
+    if (r != horaInvalidUsage)
+      return std::string("mismatched counts returned ") + horaGetErrorString(r) + ": " + horaGetLastError(comm);
     return "";
   });
   all.clear();

@@ -26,11 +26,11 @@ struct ShapeOnlyStage : transport::SharedStage {
   const std::vector<int>& ranks() const override { return members; }
   const std::string& memberName(int) const override { return name; }
   void wakeAll() const override {}
-  std::string arm(int, bool*, std::vector<pollfd>&) const override { return ""; }
+  std::string arm(int, Errc*, std::vector<pollfd>&) const override { return ""; }
   void disarm() const override {}
   void announce(uint64_t, uint64_t) const override {}
   int mismatch(uint64_t, uint64_t, uint64_t*) const override { return -1; }
-  void markFailed(const std::string&) const override {}
+  void markFailed(const std::string&, Errc) const override {}
 };
 
 Topo oneHost(int n, const ShapeOnlyStage& st) {

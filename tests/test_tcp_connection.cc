@@ -379,10 +379,10 @@ TEST_CASE("tcp connection: shutdown sends its reason to the peer", "[tcp]") {
   SECTION("with nothing exchanged") {
     std::vector<uint8_t> buf(32, kCanary);
     cp.b->postRecv(buf.data(), 16, 3, 1);
-    cp.a->shutdown(reason);
+    cp.a->shutdown(reason, Errc::Timeout);
     Caught c = capture([&] { pump.until([] { return false; }); });
     REQUIRE(c.peerFailure);
-    CHECK(c.code == Errc::Remote);
+    CHECK(c.code == Errc::Timeout);  // the code of the cause travels with its text
     CHECK(contains(c.what, reason));
     CHECK(allCanary(buf));
   }
@@ -394,7 +394,7 @@ TEST_CASE("tcp connection: shutdown sends its reason to the peer", "[tcp]") {
     cp.a->postSend(msg.data(), 16, 3, 1);
     Pump pa({cp.a.get()});
     pa.until([&] { return !cp.a->busy(); });
-    cp.a->shutdown(reason);
+    cp.a->shutdown(reason, Errc::Remote);
     Caught c = capture([&] { pump.until([] { return false; }); });
     REQUIRE(c.peerFailure);
     CHECK(contains(c.what, reason));
@@ -406,7 +406,7 @@ TEST_CASE("tcp connection: shutdown sends its reason to the peer", "[tcp]") {
     for (size_t i = 0; i < longReason.size(); ++i) longReason[i] = static_cast<char>('a' + i % 26);
     std::vector<uint8_t> buf(32, kCanary);
     cp.b->postRecv(buf.data(), 16, 3, 1);
-    cp.a->shutdown(longReason);
+    cp.a->shutdown(longReason, Errc::Remote);
     Caught c = capture([&] { pump.until([] { return false; }); });
     REQUIRE(c.peerFailure);
     CHECK(c.what == longReason.substr(0, kMaxAbortText));
@@ -414,7 +414,7 @@ TEST_CASE("tcp connection: shutdown sends its reason to the peer", "[tcp]") {
   SECTION("an empty reason and unprintable bytes") {
     std::vector<uint8_t> buf(32, kCanary);
     cp.b->postRecv(buf.data(), 16, 3, 1);
-    cp.a->shutdown(std::string("a\x01\n") + "b");
+    cp.a->shutdown(std::string("a\x01\n") + "b", Errc::Remote);
     Caught c = capture([&] { pump.until([] { return false; }); });
     REQUIRE(c.peerFailure);
     CHECK(c.what == "a??b");

@@ -311,7 +311,7 @@ std::string stopBody(Link& l, Stop how) {
   if (how == Stop::ShutdownIdle) {
     if (sender) {
       rep.check(l.side.await('P'), "the receiver never posted");
-      l.conn->shutdown(kReason);
+      l.conn->shutdown(kReason, Errc::InvalidUsage);  // a cause other than Remote: its code must travel
       rep.check(l.side.await('E'), "the receiver never finished");
     } else {
       std::vector<uint8_t> in(100 + kTail, kCanary);
@@ -321,6 +321,8 @@ std::string stopBody(Link& l, Stop how) {
       if (!o.threw) rep.add("a receive from a peer that shut down: " + o.describe());
       else rep.check(contains(o.what, kReason) || namesPeer(o.what, l),
                      "the error neither gives the peer's reason nor names it: " + o.what);
+      if (o.threw && contains(o.what, kReason))
+        rep.check(o.code == Errc::InvalidUsage, "the peer's reason came without the code of its cause: " + o.what);
       rep.check(allCanary(in.data(), in.size()), "the receive buffer was written");
       l.side.tell('E');
     }
@@ -345,7 +347,7 @@ std::string stopBody(Link& l, Stop how) {
       return rep.text;
     }
     if (kill) ::kill(getpid(), SIGKILL);
-    l.conn->shutdown(kReason);
+    l.conn->shutdown(kReason, Errc::Remote);
     rep.check(l.side.await('E'), "the peer never finished");
     return rep.text;
   }

@@ -78,7 +78,7 @@ class MemConn final : public hora::transport::Connection {
   bool progress(std::vector<Cookie>& completed) override;
   bool busy() const override { return outstanding_ > 0; }
   void addPollFds(std::vector<pollfd>&) const override {}
-  void shutdown(const std::string&) noexcept override { closed_ = true; }
+  void shutdown(const std::string&, hora::Errc) noexcept override { closed_ = true; }
   const std::string& peerName() const override { return name_; }
   size_t outstanding() const { return outstanding_; }
 

@@ -70,13 +70,13 @@ FrameCheck decodeFrameHeader(const uint8_t in[kFrameHeaderBytes], const Expectat
   if (h.tag != expect.tag) {
     *why = format("mismatched calls: the peer is in %s, this rank in %s",
                   transport::describeTag(h.tag).c_str(), transport::describeTag(expect.tag).c_str());
-    return FrameCheck::Bad;
+    return FrameCheck::Mismatch;
   }
   if (h.length != expect.length) {
     *why = format("the peer sent %" PRIu64 " bytes where %" PRIu64
                   " were expected (mismatched counts or datatypes across ranks?)",
                   h.length, expect.length);
-    return FrameCheck::Bad;
+    return FrameCheck::Mismatch;
   }
   h.type = FrameType::Data;
   *out = h;

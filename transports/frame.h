@@ -40,10 +40,12 @@ struct Expectation {
   uint64_t tag;
 };
 
-enum class FrameCheck { Ok, Abort, Bad };
+enum class FrameCheck { Ok, Abort, Bad, Mismatch };
 
 // Decodes and checks a header. Ok: a data frame that matches `expect`. Abort: a well-formed
-// abort frame (its length is <= kMaxAbortText). Bad: anything else, with the reason in *why.
+// abort frame (its length is <= kMaxAbortText; its tag is the code of the sender's failure).
+// Mismatch: a well-formed data frame of another call (tag or length): the ranks' calls differ.
+// Bad: anything else, with the reason in *why.
 FrameCheck decodeFrameHeader(const uint8_t in[kFrameHeaderBytes], const Expectation& expect,
                              FrameHeader* out, std::string* why);
 

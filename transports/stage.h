@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+
 namespace hora::transport {
 
 class SharedStage {
@@ -60,9 +62,9 @@ class SharedStage {
 
   // Before blocking: asks to be woken, appends what to poll() on, and returns why a member
   // (every one, or only `only`) will never post again ("" if none): its process is gone, it
-  // closed its communicator, or it failed, in which case *relayed is set and the text is its
-  // own account of the failure, to be passed on unchanged.
-  virtual std::string arm(int only, bool* relayed, std::vector<pollfd>& fds) const = 0;
+  // closed its communicator, or it failed, in which case *relayed is the code of its failure
+  // (else Errc::Success) and the text is its own account of it, to be passed on unchanged.
+  virtual std::string arm(int only, Errc* relayed, std::vector<pollfd>& fds) const = 0;
   virtual void disarm() const = 0;
 
   // Each member announces (call number, tag) as it starts a collective; mismatch() returns a
@@ -71,8 +73,9 @@ class SharedStage {
   virtual void announce(uint64_t no, uint64_t tag) const = 0;
   virtual int mismatch(uint64_t no, uint64_t tag, uint64_t* theirs) const = 0;
 
-  // Publishes why this rank failed (once; the first wins), before its links close.
-  virtual void markFailed(const std::string& why) const = 0;
+  // Publishes why this rank failed, and the code of that cause (once; the first wins), before
+  // its links close.
+  virtual void markFailed(const std::string& why, Errc code) const = 0;
 
  protected:
   // For the implementation, once its members' memory is mapped: each member's region and

@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+
 namespace hora::transport {
 
 using Cookie = uint32_t;
@@ -40,7 +42,7 @@ class Connection {
   virtual void addPollFds(std::vector<pollfd>& fds) const = 0;
   virtual bool armWakeup() { return true; }
   virtual void disarmWakeup() {}
-  virtual void shutdown(const std::string& reason) noexcept = 0;
+  virtual void shutdown(const std::string& reason, Errc code) noexcept = 0;
   virtual const std::string& peerName() const = 0;  // "rank 3 (host, pid 123)"
 };
 

@@ -29,12 +29,22 @@ class Error : public std::runtime_error {
   Errc code_;
 };
 
-// A failure that a peer reported (an abort frame): its text already names the rank where the
-// failure began, and is passed on unchanged so that every rank reports the first cause.
+// A failure that a peer reported (an abort frame, a shared segment's failure record): its text
+// already names the rank where the failure began, and is passed on unchanged with the code of
+// that first cause, so that every rank reports the same cause with the same code.
 class PeerFailure : public Error {
  public:
-  explicit PeerFailure(std::string message) : Error(Errc::Remote, std::move(message)) {}
+  explicit PeerFailure(std::string message, Errc code = Errc::Remote) : Error(code, std::move(message)) {}
 };
+
+// The code a peer sent as a number: one of Errc's failures, else Remote (a peer's bytes are
+// not trusted to name a code this build has).
+inline Errc peerCode(uint64_t v) {
+  switch (v) {
+    case 2: case 3: case 4: case 5: case 6: case 8: return static_cast<Errc>(v);
+    default: return Errc::Remote;
+  }
+}
 
 // printf-style formatting into a std::string.
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

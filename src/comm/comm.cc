@@ -373,9 +373,9 @@ void horaComm::fail(const Error& e) noexcept {
                           errorText_.c_str());
   }
   HORA_WARN(log::kColl, "%s", reason.c_str());
-  if (stage) stage->markFailed(reason);  // before the links close: peers look here then
+  if (stage) stage->markFailed(reason, e.code());  // before the links close: peers look here then
   for (auto& c : conns)
-    if (c) c->shutdown(reason);
+    if (c) c->shutdown(reason, e.code());
 }
 
 void horaComm::setLastError(const std::string& text) {
@@ -408,7 +408,7 @@ bool horaComm::abort() noexcept {
   }
   for (auto& c : conns)
     if (c) c->shutdown("the communicator of " + (peers.empty() ? std::string("a rank") : peers[static_cast<size_t>(rank)].name()) +
-                       " was aborted");
+                       " was aborted", Errc::Remote);
   return true;
 }
 

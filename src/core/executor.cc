@@ -85,8 +85,8 @@ bool Executor::waitSatisfied(uint32_t g) const {
   return jobs_->at(refs_[g].job).stage->reached(o.counter, o.value, -1);
 }
 
-void Executor::peerStopped(const std::string& why, bool relayed) {
-  if (relayed) throw PeerFailure(why);  // a failed peer's own text: passed on unchanged
+void Executor::peerStopped(const std::string& why, Errc relayed) {
+  if (relayed != Errc::Success) throw PeerFailure(why, relayed);  // a failed peer's own text and code
   fail(Errc::Remote, "%s", why.c_str());
 }
 
@@ -109,7 +109,7 @@ void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int onl
       wt.idle([&](milliseconds most) {
         checkCall(job);
         fds_.clear();
-        bool relayed = false;
+        Errc relayed = Errc::Success;
         const std::string gone = st.arm(only, &relayed, fds_);
         if (job.wakeFd >= 0) fds_.push_back(pollfd{job.wakeFd, POLLIN, 0});
         // A peer posts before it leaves: look again before taking its leaving for an error.
@@ -151,7 +151,8 @@ void Executor::enqueue(std::vector<CounterQueue>& qs, size_t& n, const transport
 }
 
 bool Executor::armWaits() {
-  bool sleep = true, blocked = false, relayed = false;
+  bool sleep = true, blocked = false;
+  Errc relayed = Errc::Success;
   std::string gone;
   for (const Job& j : *jobs_) checkCall(j);
   for (size_t qi = 0; qi < nwaits_; ++qi) {
@@ -161,7 +162,7 @@ bool Executor::armWaits() {
     bool first = true;
     for (size_t k = 0; k < qi; ++k) first &= waits_[k].atEnd() || waits_[k].stage != wq.stage;
     if (first) {
-      bool r = false;
+      Errc r = Errc::Success;
       std::string why = wq.stage->arm(-1, &r, fds_);
       if (gone.empty()) {
         gone = why;

@@ -99,8 +99,9 @@ class Executor {
   void checkCall(const Job& j);
   bool waitSatisfied(uint32_t g) const;
   bool armWaits();       // before blocking: false if a wait is satisfied after all
-  // Throws SharedStage::arm's finding: as the peer's own failure (relayed) or as Errc::Remote.
-  [[noreturn]] static void peerStopped(const std::string& why, bool relayed);
+  // Throws SharedStage::arm's finding: as the peer's own failure with its code (relayed), or as
+  // Errc::Remote.
+  [[noreturn]] static void peerStopped(const std::string& why, Errc relayed);
   void disarmWaits();
   CpuEngine cpu_;
   std::vector<ComputeEngine*> engines_;  // every engine of the jobs, once each

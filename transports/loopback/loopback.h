@@ -16,7 +16,7 @@ class Connection final : public transport::Connection {
   bool progress(std::vector<transport::Cookie>& completed) override;
   bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
   void addPollFds(std::vector<pollfd>&) const override {}
-  void shutdown(const std::string&) noexcept override {
+  void shutdown(const std::string&, Errc) noexcept override {
     sends_.clear();
     recvs_.clear();
   }

@@ -101,11 +101,12 @@ bool Connection::progressRecvs(std::vector<transport::Cookie>& completed) {
       std::string why;
       switch (decodeFrameHeader(hdr, Expectation{r.seq, r.bytes, r.tag}, &h, &why)) {
         case FrameCheck::Bad: fail(Errc::Remote, "%s: %s", peerName().c_str(), why.c_str());
+        case FrameCheck::Mismatch: fail(Errc::InvalidUsage, "%s: %s", peerName().c_str(), why.c_str());
         case FrameCheck::Abort: {
           if (avail < kFrameHeaderBytes + h.length) return false;  // the reason is on its way
           uint8_t text[kMaxAbortText];
           copyOut(text, tail + kFrameHeaderBytes, static_cast<size_t>(h.length));
-          throw PeerFailure(printable(text, static_cast<size_t>(h.length)));
+          throw PeerFailure(printable(text, static_cast<size_t>(h.length)), peerCode(h.tag));
         }
         case FrameCheck::Ok: break;
       }
@@ -171,7 +172,7 @@ void Connection::addPollFds(std::vector<pollfd>& fds) const {
   if (p.pidfd.valid()) fds.push_back(pollfd{p.pidfd.get(), POLLIN, 0});
 }
 
-void Connection::shutdown(const std::string& reason) noexcept {
+void Connection::shutdown(const std::string& reason, Errc code) noexcept {
   if (closed_) return;
   closed_ = true;
   // An abort frame goes out only at a frame boundary and if the ring has room for it.
@@ -184,6 +185,7 @@ void Connection::shutdown(const std::string& reason) noexcept {
     FrameHeader h;
     h.type = FrameType::Abort;
     h.length = text.size();
+    h.tag = static_cast<uint64_t>(code);  // an abort frame's tag carries the cause's code
     encodeFrameHeader(h, buf);
     memcpy(buf + kFrameHeaderBytes, text.data(), text.size());
     for (size_t i = 0; i < kFrameHeaderBytes + text.size(); ++i) outRing_[(head + i) % ringBytes_] = buf[i];

@@ -16,7 +16,7 @@ namespace hora::shm {
 class Connection final : public transport::Connection {
  public:
   Connection(const World& world, uint32_t peerLocal);
-  ~Connection() override { shutdown(std::string()); }  // closed, without an abort frame
+  ~Connection() override { shutdown(std::string(), Errc::Remote); }  // closed, without an abort frame
 
   void postSend(const void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) override;
   void postRecv(void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) override;
@@ -25,7 +25,7 @@ class Connection final : public transport::Connection {
   void addPollFds(std::vector<pollfd>& fds) const override;
   bool armWakeup() override;
   void disarmWakeup() override;
-  void shutdown(const std::string& reason) noexcept override;
+  void shutdown(const std::string& reason, Errc code) noexcept override;
   const std::string& peerName() const override;
 
  private:

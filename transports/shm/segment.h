@@ -29,7 +29,7 @@ inline constexpr uint32_t kSegmentVersion = 3;
 inline constexpr int kCounters = 4;
 
 // Why the owner failed (World::markFailed), for ranks that wait on its counters rather than
-// read its rings; `failed` is set once the text is complete.
+// read its rings; `failed` is set, to the code of the cause (Errc), once the text is complete.
 inline constexpr size_t kFailureText = 448;
 struct alignas(64) Failure {
   std::atomic<uint32_t> failed;

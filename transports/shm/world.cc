@@ -42,13 +42,13 @@ void World::disarmDoorbell() const {
   (void)!::read(doorbell.get(), &v, sizeof v);  // nonblocking: clears a ring, if any
 }
 
-void World::markFailed(const std::string& why) const {
+void World::markFailed(const std::string& why, Errc code) const {
   Failure& f = own.header()->failure;
   if (f.failed.load(std::memory_order_relaxed)) return;
   const size_t n = std::min(why.size(), kFailureText - 1);
   memcpy(f.text, why.data(), n);
   f.text[n] = '\0';
-  f.failed.store(1, std::memory_order_release);
+  f.failed.store(static_cast<uint32_t>(code == Errc::Success ? Errc::Remote : code), std::memory_order_release);
 }
 
 void World::mapStage() {
@@ -62,18 +62,19 @@ void World::mapStage() {
   map(std::move(regions), std::move(counters), static_cast<size_t>(own.header()->stageBytes), static_cast<int>(localIndex));
 }
 
-std::string World::arm(int only, bool* relayed, std::vector<pollfd>& fds) const {
+std::string World::arm(int only, Errc* relayed, std::vector<pollfd>& fds) const {
   armDoorbell();
   std::string gone;
-  *relayed = false;
-  for (uint32_t p = 0; p < nlocal && !*relayed; ++p) {
+  *relayed = Errc::Success;
+  for (uint32_t p = 0; p < nlocal && *relayed == Errc::Success; ++p) {
     if (p == localIndex || (only >= 0 && p != static_cast<uint32_t>(only))) continue;
     // A rank that failed says why before it closes its rings or exits: that text names where
     // the failure began, and wins over any symptom (relayed unchanged, as abort frames are).
-    std::string why = failureOf(p);
+    Errc code = Errc::Success;
+    std::string why = failureOf(p, &code);
     if (!why.empty()) {
       gone = why;
-      *relayed = true;
+      *relayed = code;
     } else if (!gone.empty()) {
       continue;
     } else if (!processAlive(peers[p].pid, peers[p].pidfd.get())) {
@@ -90,9 +91,11 @@ std::string World::arm(int only, bool* relayed, std::vector<pollfd>& fds) const 
   return gone;
 }
 
-std::string World::failureOf(uint32_t peer) const {
+std::string World::failureOf(uint32_t peer, Errc* code) const {
   const Failure& f = peers[peer].segment.header()->failure;
-  if (!f.failed.load(std::memory_order_acquire)) return std::string();
+  const uint32_t failed = f.failed.load(std::memory_order_acquire);
+  if (!failed) return std::string();
+  *code = peerCode(failed);  // the field holds the code of the cause (any other value: Remote)
   // The peer's memory: take at most the field, and only printable characters.
   std::string s;
   for (size_t i = 0; i < kFailureText && f.text[i]; ++i)

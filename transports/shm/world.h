@@ -53,14 +53,14 @@ class World final : public transport::SharedStage {
   // Call once every peer's segment is mapped.
   void mapStage();
   void wakeAll() const override;  // every sleeping peer, with one fence
-  std::string arm(int only, bool* relayed, std::vector<pollfd>& fds) const override;
+  std::string arm(int only, Errc* relayed, std::vector<pollfd>& fds) const override;
   void disarm() const override { disarmDoorbell(); }
   void announce(uint64_t no, uint64_t tag) const override;
   int mismatch(uint64_t no, uint64_t tag, uint64_t* theirs) const override;
-  void markFailed(const std::string& why) const override;
+  void markFailed(const std::string& why, Errc code) const override;
 
   // The text a peer published, printable and bounded, or "" if it has not failed.
-  std::string failureOf(uint32_t peer) const;
+  std::string failureOf(uint32_t peer, Errc* code) const;
 };
 
 static_assert(transport::SharedStage::kCounters == kCounters, "the segment holds the stage's counters");

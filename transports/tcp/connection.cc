@@ -100,7 +100,7 @@ bool Connection::readAbort(Socket& s) {
   size_t n = want ? readSome(s.fd.get(), buf, want, peer_.c_str()) : 0;
   s.abortText += printable(buf, n);
   if (s.abortText.size() < s.abortWant) return n > 0;
-  throw PeerFailure(s.abortText);
+  throw PeerFailure(s.abortText, peerCode(s.abortCode));
 }
 
 bool Connection::progressRecvs(Socket& s, std::vector<transport::Cookie>& completed) {
@@ -122,11 +122,13 @@ bool Connection::progressRecvs(Socket& s, std::vector<transport::Cookie>& comple
       std::string why;
       switch (decodeFrameHeader(s.header, Expectation{r.seq, r.bytes, r.tag}, &h, &why)) {
         case FrameCheck::Bad: failWire(why);
+        case FrameCheck::Mismatch: fail(Errc::InvalidUsage, "%s: %s", peer_.c_str(), why.c_str());
         case FrameCheck::Abort: {
           // The reason may have come in with the header already.
           size_t extra = s.headerGot - kFrameHeaderBytes;
           s.readingAbort = true;
           s.abortWant = h.length;
+          s.abortCode = h.tag;
           s.abortText = printable(reinterpret_cast<const char*>(s.header) + kFrameHeaderBytes,
                                   std::min<size_t>(extra, h.length));
           s.headerGot = 0;
@@ -176,7 +178,7 @@ void Connection::addPollFds(std::vector<pollfd>& fds) const {
   }
 }
 
-void Connection::shutdown(const std::string& reason) noexcept {
+void Connection::shutdown(const std::string& reason, Errc code) noexcept {
   if (closed_) return;
   closed_ = true;
   closedReason_ = reason;
@@ -189,6 +191,7 @@ void Connection::shutdown(const std::string& reason) noexcept {
       FrameHeader h;
       h.type = FrameType::Abort;
       h.length = text.size();
+      h.tag = static_cast<uint64_t>(code);  // an abort frame's tag carries the cause's code
       encodeFrameHeader(h, frame);
       memcpy(frame + kFrameHeaderBytes, text.data(), text.size());
       (void)::send(s.fd.get(), frame, kFrameHeaderBytes + text.size(), MSG_DONTWAIT | MSG_NOSIGNAL);

@@ -31,7 +31,7 @@ class Connection final : public transport::Connection {
   bool progress(std::vector<transport::Cookie>& completed) override;
   bool busy() const override;
   void addPollFds(std::vector<pollfd>& fds) const override;
-  void shutdown(const std::string& reason) noexcept override;
+  void shutdown(const std::string& reason, Errc code) noexcept override;
   const std::string& peerName() const override { return peer_; }
 
  private:
@@ -58,6 +58,7 @@ class Connection final : public transport::Connection {
     bool headerOk = false;  // the head receive's header has been checked
     std::string abortText;  // an abort frame being read
     size_t abortWant = 0;
+    uint64_t abortCode = 0;  // the code the abort frame carries (its tag)
     bool readingAbort = false;
   };
 
