@@ -76,6 +76,7 @@ void usage(FILE* out) {
       "  -c, --calls <n>         run this many calls (with -t: whichever comes first)\n"
       "  -s, --seed <n>          the seed of the sequence of calls and of all data (default: drawn by\n"
       "                          rank 0 and printed; the same seed, -e and number of ranks replay a run)\n"
+      "                          (rank 0's -t, -c, -s and -e hold for every rank)\n"
       "  -e, --maxbytes <size>   the largest buffer of one rank in one call, K/M/G suffixes (default 1M)\n"
       "  -N, --nranks <n>        run n ranks as threads of this process (horaCommInitAll); without it\n"
       "                          the ranks come from the launcher (hora-run, srun, mpirun or torchrun\n"
@@ -554,7 +555,7 @@ class Soak {
              const std::function<uint64_t(size_t, bool*)>& want);
   int finish(double seconds);
 
-  const Options& opt_;
+  Options opt_;  // with rank 0's seed, limits and -e
   horaComm_t comm_;
   std::string from_;
   int rank_ = 0, nranks_ = 1;
@@ -754,17 +755,30 @@ int Soak::run() {
     std::fprintf(stderr, "%s: horaCommUserRank/horaCommCount failed: %s\n", kProgram, horaGetLastError(comm_));
     return 1;
   }
-  if (opt_.seedGiven) {
-    seed_ = opt_.seed;
-  } else {  // rank 0 draws it; everyone takes rank 0's
-    if (printer()) seed_ = std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32);
-    horaResult_t r = horaBroadcast(&seed_, &seed_, 1, horaUint64, 0, comm_, nullptr);
-    if (r != horaSuccess) {
-      std::fprintf(stderr, "%s: rank %d: horaBroadcast of the seed failed: %s: %s\n", kProgram, rank_,
-                   horaGetErrorString(r), horaGetLastError(comm_));
-      return 1;
-    }
+  // Rank 0's seed (given, or drawn) and limits for everyone: every rank then draws the same
+  // calls, even where a launcher gave the ranks different command lines.
+  struct {
+    uint64_t seed, calls, maxBytes;
+    double seconds;
+  } shared{};
+  if (printer()) {
+    shared.seed = opt_.seedGiven ? opt_.seed
+                                 : std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32);
+    shared.calls = opt_.calls;
+    shared.maxBytes = opt_.maxBytes;
+    shared.seconds = opt_.seconds;
   }
+  horaResult_t init = horaBroadcast(&shared, &shared, sizeof shared, horaUint8, 0, comm_, nullptr);
+  if (init != horaSuccess) {
+    std::fprintf(stderr, "%s: rank %d: horaBroadcast of the seed failed: %s: %s\n", kProgram, rank_,
+                 horaGetErrorString(init), horaGetLastError(comm_));
+    horaCommAbort(comm_);
+    return 1;
+  }
+  seed_ = shared.seed;
+  opt_.calls = shared.calls;
+  opt_.maxBytes = static_cast<size_t>(shared.maxBytes);
+  opt_.seconds = shared.seconds;
   if (printer()) {
     int version = 0;
     horaGetVersion(&version);
