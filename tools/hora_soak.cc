@@ -2,7 +2,8 @@
 // collectives (AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send/Recv in
 // a shifted ring and in single pairs, Barrier; in place and out of place) over random data
 // types, ops (sum, prod, max, min, avg, premul-sum), counts (0 to -e bytes, log-uniform) and
-// roots, for -t seconds or -c calls, and checks every result on the host.
+// roots, for -t seconds or -c calls, and checks every result on the host. Each rank makes a
+// quarter of its calls on a host stream (then synchronizes), its own choice per call.
 //
 // Replay. Every rank draws the same sequence of calls from one seed (-s, or drawn by rank 0
 // and broadcast), printed at the start and the end. The input of rank q to call k is a pure
@@ -340,10 +341,16 @@ struct Call {
   int from = 0, to = 0;  // sendrecv-pair: one send, one receive
   uint64_t salt = 0;     // the seed of this call's data
 
-  // "allreduce float sum count 1000 in place", "broadcast int8 count 7 root 2 out of place"
-  std::string describe() const {
+  // Whether `rank` makes this call on a host stream (horaStreamCreate) and waits with
+  // horaStreamSynchronize, rather than synchronously: a rank's own choice, a quarter of calls.
+  bool onStream(int rank) const { return hash3(salt, static_cast<uint64_t>(rank), 11) % 4 == 0; }
+
+  // As `rank` made it: "allreduce float sum count 1000 in place", "broadcast int8 count 7 root
+  // 2 out of place on a host stream"
+  std::string describe(int rank) const {
     std::string s = kCollNames[coll];
-    if (coll == kBarrier) return s;
+    const char* stream = onStream(rank) ? " on a host stream" : "";
+    if (coll == kBarrier) return s + stream;
     s += std::string(" ") + hperf::typeName(type);
     if (op != kNoOp) s += std::string(" ") + kOpNames[op];
     s += " count " + std::to_string(count);
@@ -351,7 +358,7 @@ struct Call {
     if (coll == kSendRecv) s += " shift " + std::to_string(shift);
     if (coll == kPair) s += " from " + std::to_string(from) + " to " + std::to_string(to);
     if (coll != kPair) s += inPlace ? " in place" : " out of place";
-    return s;
+    return s + stream;
   }
 };
 
@@ -561,6 +568,7 @@ class Soak {
   int rank_ = 0, nranks_ = 1;
   uint64_t seed_ = 0;
   std::vector<char> send_, recv_;
+  horaStream_t stream_ = nullptr;
   uint64_t calls_ = 0, bytes_ = 0, wrongResults_ = 0, wrongElements_ = 0;
   std::vector<Wrong> wrongs_;
   std::vector<Failure> failures_;
@@ -589,7 +597,7 @@ void Soak::check(const Call& c, const Data& d, const char* buffer, const void* p
     if (wrongElements_++ == wrongBefore_ && wrongs_.size() < kShown) {  // the first of this call
       char where[64];
       std::snprintf(where, sizeof where, ": element %zu of %s", i, buffer);
-      wrongs_.push_back({c.index, "call " + std::to_string(c.index) + " (" + c.describe() + ")" + where,
+      wrongs_.push_back({c.index, "call " + std::to_string(c.index) + " (" + c.describe(rank_) + ")" + where,
                          showValue(c.type, g), anyNaN ? "NaN (any)" : showValue(c.type, w)});
     }
   }
@@ -635,48 +643,53 @@ bool Soak::execute(const Call& c) {
     uint64_t s = d.scalar(r);
     horaResult_t res = horaRedOpCreatePreMulSum(&op, &s, c.type, horaScalarHostImmediate, comm_);
     if (res != horaSuccess) {
-      fail(c.index, "horaRedOpCreatePreMulSum in call " + std::to_string(c.index) + " (" + c.describe() + ")", res);
+      fail(c.index, "horaRedOpCreatePreMulSum in call " + std::to_string(c.index) + " (" + c.describe(r) + ")", res);
       return false;
     }
   }
+  horaStream_t st = c.onStream(r) ? stream_ : nullptr;
   const void* sendArg = inPlace ? input : sendBase;
   void* recvArg = inPlace ? (c.coll == kAllGather || c.coll == kReduceScatter ? output : input) : output;
   horaResult_t res = horaSuccess;
   const char* api = "";
   switch (c.coll) {
-    case kAllReduce: api = "horaAllReduce"; res = horaAllReduce(sendArg, recvArg, C, c.type, op, comm_, nullptr); break;
-    case kBroadcast: api = "horaBroadcast"; res = horaBroadcast(sendArg, recvArg, C, c.type, c.root, comm_, nullptr); break;
-    case kReduce: api = "horaReduce"; res = horaReduce(sendArg, recvArg, C, c.type, op, c.root, comm_, nullptr); break;
-    case kAllGather: api = "horaAllGather"; res = horaAllGather(sendArg, recvArg, C, c.type, comm_, nullptr); break;
+    case kAllReduce: api = "horaAllReduce"; res = horaAllReduce(sendArg, recvArg, C, c.type, op, comm_, st); break;
+    case kBroadcast: api = "horaBroadcast"; res = horaBroadcast(sendArg, recvArg, C, c.type, c.root, comm_, st); break;
+    case kReduce: api = "horaReduce"; res = horaReduce(sendArg, recvArg, C, c.type, op, c.root, comm_, st); break;
+    case kAllGather: api = "horaAllGather"; res = horaAllGather(sendArg, recvArg, C, c.type, comm_, st); break;
     case kReduceScatter:
       api = "horaReduceScatter";
-      res = horaReduceScatter(sendArg, recvArg, C, c.type, op, comm_, nullptr);
+      res = horaReduceScatter(sendArg, recvArg, C, c.type, op, comm_, st);
       break;
-    case kAllToAll: api = "horaAllToAll"; res = horaAllToAll(sendArg, recvArg, C, c.type, comm_, nullptr); break;
+    case kAllToAll: api = "horaAllToAll"; res = horaAllToAll(sendArg, recvArg, C, c.type, comm_, st); break;
     case kSendRecv: {
       api = "horaSend/horaRecv (group)";
       res = horaGroupStart();
       if (res == horaSuccess) {
-        horaResult_t s = horaSend(sendArg, C, c.type, (r + c.shift) % n, comm_, nullptr);
-        horaResult_t v = horaRecv(recvArg, C, c.type, (r - c.shift + n) % n, comm_, nullptr);
+        horaResult_t s = horaSend(sendArg, C, c.type, (r + c.shift) % n, comm_, st);
+        horaResult_t v = horaRecv(recvArg, C, c.type, (r - c.shift + n) % n, comm_, st);
         res = horaGroupEnd();
         if (res == horaSuccess) res = s != horaSuccess ? s : v;
       }
       break;
     }
     case kPair:
-      if (r == c.from) api = "horaSend", res = horaSend(sendArg, C, c.type, c.to, comm_, nullptr);
-      if (r == c.to) api = "horaRecv", res = horaRecv(recvArg, C, c.type, c.from, comm_, nullptr);
+      if (r == c.from) api = "horaSend", res = horaSend(sendArg, C, c.type, c.to, comm_, st);
+      if (r == c.to) api = "horaRecv", res = horaRecv(recvArg, C, c.type, c.from, comm_, st);
       break;
-    case kBarrier: api = "horaBarrier"; res = horaBarrier(comm_, nullptr); break;
+    case kBarrier: api = "horaBarrier"; res = horaBarrier(comm_, st); break;
     case kNumColls: break;
+  }
+  if (st && res == horaSuccess) {  // the queued work, which uses the op and the buffers
+    res = horaStreamSynchronize(st);
+    if (res != horaSuccess) api = "horaStreamSynchronize";
   }
   if (c.op == kPreMulSum) {
     horaResult_t destroyed = horaRedOpDestroy(op, comm_);
     if (res == horaSuccess && destroyed != horaSuccess) api = "horaRedOpDestroy", res = destroyed;
   }
   if (res != horaSuccess) {
-    fail(c.index, api + (" in call " + std::to_string(c.index)) + " (" + c.describe() + ")", res);
+    fail(c.index, api + (" in call " + std::to_string(c.index)) + " (" + c.describe(r) + ")", res);
     return false;
   }
 
@@ -738,7 +751,7 @@ bool Soak::execute(const Call& c) {
     if (static_cast<unsigned char>(recv_[b]) != poison) {
       ++wrongElements_;
       if (wrongs_.size() < kShown)
-        wrongs_.push_back({c.index, "call " + std::to_string(c.index) + " (" + c.describe() + "): byte " +
+        wrongs_.push_back({c.index, "call " + std::to_string(c.index) + " (" + c.describe(r) + "): byte " +
                                         std::to_string(static_cast<long long>(b) - static_cast<long long>(skew)) +
                                         " outside recvbuff written",
                            std::to_string(static_cast<unsigned char>(recv_[b])), std::to_string(poison)});
@@ -798,6 +811,14 @@ int Soak::run() {
     return 1;
   }
 
+  horaResult_t made = horaStreamCreate(&stream_);
+  if (made != horaSuccess) {
+    std::fprintf(stderr, "%s: rank %d: horaStreamCreate failed: %s: %s\n", kProgram, rank_, horaGetErrorString(made),
+                 horaGetLastError(nullptr));
+    horaCommAbort(comm_);
+    return 1;
+  }
+
   Rng rng(seed_);
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
@@ -817,7 +838,7 @@ int Soak::run() {
     }
     const Call c = drawCall(rng, k, nranks_, opt_.maxBytes);
     if (opt_.verbose && printer()) {
-      std::printf("%s: call %" PRIu64 ": %s\n", kProgram, k, c.describe().c_str());
+      std::printf("%s: call %" PRIu64 ": %s\n", kProgram, k, c.describe(rank_).c_str());
       std::fflush(stdout);
     }
     if (!execute(c)) break;
@@ -878,9 +899,11 @@ int Soak::finish(double seconds) {
   }
   if (r == horaSuccess) {
     horaBarrier(comm_, nullptr);  // so that no rank exits (and a launcher stops the rest) before rank 0 printed
+    horaStreamDestroy(stream_);
     horaCommDestroy(comm_);
   } else {
-    horaCommAbort(comm_);
+    horaCommAbort(comm_);  // first, so that work still queued on the stream fails at once
+    horaStreamDestroy(stream_);
   }
   return ok && !bad ? 0 : 1;
 }
