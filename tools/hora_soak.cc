@@ -31,10 +31,8 @@
 // send buffer of an out-of-place call unchanged, and a non-root's receive buffer of a Reduce
 // unwritten.
 #include <getopt.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
