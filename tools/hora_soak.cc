@@ -573,6 +573,8 @@ class Soak {
   uint64_t failureCount_ = 0;
   bool corrupted_ = false;
   uint64_t wrongBefore_ = 0;  // wrongElements_ before the current call
+  double slowest_ = 0;        // seconds from the call until its result is there (not the check)
+  std::string slowestCall_;
 };
 
 // what: "horaAllReduce in call 7 (allreduce float sum count 5 in place)"
@@ -650,6 +652,7 @@ bool Soak::execute(const Call& c) {
   void* recvArg = inPlace ? (c.coll == kAllGather || c.coll == kReduceScatter ? output : input) : output;
   horaResult_t res = horaSuccess;
   const char* api = "";
+  const auto t0 = std::chrono::steady_clock::now();
   switch (c.coll) {
     case kAllReduce: api = "horaAllReduce"; res = horaAllReduce(sendArg, recvArg, C, c.type, op, comm_, st); break;
     case kBroadcast: api = "horaBroadcast"; res = horaBroadcast(sendArg, recvArg, C, c.type, c.root, comm_, st); break;
@@ -682,6 +685,8 @@ bool Soak::execute(const Call& c) {
     res = horaStreamSynchronize(st);
     if (res != horaSuccess) api = "horaStreamSynchronize";
   }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (took > slowest_) slowest_ = took, slowestCall_ = "call " + std::to_string(c.index) + " (" + c.describe(r) + ")";
   if (c.op == kPreMulSum) {
     horaResult_t destroyed = horaRedOpDestroy(op, comm_);
     if (res == horaSuccess && destroyed != horaSuccess) api = "horaRedOpDestroy", res = destroyed;
@@ -893,6 +898,8 @@ int Soak::finish(double seconds) {
                 totals[2], totals[3], r == horaSuccess ? "" : " (rank 0 only)", ok ? "PASSED" : "FAILED");
     std::printf("%s: replay: %s -s %" PRIu64 " -c %" PRIu64 " -e %zu on %d ranks\n", kProgram, kProgram, seed_,
                 calls_ + (failureCount_ ? 1 : 0), opt_.maxBytes, nranks_);
+    if (!slowestCall_.empty())
+      std::printf("%s: slowest on rank 0: %s, %.3f s\n", kProgram, slowestCall_.c_str(), slowest_);
     std::fflush(stdout);
   }
   if (r == horaSuccess) {
