@@ -46,7 +46,7 @@ case $case_name in
     grep -q 'seed 1,' "$out" || fail "the seed is not printed"
     ;;
   hora-run)
-    "$run" -n 4 --timeout 100 "$soak" -c 300 >"$out" 2>&1 || fail "exit status $?"
+    "$run" -n 4 --timeout 280 "$soak" -c 300 >"$out" 2>&1 || fail "exit status $?"
     passed "300 calls in [0-9.]* s on 4 ranks: [0-9]* bytes moved ([^)]*), 0 wrong results (0 elements), 0 errors"
     grep -q 'seed [0-9]* (drawn)' "$out" || fail "the drawn seed is not printed"
     ;;
@@ -55,7 +55,7 @@ case $case_name in
     corrupted 1 $?
     ;;
   corrupt-hora-run)
-    "$run" -n 4 --timeout 100 "$soak" -c 80 -s 11 --corrupt-call 40:2 >"$out" 2>&1
+    "$run" -n 4 --timeout 280 "$soak" -c 80 -s 11 --corrupt-call 40:2 >"$out" 2>&1
     corrupted 2 $?
     ;;
   *)
