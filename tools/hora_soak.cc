@@ -66,6 +66,7 @@ struct Options {
   bool verbose = false;               // -v
   int64_t corruptCall = -1;           // --corrupt-call K[:R] (tests only)
   int corruptRank = 0;
+  bool pairsInGroups = false;         // --pairs-in-groups
 };
 
 void usage(FILE* out) {
@@ -81,6 +82,8 @@ void usage(FILE* out) {
       "                          the ranks come from the launcher (hora-run, srun, mpirun or torchrun\n"
       "                          with HORA_ROOT and HORA_SECRET), else 1 rank\n"
       "  -v, --verbose           rank 0 prints every call before it is made\n"
+      "      --pairs-in-groups   let a send/recv between two ranks join a group of calls (a known hang\n"
+      "                          of this version when a small collective is in the group)\n"
       "  -h, --help              show this text\n"
       "Exit status: 0 when every result was right and every call succeeded, 1 otherwise, 2 on bad usage.\n",
       kProgram);
@@ -104,12 +107,13 @@ uint64_t numberOption(const char* text, uint64_t lo, uint64_t hi, const char* na
 
 Options parseOptions(int argc, char** argv) {
   Options o;
-  constexpr int kCorrupt = 256;
+  constexpr int kCorrupt = 256, kPairs = 257;
   static const option longOpts[] = {
       {"time", required_argument, nullptr, 't'},     {"calls", required_argument, nullptr, 'c'},
       {"seed", required_argument, nullptr, 's'},     {"maxbytes", required_argument, nullptr, 'e'},
       {"nranks", required_argument, nullptr, 'N'},   {"verbose", no_argument, nullptr, 'v'},
       {"help", no_argument, nullptr, 'h'},           {"corrupt-call", required_argument, nullptr, kCorrupt},
+      {"pairs-in-groups", no_argument, nullptr, kPairs},
       {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
@@ -128,6 +132,7 @@ Options parseOptions(int argc, char** argv) {
         break;
       case 'N': o.threads = static_cast<int>(numberOption(optarg, 1, 1024, "-N")); break;
       case 'v': o.verbose = true; break;
+      case kPairs: o.pairsInGroups = true; break;
       case 'h': usage(stdout); std::exit(0);
       case kCorrupt: {  // K or K:RANK: flip a byte of the first non-empty result from call K on
                         // that rank (default 0), after the call, so a test can prove the check bites
@@ -338,10 +343,14 @@ struct Call {
   int shift = 0;         // sendrecv: each rank sends to rank + shift, receives from rank - shift
   int from = 0, to = 0;  // sendrecv-pair: one send, one receive
   uint64_t salt = 0;     // the seed of this call's data
+  uint64_t groupFirst = 0;  // the first call of its group (horaGroupStart/End) ...
+  uint64_t groupSize = 1;   // ... of this many calls; 1: no group
+  uint64_t groupSalt = 0;   // the first call's salt
 
   // Whether `rank` makes this call on a host stream (horaStreamCreate) and waits with
-  // horaStreamSynchronize, rather than synchronously: a rank's own choice, a quarter of calls.
-  bool onStream(int rank) const { return hash3(salt, static_cast<uint64_t>(rank), 11) % 4 == 0; }
+  // horaStreamSynchronize, rather than synchronously: a rank's own choice, a quarter of calls
+  // (of groups: all calls of a group name one stream).
+  bool onStream(int rank) const { return hash3(groupSalt, static_cast<uint64_t>(rank), 11) % 4 == 0; }
 
   // As `rank` made it: "allreduce float sum count 1000 in place", "broadcast int8 count 7 root
   // 2 out of place on a host stream"
@@ -356,6 +365,8 @@ struct Call {
     if (coll == kSendRecv) s += " shift " + std::to_string(shift);
     if (coll == kPair) s += " from " + std::to_string(from) + " to " + std::to_string(to);
     if (coll != kPair) s += inPlace ? " in place" : " out of place";
+    if (groupSize > 1)
+      s += " in a group of calls " + std::to_string(groupFirst) + " to " + std::to_string(groupFirst + groupSize - 1);
     return s + stream;
   }
 };
@@ -387,7 +398,29 @@ Call drawCall(Rng& rng, uint64_t index, int nranks, size_t maxBytes) {
   c.from = static_cast<int>(rng.below(static_cast<uint64_t>(nranks)));
   c.to = nranks > 1 ? (c.from + 1 + static_cast<int>(rng.below(static_cast<uint64_t>(nranks - 1)))) % nranks : 0;
   c.salt = rng.next();
+  c.groupFirst = index;
+  c.groupSalt = c.salt;
   return c;
+}
+
+// Up to kMaxGroup calls issued together (horaGroupStart/End): one in eight draws is a group
+// of 2 to kMaxGroup calls, which share -e between them. As every draw, the same on every rank.
+// A send/recv pair, which only two ranks take part in, joins a group only with pairsInGroups:
+// beside a small collective it makes the ranks plan that collective differently (the pair's
+// ranks see a group of two calls, the others a lone call, see the README) and the job hangs.
+constexpr uint64_t kMaxGroup = 4;
+std::vector<Call> drawGroup(Rng& rng, uint64_t index, uint64_t most, int nranks, size_t maxBytes, bool pairsInGroups) {
+  const uint64_t drawn = rng.below(8) == 0 ? 2 + rng.below(kMaxGroup - 1) : 1;
+  const uint64_t size = std::max<uint64_t>(1, std::min(drawn, most));
+  std::vector<Call> group;
+  for (uint64_t j = 0; j < size; ++j) {
+    group.push_back(drawCall(rng, index + j, nranks, maxBytes / size));
+    group.back().groupFirst = index;
+    group.back().groupSize = size;
+    group.back().groupSalt = group.front().salt;
+    if (size > 1 && group.back().coll == kPair && !pairsInGroups) group.back().coll = kSendRecv;
+  }
+  return group;
 }
 
 // ---- inputs and the reference ------------------------------------------------------
@@ -555,7 +588,11 @@ class Soak {
  private:
   bool printer() const { return rank_ == 0; }
   void fail(uint64_t call, const std::string& what, horaResult_t r);
-  bool execute(const Call& c);
+  struct Slot;
+  void prepare(Slot& s, char* sendArea, char* recvArea);
+  horaResult_t issue(Slot& s, horaStream_t st, const char** api);
+  void verify(Slot& s);
+  bool execute(const std::vector<Call>& group);
   void check(const Call& c, const Data& d, const char* buffer, const void* p, size_t count,
              const std::function<uint64_t(size_t, bool*)>& want);
   int finish(double seconds);
@@ -567,6 +604,7 @@ class Soak {
   uint64_t seed_ = 0;
   std::vector<char> send_, recv_;
   horaStream_t stream_ = nullptr;
+  uint64_t attempted_ = 0;  // calls begun (all of the last group's): what replays the run
   uint64_t calls_ = 0, bytes_ = 0, wrongResults_ = 0, wrongElements_ = 0;
   std::vector<Wrong> wrongs_;
   std::vector<Failure> failures_;
@@ -603,109 +641,105 @@ void Soak::check(const Call& c, const Data& d, const char* buffer, const void* p
   }
 }
 
-// Makes call c on this rank and checks what it did. False when the call failed: the
-// communicator may then be unusable, so the run stops.
-bool Soak::execute(const Call& c) {
-  const int n = nranks_, r = rank_;
-  const Data d(c, n);
-  const size_t ts = d.size(), C = c.count;
-  const size_t N = static_cast<size_t>(n);
-  // This rank's input and result, in elements, and in place where they sit in the receive
-  // buffer (the input first: the whole send vector of a reduce-scatter, the rank's block of
-  // an all-gather).
-  size_t in = 0, out = 0, inOff = 0, outOff = 0;
+// One call on this rank: where its input and result lie, and what it must leave alone.
+struct Soak::Slot {
+  Call c;
+  Data d;
+  size_t in = 0, out = 0;        // this rank's input and result, in elements
+  size_t inOff = 0, outOff = 0;  // in place: where they sit in the receive buffer
+  size_t recvElems = 0;          // the receive buffer
+  size_t skew = 0;               // bytes of the pad before it (an element-aligned offset)
+  bool inPlace = false;
+  unsigned char poison = 0;      // the bytes around (and, before the call, in) the receive buffer
+  char* area = nullptr;          // the pad, the receive buffer and the guard after it
+  char* sendBase = nullptr;
+  char* input = nullptr;
+  char* output = nullptr;
+  horaRedOp_t op = horaSum;
+  bool created = false;  // op is a premul-sum this rank created
+  Slot(const Call& call, int nranks) : c(call), d(call, nranks) {}
+  size_t areaBytes() const { return kPad + recvElems * d.size() + kGuard; }
+};
+
+// Lays out call s.c in the areas given (kPad + its buffer + kGuard bytes each), poisons the
+// receive area and writes this rank's input.
+void Soak::prepare(Slot& s, char* sendArea, char* recvArea) {
+  const Call& c = s.c;
+  const int r = rank_;
+  const size_t ts = s.d.size(), C = c.count, N = static_cast<size_t>(nranks_);
   switch (c.coll) {
-    case kAllReduce: case kSendRecv: in = out = C; break;
-    case kBroadcast: in = r == c.root ? C : 0; out = C; break;
-    case kReduce: in = C; out = C; break;
-    case kAllGather: in = C; out = N * C; inOff = r * C; break;
-    case kReduceScatter: in = N * C; out = C; outOff = r * C; break;
-    case kAllToAll: in = out = N * C; break;
-    case kPair: in = r == c.from ? C : 0; out = r == c.to ? C : 0; break;
+    case kAllReduce: case kSendRecv: s.in = s.out = C; break;
+    case kBroadcast: s.in = r == c.root ? C : 0; s.out = C; break;
+    case kReduce: s.in = C; s.out = C; break;
+    case kAllGather: s.in = C; s.out = N * C; s.inOff = r * C; break;
+    case kReduceScatter: s.in = N * C; s.out = C; s.outOff = r * C; break;
+    case kAllToAll: s.in = s.out = N * C; break;
+    case kPair: s.in = r == c.from ? C : 0; s.out = r == c.to ? C : 0; break;
     case kBarrier: case kNumColls: break;
   }
-  const bool inPlace = c.inPlace && c.coll != kPair;
-  if (!inPlace) inOff = outOff = 0;
-  const size_t recvElems = inPlace ? std::max(in + inOff, out + outOff) : out;
-  // Element-aligned offsets into the buffers, different per rank and call.
-  const size_t skew = (hash3(c.salt, static_cast<uint64_t>(r), 7) % (kPad / ts)) * ts;
-  char* sendBase = send_.data() + skew;
-  char* recvBase = recv_.data() + skew;
-  const unsigned char poison = static_cast<unsigned char>(c.salt >> 56) | 1;
-  const size_t recvBytes = kPad + recvElems * ts + kGuard;
-  std::memset(recv_.data(), poison, recvBytes);
-  char* input = inPlace ? recvBase + inOff * ts : sendBase;
-  char* output = recvBase + outOff * ts;
-  for (size_t i = 0; i < in; ++i) store(input, i, ts, d.input(r, i));
+  s.inPlace = c.inPlace && c.coll != kPair;
+  if (!s.inPlace) s.inOff = s.outOff = 0;
+  s.recvElems = s.inPlace ? std::max(s.in + s.inOff, s.out + s.outOff) : s.out;
+  s.skew = (hash3(c.salt, static_cast<uint64_t>(r), 7) % (kPad / ts)) * ts;
+  s.poison = static_cast<unsigned char>(c.salt >> 56) | 1;
+  s.area = recvArea;
+  std::memset(recvArea, s.poison, s.areaBytes());
+  s.sendBase = sendArea + s.skew;
+  char* recvBase = recvArea + s.skew;
+  s.input = s.inPlace ? recvBase + s.inOff * ts : s.sendBase;
+  s.output = recvBase + s.outOff * ts;
+  for (size_t i = 0; i < s.in; ++i) store(s.input, i, ts, s.d.input(r, i));
+}
 
-  horaRedOp_t op = c.op >= 0 && c.op < kPreMulSum ? static_cast<horaRedOp_t>(c.op) : horaSum;
-  if (c.op == kPreMulSum) {
-    uint64_t s = d.scalar(r);
-    horaResult_t res = horaRedOpCreatePreMulSum(&op, &s, c.type, horaScalarHostImmediate, comm_);
-    if (res != horaSuccess) {
-      fail(c.index, "horaRedOpCreatePreMulSum in call " + std::to_string(c.index) + " (" + c.describe(r) + ")", res);
-      return false;
-    }
-  }
-  horaStream_t st = c.onStream(r) ? stream_ : nullptr;
-  const void* sendArg = inPlace ? input : sendBase;
-  void* recvArg = inPlace ? (c.coll == kAllGather || c.coll == kReduceScatter ? output : input) : output;
-  horaResult_t res = horaSuccess;
-  const char* api = "";
-  const auto t0 = std::chrono::steady_clock::now();
+// Issues call s.c; api names the entry point for an error.
+horaResult_t Soak::issue(Slot& s, horaStream_t st, const char** api) {
+  const Call& c = s.c;
+  const int n = nranks_, r = rank_;
+  const size_t C = c.count;
+  const horaRedOp_t op = s.op;
+  const void* sendArg = s.inPlace ? s.input : s.sendBase;
+  void* recvArg = s.inPlace ? (c.coll == kAllGather || c.coll == kReduceScatter ? s.output : s.input) : s.output;
   switch (c.coll) {
-    case kAllReduce: api = "horaAllReduce"; res = horaAllReduce(sendArg, recvArg, C, c.type, op, comm_, st); break;
-    case kBroadcast: api = "horaBroadcast"; res = horaBroadcast(sendArg, recvArg, C, c.type, c.root, comm_, st); break;
-    case kReduce: api = "horaReduce"; res = horaReduce(sendArg, recvArg, C, c.type, op, c.root, comm_, st); break;
-    case kAllGather: api = "horaAllGather"; res = horaAllGather(sendArg, recvArg, C, c.type, comm_, st); break;
-    case kReduceScatter:
-      api = "horaReduceScatter";
-      res = horaReduceScatter(sendArg, recvArg, C, c.type, op, comm_, st);
-      break;
-    case kAllToAll: api = "horaAllToAll"; res = horaAllToAll(sendArg, recvArg, C, c.type, comm_, st); break;
+    case kAllReduce: *api = "horaAllReduce"; return horaAllReduce(sendArg, recvArg, C, c.type, op, comm_, st);
+    case kBroadcast: *api = "horaBroadcast"; return horaBroadcast(sendArg, recvArg, C, c.type, c.root, comm_, st);
+    case kReduce: *api = "horaReduce"; return horaReduce(sendArg, recvArg, C, c.type, op, c.root, comm_, st);
+    case kAllGather: *api = "horaAllGather"; return horaAllGather(sendArg, recvArg, C, c.type, comm_, st);
+    case kReduceScatter: *api = "horaReduceScatter"; return horaReduceScatter(sendArg, recvArg, C, c.type, op, comm_, st);
+    case kAllToAll: *api = "horaAllToAll"; return horaAllToAll(sendArg, recvArg, C, c.type, comm_, st);
     case kSendRecv: {
-      api = "horaSend/horaRecv (group)";
-      res = horaGroupStart();
-      if (res == horaSuccess) {
-        horaResult_t s = horaSend(sendArg, C, c.type, (r + c.shift) % n, comm_, st);
-        horaResult_t v = horaRecv(recvArg, C, c.type, (r - c.shift + n) % n, comm_, st);
-        res = horaGroupEnd();
-        if (res == horaSuccess) res = s != horaSuccess ? s : v;
-      }
-      break;
+      *api = "horaSend/horaRecv (group)";
+      horaResult_t res = horaGroupStart();
+      if (res != horaSuccess) return res;
+      horaResult_t sent = horaSend(sendArg, C, c.type, (r + c.shift) % n, comm_, st);
+      horaResult_t received = horaRecv(recvArg, C, c.type, (r - c.shift + n) % n, comm_, st);
+      res = horaGroupEnd();
+      return res != horaSuccess ? res : sent != horaSuccess ? sent : received;
     }
     case kPair:
-      if (r == c.from) api = "horaSend", res = horaSend(sendArg, C, c.type, c.to, comm_, st);
-      if (r == c.to) api = "horaRecv", res = horaRecv(recvArg, C, c.type, c.from, comm_, st);
-      break;
-    case kBarrier: api = "horaBarrier"; res = horaBarrier(comm_, st); break;
+      if (r == c.from) return *api = "horaSend", horaSend(sendArg, C, c.type, c.to, comm_, st);
+      if (r == c.to) return *api = "horaRecv", horaRecv(recvArg, C, c.type, c.from, comm_, st);
+      return horaSuccess;
+    case kBarrier: *api = "horaBarrier"; return horaBarrier(comm_, st);
     case kNumColls: break;
   }
-  if (st && res == horaSuccess) {  // the queued work, which uses the op and the buffers
-    res = horaStreamSynchronize(st);
-    if (res != horaSuccess) api = "horaStreamSynchronize";
-  }
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (took > slowest_) slowest_ = took, slowestCall_ = "call " + std::to_string(c.index) + " (" + c.describe(r) + ")";
-  if (c.op == kPreMulSum) {
-    horaResult_t destroyed = horaRedOpDestroy(op, comm_);
-    if (res == horaSuccess && destroyed != horaSuccess) api = "horaRedOpDestroy", res = destroyed;
-  }
-  if (res != horaSuccess) {
-    fail(c.index, api + (" in call " + std::to_string(c.index)) + " (" + c.describe(r) + ")", res);
-    return false;
-  }
+  return horaSuccess;
+}
 
+// Checks what call s.c did on this rank.
+void Soak::verify(Slot& s) {
+  const Call& c = s.c;
+  const Data& d = s.d;
+  const int n = nranks_, r = rank_;
+  const size_t ts = d.size(), C = c.count;
   // What a non-root's Reduce must leave alone: its receive buffer out of place, its input in place.
   const bool reduceNonRoot = c.coll == kReduce && r != c.root;
-  size_t result = reduceNonRoot ? 0 : out;  // elements that this call delivered here
-  if (c.coll == kPair && r != c.to) result = 0;
+  size_t result = reduceNonRoot ? 0 : s.out;  // elements that this call delivered here
   bytes_ += result * ts;
   if (opt_.corruptCall >= 0 && !corrupted_ && r == opt_.corruptRank &&
       c.index >= static_cast<uint64_t>(opt_.corruptCall) && result > 0) {
     corrupted_ = true;
     const size_t i = hash3(c.salt, 1, 2) % result;
-    output[i * ts + ts - 1] ^= static_cast<char>(0xff);  // the top byte: sign and exponent
+    s.output[i * ts + ts - 1] ^= static_cast<char>(0xff);  // the top byte: sign and exponent
     std::fprintf(stderr, "%s: rank %d: corrupting element %zu of the result of call %" PRIu64 " (test hook)\n",
                  kProgram, r, i, c.index);
   }
@@ -720,13 +754,14 @@ bool Soak::execute(const Call& c) {
       return d.input(q, base + i);
     };
   };
+  const unsigned char poison = s.poison;
   switch (c.coll) {
-    case kAllReduce: check(c, d, "the result", output, C, reducedAt(0)); break;
-    case kBroadcast: check(c, d, "the result", output, C, inputOf(c.root, 0)); break;
+    case kAllReduce: check(c, d, "the result", s.output, C, reducedAt(0)); break;
+    case kBroadcast: check(c, d, "the result", s.output, C, inputOf(c.root, 0)); break;
     case kReduce:
-      if (!reduceNonRoot) check(c, d, "the result", output, C, reducedAt(0));
-      else if (inPlace) check(c, d, "a non-root's buffer (in place)", input, C, inputOf(r, 0));
-      else check(c, d, "a non-root's recvbuff", output, C, [&](size_t, bool* a) {
+      if (!reduceNonRoot) check(c, d, "the result", s.output, C, reducedAt(0));
+      else if (s.inPlace) check(c, d, "a non-root's buffer (in place)", s.input, C, inputOf(r, 0));
+      else check(c, d, "a non-root's recvbuff", s.output, C, [&](size_t, bool* a) {
           *a = false;
           uint64_t p = 0;
           std::memset(&p, poison, ts);
@@ -734,35 +769,96 @@ bool Soak::execute(const Call& c) {
         });
       break;
     case kAllGather:
-      for (int q = 0; q < n; ++q) check(c, d, ("the result, block " + std::to_string(q)).c_str(), output + q * C * ts, C, inputOf(q, 0));
+      for (int q = 0; q < n; ++q)
+        check(c, d, ("the result, block " + std::to_string(q)).c_str(), s.output + q * C * ts, C, inputOf(q, 0));
       break;
-    case kReduceScatter: check(c, d, "the result", output, C, reducedAt(r * C)); break;
+    case kReduceScatter: check(c, d, "the result", s.output, C, reducedAt(r * C)); break;
     case kAllToAll:
       for (int q = 0; q < n; ++q)
-        check(c, d, ("the result, block " + std::to_string(q)).c_str(), output + q * C * ts, C, inputOf(q, r * C));
+        check(c, d, ("the result, block " + std::to_string(q)).c_str(), s.output + q * C * ts, C, inputOf(q, r * C));
       break;
-    case kSendRecv: check(c, d, "the result", output, C, inputOf((r - c.shift + n) % n, 0)); break;
+    case kSendRecv: check(c, d, "the result", s.output, C, inputOf((r - c.shift + n) % n, 0)); break;
     case kPair:
-      if (r == c.to) check(c, d, "the result", output, C, inputOf(c.from, 0));
+      if (r == c.to) check(c, d, "the result", s.output, C, inputOf(c.from, 0));
       break;
     case kBarrier: case kNumColls: break;
   }
   // Nothing outside the buffers is touched, and out of place the input is not either.
-  const size_t end = skew + recvElems * ts;
-  for (size_t b = 0; b < kPad + kGuard + recvElems * ts; ++b) {
-    if (b >= skew && b < end) continue;
-    if (static_cast<unsigned char>(recv_[b]) != poison) {
+  const size_t end = s.skew + s.recvElems * ts;
+  for (size_t b = 0; b < s.areaBytes(); ++b) {
+    if (b >= s.skew && b < end) continue;
+    if (static_cast<unsigned char>(s.area[b]) != poison) {
       ++wrongElements_;
       if (wrongs_.size() < kShown)
         wrongs_.push_back({c.index, "call " + std::to_string(c.index) + " (" + c.describe(r) + "): byte " +
-                                        std::to_string(static_cast<long long>(b) - static_cast<long long>(skew)) +
+                                        std::to_string(static_cast<long long>(b) - static_cast<long long>(s.skew)) +
                                         " outside recvbuff written",
-                           std::to_string(static_cast<unsigned char>(recv_[b])), std::to_string(poison)});
+                           std::to_string(static_cast<unsigned char>(s.area[b])), std::to_string(poison)});
       break;
     }
   }
-  if (!inPlace && in > 0) check(c, d, "sendbuff (out of place: must not change)", input, in, inputOf(r, 0));
+  if (!s.inPlace && s.in > 0) check(c, d, "sendbuff (out of place: must not change)", s.input, s.in, inputOf(r, 0));
   if (wrongElements_ > wrongBefore_) ++wrongResults_;
+}
+
+// Makes the calls of one group (or one call) on this rank and checks what they did. False
+// when a call failed: the communicator may then be unusable, so the run stops.
+bool Soak::execute(const std::vector<Call>& group) {
+  const int r = rank_;
+  std::vector<Slot> slots;
+  slots.reserve(group.size());
+  size_t offset = 0;
+  for (const Call& c : group) {
+    slots.emplace_back(c, nranks_);
+    prepare(slots.back(), send_.data() + offset, recv_.data() + offset);
+    offset += std::max(slots.back().areaBytes(), kPad + slots.back().in * slots.back().d.size() + kGuard);
+  }
+  auto describe = [&](const Call& c) { return " in call " + std::to_string(c.index) + " (" + c.describe(r) + ")"; };
+  bool ok = true;
+  for (Slot& s : slots) {
+    if (s.c.op >= 0 && s.c.op < kPreMulSum) s.op = static_cast<horaRedOp_t>(s.c.op);
+    if (s.c.op != kPreMulSum || !ok) continue;
+    uint64_t scalar = s.d.scalar(r);
+    horaResult_t res = horaRedOpCreatePreMulSum(&s.op, &scalar, s.c.type, horaScalarHostImmediate, comm_);
+    s.created = res == horaSuccess;
+    if (!s.created) fail(s.c.index, "horaRedOpCreatePreMulSum" + describe(s.c), res), ok = false;
+  }
+
+  horaStream_t st = group.front().onStream(r) ? stream_ : nullptr;
+  horaResult_t res = horaSuccess;
+  const char* api = "";
+  const Call* culprit = &group.front();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (ok) {
+    const bool grouped = slots.size() > 1;
+    if (grouped) res = horaGroupStart(), api = "horaGroupStart";
+    for (Slot& s : slots) {
+      if (res != horaSuccess) break;
+      res = issue(s, st, &api);
+      culprit = &s.c;
+    }
+    if (grouped) {  // the first error of the calls, else horaGroupEnd's
+      horaResult_t ended = horaGroupEnd();
+      if (res == horaSuccess && ended != horaSuccess) res = ended, api = "horaGroupEnd", culprit = &group.front();
+    }
+    if (st && res == horaSuccess) {  // the queued work, which uses the ops and the buffers
+      res = horaStreamSynchronize(st);
+      if (res != horaSuccess) api = "horaStreamSynchronize", culprit = &group.front();
+    }
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (ok && took > slowest_) slowest_ = took, slowestCall_ = "call " + std::to_string(group.front().index) + " (" + group.front().describe(r) + ")";
+  for (Slot& s : slots) {
+    if (!s.created) continue;
+    horaResult_t destroyed = horaRedOpDestroy(s.op, comm_);
+    if (ok && res == horaSuccess && destroyed != horaSuccess) res = destroyed, api = "horaRedOpDestroy", culprit = &s.c;
+  }
+  if (!ok) return false;
+  if (res != horaSuccess) {
+    fail(culprit->index, api + describe(*culprit), res);
+    return false;
+  }
+  for (Slot& s : slots) verify(s);
   return true;
 }
 
@@ -806,8 +902,8 @@ int Soak::run() {
     std::fflush(stdout);
   }
   try {
-    send_.assign(kPad + opt_.maxBytes + kGuard, 0);
-    recv_.assign(kPad + opt_.maxBytes + kGuard, 0);
+    send_.assign(kMaxGroup * (kPad + kGuard) + opt_.maxBytes, 0);
+    recv_.assign(kMaxGroup * (kPad + kGuard) + opt_.maxBytes, 0);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "%s: rank %d: cannot allocate two buffers of %zu bytes (-e)\n", kProgram, rank_, opt_.maxBytes);
     horaCommAbort(comm_);
@@ -827,7 +923,7 @@ int Soak::run() {
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   double nextProgress = 30;
   const bool timed = opt_.seconds > 0;
-  for (uint64_t k = 0;; ++k) {
+  for (uint64_t k = 0;;) {
     if (!timed && k >= opt_.calls) break;
     if (timed) {  // rank 0's clock decides for everyone
       int32_t go = 0;
@@ -839,13 +935,15 @@ int Soak::run() {
       }
       if (!go) break;
     }
-    const Call c = drawCall(rng, k, nranks_, opt_.maxBytes);
+    const std::vector<Call> group = drawGroup(rng, k, opt_.calls ? opt_.calls - k : kMaxGroup, nranks_, opt_.maxBytes, opt_.pairsInGroups);
     if (opt_.verbose && printer()) {
-      std::printf("%s: call %" PRIu64 ": %s\n", kProgram, k, c.describe(rank_).c_str());
+      for (const Call& c : group) std::printf("%s: call %" PRIu64 ": %s\n", kProgram, c.index, c.describe(rank_).c_str());
       std::fflush(stdout);
     }
-    if (!execute(c)) break;
-    ++calls_;
+    attempted_ = k + group.size();
+    if (!execute(group)) break;
+    k += group.size();
+    calls_ += group.size();
     if (printer() && timed && elapsed() >= nextProgress) {
       std::printf("%s: %.0f s: %" PRIu64 " calls, %" PRIu64 " wrong results and %" PRIu64 " errors on rank 0\n",
                   kProgram, elapsed(), calls_, wrongResults_, failureCount_);
@@ -897,7 +995,7 @@ int Soak::finish(double seconds) {
                 kProgram, calls_, seconds, nranks_, nranks_ == 1 ? "" : "s", totals[0], human(static_cast<double>(totals[0])).c_str(), totals[1],
                 totals[2], totals[3], r == horaSuccess ? "" : " (rank 0 only)", ok ? "PASSED" : "FAILED");
     std::printf("%s: replay: %s -s %" PRIu64 " -c %" PRIu64 " -e %zu on %d ranks\n", kProgram, kProgram, seed_,
-                calls_ + (failureCount_ ? 1 : 0), opt_.maxBytes, nranks_);
+                attempted_, opt_.maxBytes, nranks_);
     if (!slowestCall_.empty())
       std::printf("%s: slowest on rank 0: %s, %.3f s\n", kProgram, slowestCall_.c_str(), slowest_);
     std::fflush(stdout);
