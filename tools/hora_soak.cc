@@ -2,8 +2,9 @@
 // collectives (AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send/Recv in
 // a shifted ring and in single pairs, Barrier; in place and out of place) over random data
 // types, ops (sum, prod, max, min, avg, premul-sum), counts (0 to -e bytes, log-uniform) and
-// roots, for -t seconds or -c calls, and checks every result on the host. Each rank makes a
-// quarter of its calls on a host stream (then synchronizes), its own choice per call.
+// roots, for -t seconds or -c calls, and checks every result on the host. One draw in eight
+// is a group of calls (horaGroupStart/End), and each rank makes a quarter of its calls (or
+// groups) on a host stream (then synchronizes), its own choice.
 //
 // Replay. Every rank draws the same sequence of calls from one seed (-s, or drawn by rank 0
 // and broadcast), printed at the start and the end. The input of rank q to call k is a pure
