@@ -22,6 +22,28 @@
 #endif
 
 namespace hperf {
+
+bool parseSize(const char* text, size_t* out) {
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(text, &end);
+  double unit = 1;
+  if (end != text && *end) {
+    switch (*end) {
+      case 'k': case 'K': unit = 1024.0; break;
+      case 'm': case 'M': unit = 1024.0 * 1024; break;
+      case 'g': case 'G': unit = 1024.0 * 1024 * 1024; break;
+      default: unit = 0; break;
+    }
+    ++end;
+  }
+  v *= unit;
+  if (end == text || *end || errno != 0 || !std::isfinite(v) || v < 0 || v > std::ldexp(1.0, 48) || unit == 0)
+    return false;
+  *out = static_cast<size_t>(v);
+  return true;
+}
+
 namespace {
 
 const char* gProgram = "perf";
@@ -111,25 +133,11 @@ int intOption(const char* text, long lo, long hi, const char* name) {
   return static_cast<int>(v);
 }
 
-// A size: a number, optionally fractional, with an optional K, M or G (powers of 1024).
+// A size (parseSize), or bad usage.
 size_t sizeOption(const char* text, const char* name) {
-  errno = 0;
-  char* end = nullptr;
-  double v = std::strtod(text, &end);
-  double unit = 1;
-  if (end != text && *end) {
-    switch (*end) {
-      case 'k': case 'K': unit = 1024.0; break;
-      case 'm': case 'M': unit = 1024.0 * 1024; break;
-      case 'g': case 'G': unit = 1024.0 * 1024 * 1024; break;
-      default: unit = 0; break;
-    }
-    ++end;
-  }
-  v *= unit;
-  if (end == text || *end || errno != 0 || !std::isfinite(v) || v < 0 || v > std::ldexp(1.0, 48) || unit == 0)
-    badUsage("bad size for %s", (std::string(name) + " '" + text + "'").c_str());
-  return static_cast<size_t>(v);
+  size_t v = 0;
+  if (!parseSize(text, &v)) badUsage("bad size for %s", (std::string(name) + " '" + text + "'").c_str());
+  return v;
 }
 
 const horaDataType_t kAllTypes[] = {horaInt8, horaUint8, horaInt32, horaUint32, horaInt64,
@@ -558,36 +566,29 @@ FILE* openJson(const Options& opt) {
   return f;
 }
 
-// ---- where the ranks come from -----------------------------------------------------
+}  // namespace
+
+// ---- where the ranks come from (common.h) -------------------------------------------
 
 const char* envValue(const char* name) {
   const char* v = std::getenv(name);
   return v && *v ? v : nullptr;
 }
 
-// What a launcher's environment says of this process: the first of kLaunchers whose size
-// variable holds a number (HORA_SIZE whatever it holds: horaCommInitFromEnv judges it).
-// Open MPI's and PMI's come before Slurm's: mpirun in an allocation starts its daemons with
-// srun, so its ranks see a Slurm step of one task per host as well.
-struct Launcher {
-  const char* sizeVar = nullptr;  // nullptr: none
-  const char* rankVar = nullptr;
-  const char* name = "";
-  int size = 0;      // 0: HORA_SIZE that is not a number
-  bool mpi = false;  // MPI_Init would take its ranks from this launcher
+bool Launcher::hora() const { return sizeVar && std::strcmp(sizeVar, "HORA_SIZE") == 0; }
+bool Launcher::slurm() const { return sizeVar && std::strncmp(sizeVar, "SLURM_", 6) == 0; }
+const char* Launcher::rank() const {
+  const char* v = rankVar ? envValue(rankVar) : nullptr;
+  return v ? v : "?";
+}
+std::string Launcher::describe() const {
+  return std::string(name) + " (" + sizeVar + "=" + envValue(sizeVar) + ")";
+}
 
-  bool hora() const { return sizeVar && std::strcmp(sizeVar, "HORA_SIZE") == 0; }
-  bool slurm() const { return sizeVar && std::strncmp(sizeVar, "SLURM_", 6) == 0; }
-  const char* rank() const {
-    const char* v = rankVar ? envValue(rankVar) : nullptr;
-    return v ? v : "?";
-  }
-  // "Open MPI's mpirun (OMPI_COMM_WORLD_SIZE=4)"
-  std::string describe() const {
-    return std::string(name) + " (" + sizeVar + "=" + envValue(sizeVar) + ")";
-  }
-};
-
+// The first of kLaunchers whose size variable holds a number (HORA_SIZE whatever it holds:
+// horaCommInitFromEnv judges it). Open MPI's and PMI's come before Slurm's: mpirun in an
+// allocation starts its daemons with srun, so its ranks see a Slurm step of one task per
+// host as well.
 Launcher findLauncher() {
   static const struct {
     const char* size;
@@ -618,6 +619,8 @@ Launcher findLauncher() {
   }
   return l;
 }
+
+namespace {
 
 // One rank of a job whose launcher set the environment: horaCommInitFromEnv finds rank,
 // size and rendezvous there (HORA_ID from hora-run, or HORA_ROOT with HORA_SECRET).

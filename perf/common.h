@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "hora.h"
@@ -153,6 +154,35 @@ class BlockCollective : public Collective {
  private:
   bool sendIsBlock_;  // allgather; reducescatter's block is the received one
 };
+
+// ---- options -----------------------------------------------------------------------
+
+// A size in bytes: a number, optionally fractional, with an optional K, M or G (powers of
+// 1024), at most 2^48. False when text is not one.
+bool parseSize(const char* text, size_t* out);
+
+// ---- where the ranks come from -----------------------------------------------------
+
+// The value of an environment variable, nullptr when unset or empty.
+const char* envValue(const char* name);
+
+// What a launcher's environment says of this process (also used by tools/hora_soak.cc).
+struct Launcher {
+  const char* sizeVar = nullptr;  // nullptr: none
+  const char* rankVar = nullptr;
+  const char* name = "";
+  int size = 0;      // 0: HORA_SIZE that is not a number
+  bool mpi = false;  // MPI_Init would take its ranks from this launcher
+
+  bool hora() const;   // hora-run's variables (or HORA_ROOT set by hand)
+  bool slurm() const;
+  const char* rank() const;     // the rank variable's value, "?" if unset
+  std::string describe() const; // "Open MPI's mpirun (OMPI_COMM_WORLD_SIZE=4)"
+};
+
+// The launcher that started this process: hora-run (HORA_SIZE), Open MPI's mpirun, a PMI
+// launcher, srun (in a step), torchrun; sizeVar == nullptr when none.
+Launcher findLauncher();
 
 // Parses the command line, creates the communicator(s), runs the benchmark and returns
 // the process exit status: 0, 1 if a check failed or an error occurred, 2 on bad usage.

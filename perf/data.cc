@@ -11,7 +11,7 @@ namespace hperf {
 
 size_t typeSize(horaDataType_t type) {
   switch (type) {
-    case horaInt8: case horaUint8: return 1;
+    case horaInt8: case horaUint8: case horaFloat8e4m3: case horaFloat8e5m2: return 1;
     case horaFloat16: case horaBfloat16: return 2;
     case horaInt32: case horaUint32: case horaFloat32: return 4;
     case horaInt64: case horaUint64: case horaFloat64: return 8;
@@ -31,6 +31,8 @@ const char* typeName(horaDataType_t type) {
     case horaFloat32: return "float";
     case horaFloat64: return "double";
     case horaBfloat16: return "bfloat16";
+    case horaFloat8e4m3: return "float8e4m3";
+    case horaFloat8e5m2: return "float8e5m2";
     default: return "?";
   }
 }

@@ -37,6 +37,11 @@ std::array<int, kKinds> parseForced(const std::string& value) {
   if (v == "auto") return forced;
   std::string kinds;
   for (const auto& [name, k] : kPlanned) kinds += (kinds.empty() ? "" : ", ") + std::string(name);
+  // The names HORA_ALGO takes: those of algorithms of a planned collective (not p2p, which
+  // carries send and receive and is never planned).
+  std::string forcible;
+  for (const Algorithm* a : algorithms())
+    if (a->id() != Algo::P2P) forcible += (forcible.empty() ? "" : ", ") + std::string(a->name());
   size_t start = 0;
   bool any = false;
   while (start <= v.size()) {
@@ -51,7 +56,7 @@ std::array<int, kKinds> parseForced(const std::string& value) {
     const Algorithm* algo = findAlgorithm(algoName);
     if (!algo || algo->id() == Algo::P2P)
       fail(Errc::InvalidArgument, "HORA_ALGO='%s': '%s' is not an algorithm (expected auto, one of %s, or "
-           "collective:algorithm pairs)", value.c_str(), algoName.c_str(), algorithmNames().c_str());
+           "collective:algorithm pairs)", value.c_str(), algoName.c_str(), forcible.c_str());
     if (colon == std::string::npos) {
       for (const auto& [name, k] : kPlanned)
         if (algo->implements(k)) forced[static_cast<size_t>(k)] = static_cast<int>(algo->id());

@@ -1,0 +1,66 @@
+#!/bin/bash
+# The checks of hora-soak (tools/hora_soak.cc), one case per run:
+#   test_hora_soak.sh HORA_SOAK HORA_RUN CASE
+# threads           3 ranks as threads, 300 calls from seed 1: every result right, exit 0
+# hora-run          4 processes under hora-run, 300 calls from a seed rank 0 draws: exit 0
+# corrupt           3 threads; the test hook flips a byte of one result on rank 1: the run must
+#                   fail, and rank 1 must name the very call the hook corrupted
+# corrupt-hora-run  the same on rank 2 of 4 processes under hora-run
+set -u
+soak=$1
+run=$2
+case_name=$3
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+fail() {
+  echo "FAIL ($case_name): $*"
+  echo "---- output"
+  cat "$out"
+  exit 1
+}
+
+passed() {
+  grep -q "$1: PASSED" "$out" || fail "no '$1: PASSED' line"
+  grep -q ' wrong: \| error: ' "$out" && fail "a rank reported a problem"
+  return 0
+}
+
+# The corrupted call must fail the run and be the one named by the rank that holds it.
+corrupted() {
+  local rank=$1 status=$2
+  [ "$status" -ne 0 ] || fail "exit status 0 although a result was corrupted"
+  local call
+  call=$(sed -n "s/.*rank $rank: corrupting element [0-9]* of the result of call \([0-9]*\) .*/\1/p" "$out")
+  [ -n "$call" ] || fail "the test hook did not corrupt anything"
+  grep -q "rank $rank: wrong: call $call (" "$out" || fail "rank $rank does not name call $call"
+  grep -q "rank $rank: [0-9]* calls, 1 wrong results (1 elements), 0 errors" "$out" || fail "rank $rank does not count exactly one wrong result"
+  grep -q ' 1 wrong results (1 elements), 0 errors.*: FAILED' "$out" || fail "rank 0's totals do not say 1 wrong result, FAILED"
+  [ "$(grep -c ' wrong: ' "$out")" -eq 1 ] || fail "other results were reported wrong"
+}
+
+case $case_name in
+  threads)
+    "$soak" -N 3 -c 300 -s 1 >"$out" 2>&1 || fail "exit status $?"
+    passed "300 calls in [0-9.]* s on 3 ranks: [0-9]* bytes moved ([^)]*), 0 wrong results (0 elements), 0 errors"
+    grep -q 'seed 1,' "$out" || fail "the seed is not printed"
+    ;;
+  hora-run)
+    "$run" -n 4 --timeout 280 "$soak" -c 300 >"$out" 2>&1 || fail "exit status $?"
+    passed "300 calls in [0-9.]* s on 4 ranks: [0-9]* bytes moved ([^)]*), 0 wrong results (0 elements), 0 errors"
+    grep -q 'seed [0-9]* (drawn)' "$out" || fail "the drawn seed is not printed"
+    ;;
+  corrupt)
+    "$soak" -N 3 -c 80 -s 7 --corrupt-call 30:1 >"$out" 2>&1
+    corrupted 1 $?
+    ;;
+  corrupt-hora-run)
+    "$run" -n 4 --timeout 280 "$soak" -c 80 -s 11 --corrupt-call 40:2 >"$out" 2>&1
+    corrupted 2 $?
+    ;;
+  *)
+    echo "unknown case $case_name"
+    exit 2
+    ;;
+esac
+echo "PASS ($case_name)"
