@@ -4,6 +4,11 @@
 // is wrong; any other exception, an empty text, a crash or a sanitizer report is a bug, and
 // abort() hands it to libFuzzer, which saves the input as the reproducer.
 #pragma once
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -45,6 +50,33 @@ bool returnsOrFails(F&& f, hora::Errc code = hora::Errc::Success) {
   } catch (...) {
     bug("an exception that is not a std::exception");
   }
+}
+
+// Waits up to ms for events on fd; true when they came. A signal does not cut the wait short
+// (libFuzzer's -timeout runs on SIGALRM, which interrupts poll()).
+inline bool pollOne(int fd, short events, int ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, left.count() > 0 ? static_cast<int>(left.count()) : 0);
+    if (n > 0) return true;
+    if (n == 0 || errno != EINTR) return false;
+  }
+}
+
+// Writes all of buf to a blocking socket, unless the other end closes or fails first; returns
+// whether it all went.
+inline bool sendAll(int fd, const void* buf, size_t n) {
+  const char* p = static_cast<const char*>(buf);
+  while (n > 0) {
+    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
 }
 
 // The fuzzer's bytes, consumed front to back; reads past the end give zeros.

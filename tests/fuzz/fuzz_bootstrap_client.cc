@@ -34,30 +34,20 @@ const Secret gSecret = unit::makeSecret(3);
 // The fake root: one connection, the handshake, then `bytes`, then a close once the rank has
 // closed its end (so that nothing the rank sent is lost to a reset).
 void serve(const std::string& bytes) {
-  pollfd p{gListener.get(), POLLIN, 0};
-  if (::poll(&p, 1, 10000) != 1) fuzz::bug("the rank never connected to the fake root");
+  if (!fuzz::pollOne(gListener.get(), POLLIN, 10000)) fuzz::bug("the rank never connected to the fake root");
   Fd fd(::accept4(gListener.get(), nullptr, nullptr, SOCK_CLOEXEC));
   if (!fd.valid()) fuzz::bug("accept failed");
   Handshake hs(Handshake::Role::Server, fd.get(), gSecret, LinkKind::Bootstrap);
   try {
-    while (!hs.step()) {
-      pollfd q{fd.get(), hs.events(), 0};
-      ::poll(&q, 1, 1000);
-    }
+    while (!hs.step()) fuzz::pollOne(fd.get(), hs.events(), 1000);
   } catch (const Error& e) {
     fuzz::bug("the rank's handshake failed", e.what());
   }
-  size_t off = 0;
-  while (off < bytes.size()) {
-    ssize_t n = ::send(fd.get(), bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) break;  // the rank gave up and closed
-    off += static_cast<size_t>(n);
-  }
+  (void)fuzz::sendAll(fd.get(), bytes.data(), bytes.size());  // false: the rank gave up and closed
   ::shutdown(fd.get(), SHUT_WR);
   char sink[4096];
   for (;;) {
-    pollfd q{fd.get(), POLLIN, 0};
-    if (::poll(&q, 1, 10000) != 1) fuzz::bug("the rank neither read nor closed");
+    if (!fuzz::pollOne(fd.get(), POLLIN, 10000)) fuzz::bug("the rank neither read nor closed");
     ssize_t n = ::recv(fd.get(), sink, sizeof sink, MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;
   }

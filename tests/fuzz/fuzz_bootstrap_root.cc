@@ -34,12 +34,14 @@ const Secret gSecret = unit::makeSecret(5);
 int gJob = 0;
 
 // Everything the root sent on fd until it closed.
-std::string readToEnd(int fd) {
+std::string readToEnd(int fd, int rank, RendezvousEnd& end) {
   std::string got;
   char buf[65536];
   for (;;) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 20000) != 1) fuzz::bug("the root neither wrote nor closed a rank's link");
+    if (!fuzz::pollOne(fd, POLLIN, 20000))
+      fuzz::bug("the root neither wrote nor closed a rank's link for 20 s",
+                "rank " + std::to_string(rank) + ", " + std::to_string(got.size()) + " bytes read, the root " +
+                    (end.await(milliseconds(0)) ? "ended" : "still running"));
     ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
     if (n > 0) got.append(buf, static_cast<size_t>(n));
     else if (n == 0 || (errno != EAGAIN && errno != EINTR)) return got;
@@ -91,13 +93,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 4: ::shutdown(fd, SHUT_WR); closed[r] = true; break;
     }
     // The root may have failed and closed already: then the write fails, as it would for a rank.
-    if (!out.empty()) (void)::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
+    (void)fuzz::sendAll(fd, out.data(), out.size());
   }
   for (auto& rk : ranks) ::shutdown(rk->fd(), SHUT_WR);
 
   std::vector<std::vector<std::string>> results(static_cast<size_t>(nranks));
   for (int r = 0; r < nranks; ++r) {
-    const std::string got = readToEnd(ranks[static_cast<size_t>(r)]->fd());
+    const std::string got = readToEnd(ranks[static_cast<size_t>(r)]->fd(), r, *end);
     size_t off = 0;
     bool failed = false;
     while (off < got.size()) {

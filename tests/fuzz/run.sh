@@ -44,7 +44,7 @@ for h in "${harnesses[@]}"; do
   rm -f "$out/artifacts/$h"/*
   dict=()
   [ -f "$src/tests/fuzz/$h.dict" ] && dict=(-dict="$src/tests/fuzz/$h.dict")
-  "$out/$h" "$out/corpus/$h" "$src/tests/fuzz/corpus/$h" "${dict[@]}" -max_total_time="$secs" -timeout=60 \
+  "$out/$h" "$out/corpus/$h" "$src/tests/fuzz/corpus/$h" "${dict[@]}" -max_total_time="$secs" -timeout=60 -error_exitcode=1 \
     -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 -artifact_prefix="$out/artifacts/$h/" \
     > "$out/logs/$h.log" 2>&1 &
   pid[$h]=$!
