@@ -14,13 +14,13 @@ out=${2:-$build/fuzz}
 CXX=${FUZZ_CXX:-clang++}
 
 skip() { echo "SKIP: $*" >&2; exit 77; }
-command -v "$CXX" >/dev/null || skip "no $CXX: install clang (Debian 12: apt-get install clang libclang-rt-14-dev)"
+command -v "$CXX" >/dev/null || skip "no $CXX: install clang (Debian 12: apt-get install clang libclang-rt-dev)"
 command -v ninja >/dev/null || skip "no ninja"
 mkdir -p "$out"
 probe=$out/probe
 echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' > "$probe.cc"
 "$CXX" -fsanitize=fuzzer,address,undefined "$probe.cc" -o "$probe" 2> "$probe.log" ||
-  skip "$CXX cannot link -fsanitize=fuzzer ($(head -c 300 "$probe.log")): install libFuzzer (Debian 12: apt-get install libclang-rt-14-dev)"
+  skip "$CXX cannot link -fsanitize=fuzzer ($(head -c 300 "$probe.log")): install libFuzzer (Debian 12: apt-get install libclang-rt-dev)"
 [ -f "$build/libhora_internal.a" ] || { echo "no $build/libhora_internal.a: build the project first (ninja -C $build)" >&2; exit 1; }
 
 # The parsers of bytes from outside the process, and what they call that is worth covering.
