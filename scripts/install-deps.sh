@@ -3,9 +3,10 @@
 # iproute2 and nftables: the multi-host tests' hosts (tools/hora-netns) and their impaired links.
 # openmpi-bin and libopenmpi-dev: the perf tools built with MPI, so they run under mpirun, and
 # the tests that run them so.
+# clang and libclang-rt-dev (libFuzzer and the sanitizer runtimes): the fuzz harnesses (tests/fuzz/).
 set -euo pipefail
 pkgs=(gcc g++ meson ninja-build pkg-config libsodium-dev libhwloc-dev hwloc catch2 python3 python3-matplotlib python3-numpy python3-torch
-      dataset-fashion-mnist iproute2 nftables openmpi-bin libopenmpi-dev)
+      dataset-fashion-mnist iproute2 nftables openmpi-bin libopenmpi-dev clang libclang-rt-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 [ ${#missing[@]} -eq 0 ] && exit 0
