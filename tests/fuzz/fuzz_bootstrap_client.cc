@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -88,8 +89,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         // As a C caller sees it (what() ends at a NUL): the root's text, unchanged. (A root's
         // text is not cleaned of control characters or cut short here, unlike a rank's text at
         // the root; a real root only ever sends printable text.)
-        FUZZ_CHECK(std::string(f.what()) == ("the rendezvous failed: " + bytes.substr(8, len)).c_str(),
+        // The payload: the u32 code of the failure, then its text.
+        const std::string payload = bytes.substr(8, len);
+        FUZZ_CHECK(std::string(f.what()) ==
+                       ("the rendezvous failed: " + payload.substr(std::min<size_t>(payload.size(), 4))).c_str(),
                    "the failure report's text is not the root's");
+        uint32_t code = 6;
+        if (payload.size() >= 4) memcpy(&code, payload.data(), 4);
+        const bool known = code == 2 || code == 4 || code == 5 || code == 8;
+        FUZZ_CHECK(f.code() == (known ? static_cast<Errc>(code) : Errc::Remote), "the failure report's code");
       } catch (...) {
         fuzz::bug("awaitFailureReport threw something other than the root's report");
       }

@@ -112,7 +112,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const std::string payload = got.substr(off + 8, len);
       off += 8 + len;
       if (type == fuzz::kError) {
-        FUZZ_CHECK(!payload.empty() && printable(payload), "an error report that is empty or not printable: " + payload);
+        // The u32 code of the failure (an Errc), then a printable text.
+        FUZZ_CHECK(payload.size() > 4, "an error report without a code and a text");
+        uint32_t code;
+        memcpy(&code, payload.data(), 4);
+        FUZZ_CHECK(code == 2 || code == 4 || code == 5 || code == 6 || code == 8,
+                   "an error report with code " + std::to_string(code));
+        FUZZ_CHECK(printable(payload.substr(4)), "an error report that is not printable: " + payload.substr(4));
         failed = true;
         continue;
       }
