@@ -165,6 +165,7 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
   std::unique_ptr<horaComm> c(new horaComm());
   c->rank = rank;
   c->nranks = nranks;
+  c->commId = id.commId();
   c->opts = opts;
   c->planner.chunkBytes = cfg.chunkBytes;
   c->planner.forced = cfg.algoForced;

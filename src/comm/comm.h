@@ -142,6 +142,7 @@ struct horaComm {
   std::atomic<uint64_t> calls{0};
   // Waits spin a little before yielding when this host has a CPU for each of its ranks.
   std::chrono::microseconds spinFor{0};
+  uint64_t commId = 0;  // the same on every rank of this communicator (UniqueId::commId)
   uint64_t collectives = 0;  // groups with a collective run so far: the call number announced on the host
   uint64_t stageSeq = 0;  // chunks through the shared stage so far (coll/stage.cc)
   // Calls queued on host streams and not yet done (comm/stream.h); changed under streamMu.

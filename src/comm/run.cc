@@ -39,6 +39,7 @@ struct ThreadState {
   std::vector<coll::Args> adjusted;
   std::vector<uint64_t> tags;
   std::vector<coll::Plan> plans;
+  std::vector<size_t> atOnce;
 };
 thread_local ThreadState tState;
 
@@ -158,16 +159,34 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     deferred.push_back(Deferred{a.recvbuf, stage, bytes});
     adjusted.back().recvbuf = stage;
   }
-  // Each call is planned once, here; a lone one may then run at once.
+  // Each call is planned once, here. A collective is planned as alone when it is the only one of
+  // its communicator in this call or group: the same answer on every rank of that communicator,
+  // whatever sends and receives each rank adds to the group (deciding by the group's size made
+  // ranks choose different algorithms, and hang). One planned alone that runs through the shared
+  // stage runs at once, before the group's other work, communicators in the order of their ids
+  // (the same on every rank, so no two ranks wait on each other in two stages).
   std::vector<coll::Plan>& plans = ts.plans;
-  if (calls.size() == 1) {
-    horaComm* c = calls[0].first;
-    const coll::Plan p = planOf(c, adjusted[0], c->shape, true);
-    if (runAtOnce(c, adjusted[0], c->shape, p, executor)) return;
-    plans.assign(1, p);
-  } else {
-    plans.clear();
-    for (size_t i = 0; i < calls.size(); ++i) plans.push_back(planOf(calls[i].first, adjusted[i], topoOf(calls[i].first), false));
+  plans.clear();
+  std::vector<size_t>& atOnce = ts.atOnce;
+  atOnce.clear();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    horaComm* c = calls[i].first;
+    const bool p2p = adjusted[i].kind == coll::Kind::Send || adjusted[i].kind == coll::Kind::Recv;
+    size_t collectives = 0;
+    for (size_t k = 0; k < calls.size(); ++k)
+      collectives += calls[k].first == c && calls[k].second.kind != coll::Kind::Send &&
+                     calls[k].second.kind != coll::Kind::Recv;
+    const bool alone = !p2p && collectives == 1;
+    plans.push_back(planOf(c, adjusted[i], topoOf(c), alone));
+    if (alone && c->stage && coll::algorithm(plans[i].algo).runsNow(adjusted[i], topoOf(c))) atOnce.push_back(i);
+  }
+  if (!atOnce.empty()) {
+    std::sort(atOnce.begin(), atOnce.end(), [&](size_t x, size_t y) { return calls[x].first->commId < calls[y].first->commId; });
+    for (size_t i : atOnce) {
+      if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor))
+        fail(Errc::Internal, "a shared-stage plan did not run at once");
+    }
+    if (atOnce.size() == calls.size()) return;
   }
   milliseconds timeout = milliseconds::max();
   std::chrono::microseconds spinFor = std::chrono::microseconds::max();
@@ -176,6 +195,10 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     const coll::Args& a = adjusted[i];
     const coll::Topo& topo = topoOf(c);
     programs[i].clear();
+    if (std::find(atOnce.begin(), atOnce.end(), i) != atOnce.end()) {  // done above: nothing left to run
+      jobs.push_back(jobOf(c, &programs[i]));
+      continue;
+    }
     const coll::Plan& plan = plans[i];
     coll::build(a, topo, plan, c->scratch, programs[i]);
     ++c->calls;
@@ -192,7 +215,8 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     tags.clear();
     core::Job* first = nullptr;
     for (size_t i = 0; i < calls.size(); ++i) {
-      if (calls[i].first != c || calls[i].second.kind == coll::Kind::Send || calls[i].second.kind == coll::Kind::Recv)
+      if (calls[i].first != c || calls[i].second.kind == coll::Kind::Send || calls[i].second.kind == coll::Kind::Recv ||
+          std::find(atOnce.begin(), atOnce.end(), i) != atOnce.end())
         continue;
       tags.push_back(programs[i].tag);
       if (!first) first = &jobs[i];
