@@ -317,6 +317,23 @@ TEST_CASE("mismatched calls across ranks are reported, not misread", "[faults]")
   INFO(all);
   CHECK(failures.empty());
 
+  // Inside a group: horaGroupEnd fails, and each communicator's last error says why.
+  failures = runThreads(2, [](horaComm_t comm, int rank, int) -> std::string {
+    std::vector<int32_t> a(1001, 1);
+    horaGroupStart();
+    horaAllReduce(a.data(), a.data(), rank == 0 ? 1000 : 1001, horaInt32, horaSum, comm, nullptr);
+    horaResult_t r = horaGroupEnd();
+    if (r != horaInvalidUsage) return std::string("a mismatched group returned ") + horaGetErrorString(r);
+    const std::string text = horaGetLastError(comm);
+    if (text.rfind("horaGroupEnd: ", 0) != 0 || text.find("mismatched") == std::string::npos)
+      return "the communicator's last error does not say why its group failed: '" + text + "'";
+    return "";
+  });
+  all.clear();
+  for (auto& f : failures) all += f + "\n";
+  INFO(all);
+  CHECK(failures.empty());
+
   failures = runThreads(2, [](horaComm_t comm, int rank, int) -> std::string {
     std::vector<int32_t> a(1001, 1);
     horaResult_t r = horaAllReduce(a.data(), a.data(), rank == 0 ? 1000 : 1001, horaInt32, horaSum, comm, nullptr);

@@ -32,8 +32,23 @@ void end() {
   t.stream = nullptr;
   t.named = false;
   if (calls.empty()) return;
-  if (stream) stream->enqueue("horaGroupEnd", std::move(calls));
-  else runNow(calls);
+  if (stream) {
+    stream->enqueue("horaGroupEnd", std::move(calls));
+    return;
+  }
+  try {
+    runNow(calls);
+  } catch (const Error& e) {
+    // The failure is each communicator's of the group too: horaGetLastError(comm) says it, as
+    // it would for a call outside a group.
+    const std::string text = std::string("horaGroupEnd: ") + e.what();
+    for (size_t i = 0; i < calls.size(); ++i) {
+      bool first = true;
+      for (size_t k = 0; k < i; ++k) first &= calls[k].first != calls[i].first;
+      if (first) calls[i].first->setLastError(text);
+    }
+    throw;
+  }
 }
 
 void submit(horaComm* comm, const coll::Args& a, HostStream* stream, const char* fn) {
