@@ -42,4 +42,11 @@ std::string errnoText(int err) {
   return s;
 }
 
+std::string peerText(const std::string& bytes, size_t most) {
+  std::string out = bytes.substr(0, most);
+  for (char& c : out)
+    if (c < 0x20 || c > 0x7e) c = '?';
+  return out;
+}
+
 }  // namespace hora

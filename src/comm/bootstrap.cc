@@ -56,8 +56,10 @@ RendezvousFailure rootReport(const std::string& payload) {
   if (payload.size() >= 4) memcpy(&code, payload.data(), 4);
   const bool known = code == static_cast<uint32_t>(Errc::Timeout) || code == static_cast<uint32_t>(Errc::InvalidUsage) ||
                      code == static_cast<uint32_t>(Errc::InvalidArgument) || code == static_cast<uint32_t>(Errc::System);
+  // The root's text, made fit to show (a C caller's text would end at a NUL byte).
+  const std::string why = peerText(payload.substr(std::min<size_t>(payload.size(), 4)));
   return RendezvousFailure(known ? static_cast<Errc>(code) : Errc::Remote,
-                           "the rendezvous failed: " + payload.substr(std::min<size_t>(payload.size(), 4)));
+                           "the rendezvous failed: " + (why.empty() ? std::string("(it gave no reason)") : why));
 }
 }  // namespace
 
@@ -577,7 +579,10 @@ std::vector<std::string> BootstrapClient::allgather(const std::string& mine, Wai
     std::string payload(hdr[1], '\0');
     readAll(fd_.get(), payload.data(), payload.size(), w, who);
     if (hdr[0] == static_cast<uint32_t>(FrameType::Error)) throw rootReport(payload);
-    if (hdr[0] == static_cast<uint32_t>(FrameType::Reject)) throw Error(Errc::InvalidUsage, payload);
+    if (hdr[0] == static_cast<uint32_t>(FrameType::Reject)) {
+      const std::string why = peerText(payload);
+      throw Error(Errc::InvalidUsage, why.empty() ? "the rendezvous turned this process away without saying why" : why);
+    }
     if (hdr[0] != static_cast<uint32_t>(FrameType::Result))
       fail(Errc::Remote, "the rendezvous sent an unknown frame type %u", hdr[0]);
     std::vector<std::string> out;

@@ -86,14 +86,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                    "a failure report from a frame that is not an error frame");
         uint32_t len;
         memcpy(&len, bytes.data() + 4, 4);
-        // As a C caller sees it (what() ends at a NUL): the root's text, unchanged. (A root's
-        // text is not cleaned of control characters or cut short here, unlike a rank's text at
-        // the root; a real root only ever sends printable text.)
-        // The payload: the u32 code of the failure, then its text.
+        // The payload: the u32 code of the failure, then its text, which the rank shows made
+        // printable and at most 4096 bytes long (peerText), never empty.
         const std::string payload = bytes.substr(8, len);
-        FUZZ_CHECK(std::string(f.what()) ==
-                       ("the rendezvous failed: " + payload.substr(std::min<size_t>(payload.size(), 4))).c_str(),
-                   "the failure report's text is not the root's");
+        const std::string why = peerText(payload.substr(std::min<size_t>(payload.size(), 4)));
+        FUZZ_CHECK(std::string(f.what()) == "the rendezvous failed: " + (why.empty() ? "(it gave no reason)" : why),
+                   "the failure report's text is not the root's, made printable");
         uint32_t code = 6;
         if (payload.size() >= 4) memcpy(&code, payload.data(), 4);
         const bool known = code == 2 || code == 4 || code == 5 || code == 8;
