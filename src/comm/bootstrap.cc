@@ -482,6 +482,17 @@ void RendezvousEnd::set() {
   cv_.notify_all();
 }
 
+void RendezvousEnd::finish() {
+  std::lock_guard<std::mutex> lock(mu_);
+  done_ = finished_ = true;
+  cv_.notify_all();
+}
+
+bool RendezvousEnd::awaitFinished(milliseconds most) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, most, [this] { return finished_; });
+}
+
 bool RendezvousEnd::await(milliseconds most) {
   std::unique_lock<std::mutex> lock(mu_);
   return cv_.wait_for(lock, most, [this] { return done_; });
@@ -494,9 +505,10 @@ UniqueId startRendezvous(const SockAddr& bindAddr, const Secret& secret, millise
   UniqueId id;
   id.root = root->address();
   id.secret = secret;
-  std::thread([root, end] {
+  std::thread([root, end]() mutable {
     root->run();
-    if (end) end->set();
+    root.reset();  // freed before the end is told: a process may exit (or check for leaks) then
+    if (end) end->finish();
   }).detach();
   HORA_INFO(log::kBootstrap, "rendezvous listening at %s", id.root.str().c_str());
   return id;

@@ -47,11 +47,16 @@ class RendezvousEnd {
   void set();
   // Waits for it at most `most`; returns whether it came.
   bool await(milliseconds most);
+  // The root thread itself has ended, everything it held freed (set() may come earlier: after
+  // a failure, once every rank connected has heard of it).
+  void finish();
+  bool awaitFinished(milliseconds most);
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
+  bool finished_ = false;
 };
 
 // Creates an id and starts the root thread listening on `bindAddr` (port 0: any). The thread

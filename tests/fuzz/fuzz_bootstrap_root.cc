@@ -145,6 +145,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   ranks.clear();
-  FUZZ_CHECK(end->await(milliseconds(20000)), "the root did not end after every rank closed");
+  FUZZ_CHECK(end->awaitFinished(milliseconds(20000)), "the root did not end after every rank closed");
   return 0;
 }
