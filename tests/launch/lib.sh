@@ -8,16 +8,5 @@ fail() { echo "FAIL: $*" >&2; for f in "$out"/*; do [ -f "$f" ] && { echo "== $f
 secret=$(head -c32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 
 # free_port: a port P such that P and P + 10000 are free now on 127.0.0.1 (the rendezvous
-# beside MASTER_PORT takes P + 10000); the ranks bind them a moment later.
-free_port() {
-  /usr/bin/python3 -c '
-import socket, random
-for _ in range(200):
-    p = random.randint(20000, 29000)
-    try:
-        for q in (p, p + 10000):
-            s = socket.socket(); s.bind(("127.0.0.1", q)); s.close()
-        print(p); break
-    except OSError:
-        pass'
-}
+# beside MASTER_PORT takes P + 10000), both below the ephemeral range (tests/free_port.sh).
+free_port() { "$(dirname "${BASH_SOURCE[0]}")/../free_port.sh" 10000; }

@@ -38,7 +38,8 @@ expect() {
 
 # ---- mpirun ---------------------------------------------------------------------------------
 if command -v mpirun >/dev/null; then
-  timeout 120 mpirun -np 4 -x HORA_ROOT=127.0.0.1:29500 -x HORA_SECRET="$secret" "$RANK_BIN" >"$MH_OUT/mpirun1" 2>&1 ||
+  port=$("$here/../free_port.sh")  # on this host (the other recipes run inside the cluster's hosts)
+  timeout 120 mpirun -np 4 -x HORA_ROOT=127.0.0.1:$port -x HORA_SECRET="$secret" "$RANK_BIN" >"$MH_OUT/mpirun1" 2>&1 ||
     fail "mpirun on one host: $(tail -5 "$MH_OUT/mpirun1")"
   expect mpirun1 4
   # ssh's stand-in: "agent HOST COMMAND" runs COMMAND in HOST's namespace.

@@ -32,7 +32,7 @@ grep -q 'HORA_ALGO forces flat for AllReduce, which cannot run .* shared stage' 
 # The hierarchical algorithm on one host: every rank's error names the reason and what could run
 # instead. The ranks start by themselves (hora-run would stop the second once the first exits).
 secret=$(head -c32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-port=$((30000 + RANDOM % 20000))
+port=$("$(dirname "$0")/../free_port.sh")
 for r in 0 1; do
   HORA_ALGO=allreduce:hier HORA_ROOT=127.0.0.1:$port HORA_SECRET=$secret HORA_RANK=$r HORA_SIZE=2 HORA_TIMEOUT_MS=60000 \
     timeout 120 "$perf" -b 1M -e 1M -n 1 -w 0 >"$out/hier$r" 2>&1 &

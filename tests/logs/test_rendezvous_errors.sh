@@ -15,7 +15,7 @@ pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$out"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 secret=$(head -c32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-port=$((30000 + RANDOM % 20000))
+port=$("$(dirname "$0")/../free_port.sh")
 host=$(hostname)
 
 # start NAME RANK SIZE [VAR=VALUE...]: one rank in the background, its output in $out/NAME;
@@ -88,7 +88,7 @@ missing)
   # Either way the result is horaTimeout.
   timeout_text='timed out waiting for a peer'
   for t1 in 3000 1500; do
-    port=$((30000 + RANDOM % 20000))
+    port=$("$(dirname "$0")/../free_port.sh")
     TIMEOUT_MS=3000 start m0 0 3
     TIMEOUT_MS=$t1 start m1 1 3
     for r in 0 1; do
@@ -102,7 +102,7 @@ missing)
   done
   # Rank 2 started with another size (a launcher's mistake, not a stray): it is turned away at
   # once, and the job's timeout names it beside the rank missing.
-  port=$((30000 + RANDOM % 20000))
+  port=$("$(dirname "$0")/../free_port.sh")
   TIMEOUT_MS=3000 start w0 0 3
   TIMEOUT_MS=3000 start w1 1 3
   TIMEOUT_MS=3000 start w2 2 4

@@ -18,7 +18,7 @@ grep -q "this host's addresses: .*lo 127.0.0.1" "$out/root" || fail "rank 0's er
 grep -q 'timed out' "$out/root" && fail "rank 0 waited for its timeout instead of refusing at once"
 
 # Rank 1 with nobody listening at the root: a warning after 10 s, then its timeout (12 s).
-port=$((30000 + RANDOM % 20000))
+port=$("$(dirname "$0")/../free_port.sh")
 HORA_TIMEOUT_MS=12000 HORA_ROOT=127.0.0.1:$port HORA_SECRET=$secret HORA_RANK=1 HORA_SIZE=2 \
   timeout 120 "$perf" -b 8 -e 8 -n 1 -w 0 >"$out/rank1" 2>&1 && fail "rank 1 joined a rendezvous nobody hosts"
 grep -q "WARN BOOTSTRAP still waiting to reach 127.0.0.1:$port" "$out/rank1" ||
