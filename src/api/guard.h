@@ -42,9 +42,11 @@ template <class F>
 horaResult_t guard(const char* fn, horaComm* comm, F&& body) noexcept {
   std::string text;
   horaResult_t code;
-  CallerScope caller(liveComm(comm));
+  // Looked up once: the set of live communicators is behind a lock (horaComm::isLive).
+  horaComm* const live = liveComm(comm);
+  CallerScope caller(live);
   try {
-    log::RankScope scope(liveComm(comm) ? comm->rank : -1);
+    log::RankScope scope(live ? live->rank : -1);
     body();
     return horaSuccess;
   } catch (const Error& e) {
@@ -62,7 +64,7 @@ horaResult_t guard(const char* fn, horaComm* comm, F&& body) noexcept {
   }
   try {
     text = std::string(fn) + ": " + text;
-    setLastError(liveComm(comm), text);
+    setLastError(live, text);
     if (code == horaInvalidArgument || code == horaInvalidUsage) {
       HORA_INFO(log::kAll, "%s", text.c_str());
     }

@@ -1,5 +1,6 @@
 #include "base/error.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -42,11 +43,17 @@ std::string errnoText(int err) {
   return s;
 }
 
-std::string peerText(const std::string& bytes, size_t most) {
-  std::string out = bytes.substr(0, most);
-  for (char& c : out)
-    if (c < 0x20 || c > 0x7e) c = '?';
+std::string peerText(const void* bytes, size_t n) {
+  std::string out(static_cast<const char*>(bytes), n);
+  for (char& c : out) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u > 0x7e) c = '?';
+  }
   return out;
+}
+
+std::string peerText(const std::string& bytes, size_t most) {
+  return peerText(bytes.data(), std::min(bytes.size(), most));
 }
 
 }  // namespace hora

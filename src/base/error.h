@@ -49,6 +49,7 @@ inline Errc peerCode(uint64_t v) {
 // Text that came from another process, made fit to show: every byte outside printable ASCII
 // becomes '?', and at most `most` bytes are kept; "" stays "".
 std::string peerText(const std::string& bytes, size_t most = 4096);
+std::string peerText(const void* bytes, size_t n);  // all n bytes
 
 // printf-style formatting into a std::string.
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

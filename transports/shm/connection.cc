@@ -9,14 +9,6 @@ namespace hora::shm {
 
 using namespace frame;
 
-namespace {
-std::string printable(const uint8_t* p, size_t n) {
-  std::string s;
-  for (size_t i = 0; i < n; ++i) s += (p[i] >= 0x20 && p[i] < 0x7f) ? static_cast<char>(p[i]) : '?';
-  return s;
-}
-}  // namespace
-
 Connection::Connection(const World& world, uint32_t peerLocal)
     : world_(world), peer_(peerLocal) {
   const Segment& mine = world.own;
@@ -106,7 +98,7 @@ bool Connection::progressRecvs(std::vector<transport::Cookie>& completed) {
           if (avail < kFrameHeaderBytes + h.length) return false;  // the reason is on its way
           uint8_t text[kMaxAbortText];
           copyOut(text, tail + kFrameHeaderBytes, static_cast<size_t>(h.length));
-          throw PeerFailure(printable(text, static_cast<size_t>(h.length)), peerCode(h.tag));
+          throw PeerFailure(peerText(text, static_cast<size_t>(h.length)), peerCode(h.tag));
         }
         case FrameCheck::Ok: break;
       }

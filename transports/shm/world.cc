@@ -97,9 +97,7 @@ std::string World::failureOf(uint32_t peer, Errc* code) const {
   if (!failed) return std::string();
   *code = peerCode(failed);  // the field holds the code of the cause (any other value: Remote)
   // The peer's memory: take at most the field, and only printable characters.
-  std::string s;
-  for (size_t i = 0; i < kFailureText && f.text[i]; ++i)
-    s += (f.text[i] >= 0x20 && f.text[i] < 0x7f) ? f.text[i] : '?';
+  const std::string s = peerText(f.text, strnlen(f.text, kFailureText));
   return s.empty() ? peers[peer].name + " failed" : s;
 }
 

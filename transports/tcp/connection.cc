@@ -12,14 +12,6 @@ namespace hora::tcp {
 namespace {
 constexpr int kMaxIov = 64;
 
-std::string printable(const char* p, size_t n) {
-  std::string s;
-  for (size_t i = 0; i < n; ++i) {
-    unsigned char c = static_cast<unsigned char>(p[i]);
-    s += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
-  }
-  return s;
-}
 }  // namespace
 
 Connection::Connection(std::vector<Fd> sockets, std::string peerName)
@@ -98,7 +90,7 @@ bool Connection::readAbort(Socket& s) {
   char buf[kMaxAbortText];
   size_t want = s.abortWant - s.abortText.size();
   size_t n = want ? readSome(s.fd.get(), buf, want, peer_.c_str()) : 0;
-  s.abortText += printable(buf, n);
+  s.abortText += peerText(buf, n);
   if (s.abortText.size() < s.abortWant) return n > 0;
   throw PeerFailure(s.abortText, peerCode(s.abortCode));
 }
@@ -129,7 +121,7 @@ bool Connection::progressRecvs(Socket& s, std::vector<transport::Cookie>& comple
           s.readingAbort = true;
           s.abortWant = h.length;
           s.abortCode = h.tag;
-          s.abortText = printable(reinterpret_cast<const char*>(s.header) + kFrameHeaderBytes,
+          s.abortText = peerText(reinterpret_cast<const char*>(s.header) + kFrameHeaderBytes,
                                   std::min<size_t>(extra, h.length));
           s.headerGot = 0;
           return readAbort(s) || moved;
