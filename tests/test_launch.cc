@@ -287,5 +287,6 @@ TEST_CASE("launch: the secret's texts say what to do", "[launch]") {
     CHECK(contains(failure({{"HORA_SECRET_FILE", path}, {"HORA_SECRET", good}}), "both set"));
     unlink(path);
     CHECK(contains(failure({{"HORA_SECRET_FILE", path}}), "cannot be read"));
+    CHECK(contains(failure({{"HORA_SECRET_FILE", "/dev/zero"}}), "larger than 4096 bytes"));
   }
 }

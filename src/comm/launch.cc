@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "base/error.h"
 
@@ -74,9 +73,14 @@ std::string readSecretFile(const std::string& path, std::vector<std::string>& wa
   std::ifstream f(path);
   if (!f)
     fail(Errc::InvalidArgument, "HORA_SECRET_FILE='%s' cannot be read: %s", path.c_str(), strerror(errno));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string s = ss.str();
+  // At most a page: a file of 64 hex digits is all it may hold (and /dev/zero must not be
+  // read for ever).
+  std::string s(4097, '\0');
+  f.read(s.data(), static_cast<std::streamsize>(s.size()));
+  s.resize(static_cast<size_t>(f.gcount()));
+  if (s.size() > 4096)
+    fail(Errc::InvalidArgument, "HORA_SECRET_FILE='%s' is larger than 4096 bytes: it should hold 64 hex digits",
+         path.c_str());
   while (!s.empty() && isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
   size_t a = 0;
   while (a < s.size() && isspace(static_cast<unsigned char>(s[a]))) ++a;
