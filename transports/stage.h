@@ -57,6 +57,10 @@ class SharedStage {
       if (c[counter].load(std::memory_order_acquire) < value) return false;
     return true;
   }
+  // What member has posted on `counter` so far (for the text of a wait that timed out).
+  uint64_t posted(int member, int counter) const {
+    return counters_[static_cast<size_t>(member)][counter].load(std::memory_order_acquire);
+  }
   // Wakes the members that armed; call after the posts of a pass.
   virtual void wakeAll() const = 0;
 

@@ -17,10 +17,14 @@
 //     signals through memory asks to be woken; it returns false if there is work after all
 //     (then the caller does not block), and may throw if the peer is gone. disarmWakeup() follows
 //     the poll().
-//   - shutdown() is fail-stop: it tells the peer why (best effort, never blocking) and closes.
+//   - shutdown() is fail-stop: it tells the peer why (best effort, waiting a moment at most)
+//     and closes. A failing call first calls finishPartial(): its buffers are still valid, so
+//     a message already partly out can be completed (within the bound), and the abort frame
+//     can follow it on the wire instead of being lost behind half a message.
 #pragma once
 #include <poll.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -42,6 +46,7 @@ class Connection {
   virtual void addPollFds(std::vector<pollfd>& fds) const = 0;
   virtual bool armWakeup() { return true; }
   virtual void disarmWakeup() {}
+  virtual void finishPartial(std::chrono::steady_clock::time_point /*until*/) noexcept {}
   virtual void shutdown(const std::string& reason, Errc code) noexcept = 0;
   virtual const std::string& peerName() const = 0;  // "rank 3 (host, pid 123)"
 };

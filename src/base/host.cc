@@ -5,7 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+#include "base/socket.h"
 
 namespace hora {
 
@@ -72,6 +77,28 @@ const std::string& machineIdentity() {
     return digestHex("machine|" + boot);
   }();
   return id;
+}
+
+std::string processStalled(int pid) {
+  if (pid <= 0) return std::string();
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  Fd f(::open(path, O_RDONLY | O_CLOEXEC));
+  if (!f.valid()) return errno == ENOENT ? "has exited" : "";
+  char buf[512];
+  ssize_t n = ::read(f.get(), buf, sizeof buf - 1);
+  if (n <= 0) return std::string();
+  buf[n] = '\0';
+  // "pid (comm) S ...": the state follows the last ')' (comm may hold anything).
+  const char* close = strrchr(buf, ')');
+  if (!close || close[1] != ' ') return std::string();
+  switch (close[2]) {
+    case 'T': return "is stopped (SIGSTOP or job control: its process is in state T)";
+    case 't': return "is stopped by a debugger (its process is in state t)";
+    case 'Z':
+    case 'X': return "has exited";
+    default: return std::string();
+  }
 }
 
 }  // namespace hora

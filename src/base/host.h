@@ -14,4 +14,9 @@ const std::string& hostIdentity();
 // hostIdentity), so they count together when deciding whether ranks outnumber the cores.
 const std::string& machineIdentity();
 
+// Why a process of this host (and pid namespace) cannot make progress, from its state in
+// /proc: "is stopped (...)" for a job-control or debugger stop, "has exited" for a zombie or a
+// pid that is gone; "" when it runs or sleeps (or pid is 0: not known).
+std::string processStalled(int pid);
+
 }  // namespace hora

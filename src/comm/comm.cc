@@ -274,8 +274,8 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
       c->shape.stageSeq = &c->stageSeq;
     }
     c->shape.hosts = static_cast<int>(hostList.size());
-    if (hostList.size() > 1)
-      for (const PeerInfo& p : c->peers) c->near.push_back(p.hostId == c->peers[static_cast<size_t>(rank)].hostId);
+    for (const PeerInfo& p : c->peers)
+      c->localPids.push_back(p.hostId == c->peers[static_cast<size_t>(rank)].hostId && p.rank != rank ? p.pid : 0);
     c->shape.ranksPerHost = 0;
     for (const topo::HostEntry& h : hostList)
       if (static_cast<int>(h.ranks.size()) > c->shape.ranksPerHost) {
@@ -367,14 +367,21 @@ void horaComm::fail(const Error& e) noexcept {
     if (asyncError_.load() != 0) return;
     errorText_ = e.what();
     asyncError_.store(static_cast<int>(e.code()), std::memory_order_release);
-    // A failure reported by a peer goes on as it is, so every rank names the first cause.
-    reason = dynamic_cast<const PeerFailure*>(&e)
-                 ? errorText_
-                 : format("%s failed: %s", peers.empty() ? "a rank" : peers[static_cast<size_t>(rank)].name().c_str(),
-                          errorText_.c_str());
+    // A failure reported by a peer goes on as it is, so every rank names the first cause. One
+    // seen here: a peer that died or fell silent leads (the text names it), with who saw it;
+    // this rank's own failure (a mismatch it found, say) is said to be this rank's.
+    const std::string me = peers.empty() ? std::string("a rank") : peers[static_cast<size_t>(rank)].name();
+    if (dynamic_cast<const PeerFailure*>(&e)) reason = errorText_;
+    else if (e.code() == Errc::Remote || e.code() == Errc::Timeout) reason = errorText_ + "; reported by " + me;
+    else reason = me + " failed: " + errorText_;
   }
   HORA_WARN(log::kColl, "%s", reason.c_str());
   if (stage) stage->markFailed(reason, e.code());  // before the links close: peers look here then
+  // Inside the failing call its buffers are valid: messages partly out are completed (briefly)
+  // so that each abort frame can follow on the wire.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  for (auto& c : conns)
+    if (c) c->finishPartial(until);
   for (auto& c : conns)
     if (c) c->shutdown(reason, e.code());
 }

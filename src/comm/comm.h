@@ -125,9 +125,9 @@ struct horaComm {
   hora::coll::HostLayout layout;  // shape.layout, when the ranks span hosts
   std::vector<hora::PeerInfo> peers;
   std::vector<std::string> linkNames;  // the transport of each peer, by rank
-  // By rank, 1 for a rank of this host, when the job spans several hosts (empty when it does
-  // not): the executor's hold on a timeout that waits on these alone (core/executor.h).
-  std::vector<uint8_t> near;
+  // By rank, the pid of each rank of this host (same host identity, so same pid namespace),
+  // else 0: a wait that times out looks at these ranks' state (core::Job::localPids).
+  std::vector<int> localPids;
   hora::SockAddr address;  // where this rank listens for its peers (its network address)
   // The shared stage offered by a transport to some of this rank's peers (before conns:
   // outlives them); null when none is.

@@ -55,7 +55,7 @@ core::Job jobOf(horaComm* c, const core::Program* program) {
   j.describe = describeComm;
   j.describeCtx = c;
   j.stage = c->stage.get();
-  j.near = c->near.empty() ? nullptr : c->near.data();
+  j.localPids = c->localPids.empty() ? nullptr : c->localPids.data();
   return j;
 }
 

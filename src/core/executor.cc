@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "base/error.h"
+#include "base/host.h"
 #include "base/socket.h"
 
 namespace hora::core {
@@ -76,8 +77,74 @@ std::string Executor::describeWait() const {
     if (firstRecv < q.nextRecv) add("a message", q.recvs[firstRecv], "from");
     if (firstSend < q.nextSend) add("sending a message", q.sends[firstSend], "to");
   }
-  if (s.empty()) s = "local work";
+  for (size_t qi = 0; qi < nwaits_; ++qi) {
+    const CounterQueue& wq = waits_[qi];
+    if (wq.atEnd() || !ready(wq.head()) || waitSatisfied(wq.head())) continue;
+    if (listed++ >= 4) break;
+    const Job& j = jobs_->at(refs_[wq.head()].job);
+    s += (s.empty() ? "" : "; ") + behind(*wq.stage, wq.counter, op(wq.head()).value, -1);
+    s += " in " + transport::describeTag(j.program->tag);
+    if (j.describe) s += " (" + j.describe(j.describeCtx) + ")";
+  }
+  if (s.empty()) s = "this rank's own reductions and copies";
   return s;
+}
+
+std::string Executor::behind(const transport::SharedStage& st, int counter, uint64_t value, int only) {
+  std::vector<std::pair<uint64_t, int>> late;
+  for (int m = 0; m < st.size(); ++m)
+    if (m != st.index() && (only < 0 || m == only) && st.posted(m, counter) < value)
+      late.emplace_back(st.posted(m, counter), m);
+  std::sort(late.begin(), late.end());
+  if (late.empty()) return format("this rank to reach chunk %llu of counter %d of the shared stage",
+                                  static_cast<unsigned long long>(value), counter);
+  std::string s;
+  for (size_t i = 0; i < late.size() && i < 3; ++i)
+    s += format("%s%s to post chunk %llu of counter %d of the shared stage (it has posted %llu)", i ? "; " : "",
+                st.memberName(late[i].second).c_str(), static_cast<unsigned long long>(value), counter,
+                static_cast<unsigned long long>(late[i].first));
+  if (late.size() > 3) s += format("; and %zu more rank(s) of this host", late.size() - 3);
+  return s;
+}
+
+std::string Executor::stalledMembers(const Job& job, int counter, uint64_t value, int only) {
+  const transport::SharedStage& st = *job.stage;
+  std::string s;
+  for (int m = 0; m < st.size(); ++m) {
+    if (m == st.index() || (only >= 0 && m != only) || st.posted(m, counter) >= value || !job.localPids) continue;
+    const std::string why = processStalled(job.localPids[st.ranks()[static_cast<size_t>(m)]]);
+    if (!why.empty()) s += (s.empty() ? "" : "; ") + st.memberName(m) + " " + why;
+  }
+  return s;
+}
+
+std::string Executor::stalledPeers() const {
+  std::string s;
+  for (const Queue& q : queues_) {
+    if (!q.conn->busy() || !q.job->localPids) continue;
+    const std::string why = processStalled(q.job->localPids[q.peer]);
+    if (!why.empty() && s.find(q.conn->peerName()) == std::string::npos)
+      s += (s.empty() ? "" : "; ") + q.conn->peerName() + " " + why;
+  }
+  for (size_t qi = 0; qi < nwaits_; ++qi) {
+    const CounterQueue& wq = waits_[qi];
+    if (wq.atEnd() || !ready(wq.head()) || waitSatisfied(wq.head())) continue;
+    const std::string why = stalledMembers(jobs_->at(refs_[wq.head()].job), wq.counter, op(wq.head()).value, -1);
+    if (!why.empty() && s.find(why) == std::string::npos) s += (s.empty() ? "" : "; ") + why;
+  }
+  return s;
+}
+
+bool Executor::waitsOnlyLocal() const {
+  bool any = false;
+  for (const Queue& q : queues_) {
+    if (!q.conn->busy()) continue;
+    if (!q.job->localPids || !q.job->localPids[q.peer]) return false;
+    any = true;
+  }
+  for (size_t qi = 0; qi < nwaits_; ++qi)
+    any |= !waits_[qi].atEnd();
+  return any;
 }
 
 bool Executor::waitSatisfied(uint32_t g) const {
@@ -93,35 +160,47 @@ void Executor::peerStopped(const std::string& why, Errc relayed) {
 void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int only, bool check, milliseconds timeout,
                             std::chrono::microseconds spinFor) {
   const transport::SharedStage& st = *job.stage;
-  if (!st.reached(counter, value, only)) {
+  // A timeout while the members behind run is held back once, for at most another timeout:
+  // one of them may be waiting on the rank that really stopped, and will say so (its failure
+  // text, read by arm()). A member that is stopped or gone is named at once.
+  std::exception_ptr held;
+  while (!st.reached(counter, value, only)) {
     // The description captures one pointer, so that std::function keeps it without allocating.
     struct What {
       const Job& job;
       int counter;
       uint64_t value;
-    } what{job, counter, value};
+      int only;
+    } what{job, counter, value, only};
     Waiter wt(timeout, job.abortFlag, [w = &what] {
-      return format("every rank of the shared stage to reach chunk %llu of counter %d%s%s",
-                    static_cast<unsigned long long>(w->value), w->counter, w->job.describe ? " in " : "",
-                    w->job.describe ? w->job.describe(w->job.describeCtx).c_str() : "");
+      return behind(*w->job.stage, w->counter, w->value, w->only) + (w->job.describe ? " (" : "") +
+             (w->job.describe ? w->job.describe(w->job.describeCtx) + ")" : "");
     }, spinFor);
-    while (!st.reached(counter, value, only))
-      wt.idle([&](milliseconds most) {
-        checkCall(job);
-        fds_.clear();
-        Errc relayed = Errc::Success;
-        const std::string gone = st.arm(only, &relayed, fds_);
-        if (job.wakeFd >= 0) fds_.push_back(pollfd{job.wakeFd, POLLIN, 0});
-        // A peer posts before it leaves: look again before taking its leaving for an error.
-        if (!st.reached(counter, value, only)) {
-          if (!gone.empty()) {
-            st.disarm();
-            peerStopped(gone, relayed);
+    try {
+      while (!st.reached(counter, value, only))
+        wt.idle([&](milliseconds most) {
+          checkCall(job);
+          fds_.clear();
+          Errc relayed = Errc::Success;
+          const std::string gone = st.arm(only, &relayed, fds_);
+          if (job.wakeFd >= 0) fds_.push_back(pollfd{job.wakeFd, POLLIN, 0});
+          // A peer posts before it leaves: look again before taking its leaving for an error.
+          if (!st.reached(counter, value, only)) {
+            if (!gone.empty()) {
+              st.disarm();
+              peerStopped(gone, relayed);
+            }
+            pollFor(fds_.data(), fds_.size(), static_cast<int>(most.count()));
           }
-          pollFor(fds_.data(), fds_.size(), static_cast<int>(most.count()));
-        }
-        st.disarm();
-      });
+          st.disarm();
+        });
+    } catch (const Error& e) {
+      if (e.code() != Errc::Timeout) throw;
+      const std::string stalled = stalledMembers(job, counter, value, only);
+      if (!stalled.empty()) fail(Errc::Timeout, "%s; %s", stalled.c_str(), e.what());
+      if (held || !job.localPids) std::rethrow_exception(held ? held : std::current_exception());
+      held = std::current_exception();
+    }
   }
   if (check) checkCall(job);
 }
@@ -189,15 +268,6 @@ void Executor::disarmWaits() {
     if (!waits_[qi].atEnd()) waits_[qi].stage->disarm();
 }
 
-bool Executor::waitsOnlyNear() const {
-  bool acrossHosts = false;
-  for (const Job& j : *jobs_) acrossHosts |= j.near != nullptr;
-  if (!acrossHosts) return false;
-  for (const Queue& q : queues_)
-    if (q.conn->busy() && !q.near) return false;
-  return true;
-}
-
 void Executor::block(milliseconds most) {
   fds_.clear();
   bool sleep = armWaits();
@@ -256,7 +326,8 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
         if (queues_.size() <= nq) queues_.emplace_back();
         Queue& q = queues_[nq++];
         q.conn = c;
-        q.near = jobs[j].near && jobs[j].near[o.peer];
+        q.job = &jobs[j];
+        q.peer = o.peer;
         q.sends.clear();
         q.recvs.clear();
         q.nextSend = q.nextRecv = 0;
@@ -270,12 +341,12 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
   if (total == 0) return;
 
   Waiter w(timeout, nullptr, [this] { return describeWait(); }, spinFor);
-  // A timeout held back: across hosts, a rank that waits only on ranks of its own host times
-  // out at about the moment the one it waits for does, and that one, waiting across the
-  // network, knows the cause (the rank that fell silent over there). So the wait goes on, for
-  // at most another timeout, for that rank's failure to arrive (its abort frame, a PeerFailure
-  // that names the cause); only if none does, or if nothing at all arrives, is the timeout
-  // reported. Progress in the meantime ends the hold.
+  // A timeout held back: a rank that waits only on ranks of its own host, none of them stopped
+  // or gone, times out at about the moment the one it waits for does, and that one may know
+  // the cause (the rank that fell silent, on this host or across the network). So the wait
+  // goes on, for at most another timeout, for that rank's failure to arrive (its abort frame,
+  // its failure text in the stage: a PeerFailure that names the cause); only if none does is
+  // the timeout reported. Progress in the meantime ends the hold.
   std::exception_ptr heldTimeout;
   Clock::time_point heldUntil{};
   size_t doneAtScan = SIZE_MAX;  // local ops become ready only when something completes
@@ -353,7 +424,10 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
       } catch (const PeerFailure&) {
         throw;
       } catch (const Error& e) {
-        throw Error(e.code(), std::string(e.what()) + "; while waiting for " + describeWait());
+        // A rank of this host whose process is gone or stopped is named as the cause first.
+        const std::string state = q.job->localPids ? processStalled(q.job->localPids[q.peer]) : std::string();
+        throw Error(e.code(), (state.empty() ? "" : q.conn->peerName() + " " + state + ": ") + e.what() +
+                                  "; while waiting for " + describeWait());
       }
       for (transport::Cookie c : completed_) complete(c);
     }
@@ -373,14 +447,26 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
       if (j.abortFlag && j.abortFlag->load(std::memory_order_relaxed))
         fail(Errc::InvalidUsage, "the communicator was aborted while waiting for %s", describeWait().c_str());
     if (heldTimeout) {
-      if (Clock::now() >= heldUntil) std::rethrow_exception(heldTimeout);
+      if (Clock::now() >= heldUntil) {
+        try {
+          std::rethrow_exception(heldTimeout);
+        } catch (const Error& e) {
+          const std::string stalled = stalledPeers();
+          if (!stalled.empty()) fail(Errc::Timeout, "%s; %s", stalled.c_str(), e.what());
+          throw;
+        }
+      }
       block(Waiter::kMaxBlock);
       continue;
     }
     try {
       w.idle([this](milliseconds most) { block(most); });
     } catch (const Error& e) {
-      if (e.code() != Errc::Timeout || !waitsOnlyNear()) throw;
+      if (e.code() != Errc::Timeout) throw;
+      // A rank of this host that is stopped or gone is the cause: name it at once.
+      const std::string stalled = stalledPeers();
+      if (!stalled.empty()) fail(Errc::Timeout, "%s; %s", stalled.c_str(), e.what());
+      if (!waitsOnlyLocal()) throw;
       heldTimeout = std::current_exception();
       heldUntil = Clock::now() + timeout;
     }

@@ -29,9 +29,10 @@ struct Job {
   std::string (*describe)(const void* ctx) = nullptr;  // "AllReduce #3 on rank 1", for errors
   const void* describeCtx = nullptr;
   const transport::SharedStage* stage = nullptr;  // for Signal and Wait ops
-  // By peer rank, 1 for a rank of this host, when the communicator spans several hosts (null
-  // when it does not): a wait on such ranks alone holds its timeout back (Executor::run).
-  const uint8_t* near = nullptr;
+  // By peer rank, the pid of a rank of this host, else 0 (null: none known). A wait that times
+  // out names such a peer as stopped or gone from its state in /proc, and holds its timeout
+  // back while it waits on such peers alone and they run (Executor::run).
+  const int* localPids = nullptr;
   ComputeEngine* engine = nullptr;  // for actions; null: the executor's CPU engine
   // With a stage: the collective call announced there (SharedStage::announce), checked against
   // the peers' when this job waits; tag 0 for none.
@@ -54,7 +55,8 @@ class Executor {
  private:
   struct Queue {
     transport::Connection* conn;
-    bool near = false;  // its peer is a rank of this host, in a communicator across hosts
+    const Job* job;  // the first job that uses it
+    int peer;
     std::vector<uint32_t> sends, recvs;  // global op indices, in program order
     size_t nextSend = 0, nextRecv = 0;
   };
@@ -62,14 +64,22 @@ class Executor {
     uint32_t job, op;
   };
 
-  // Every message in flight is with a rank of this host (Job::near), and some job spans hosts.
-  bool waitsOnlyNear() const;
+  // Every message in flight is with a rank of this host (Job::localPids), and every stage
+  // wait is on one (a stage is always within a host).
+  bool waitsOnlyLocal() const;
+  // The waited-for ranks of this host that are stopped or gone ("rank 2 (...) is stopped ..."),
+  // "" if none.
+  std::string stalledPeers() const;
   const Op& op(uint32_t g) const { return jobs_->at(refs_[g].job).program->ops[refs_[g].op]; }
   bool ready(uint32_t g) const;
   void complete(uint32_t g);
   ComputeEngine& engineOf(uint32_t g) const;
   bool drainEngines();  // completes the ops of finished actions; returns whether there were any
   std::string describeWait() const;
+  // The members of a stage behind on counter (below value), the furthest behind first, as
+  // "rank 3 (host, pid 9) has posted chunk 7 of counter 0 (this rank waits for chunk 9)".
+  static std::string behind(const transport::SharedStage& st, int counter, uint64_t value, int only);
+  static std::string stalledMembers(const Job& job, int counter, uint64_t value, int only);
   void block(milliseconds most);
 
   const std::vector<Job>* jobs_ = nullptr;

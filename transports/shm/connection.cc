@@ -37,8 +37,15 @@ void Connection::postRecv(void* data, size_t bytes, uint64_t tag, transport::Coo
   recvs_.push(RecvOp{static_cast<uint8_t*>(data), bytes, 0, recvSeq_++, tag, cookie});
 }
 
-void Connection::peerGone() const {
-  fail(Errc::Remote, "%s exited or crashed (its process is gone)", peerName().c_str());
+void Connection::peerGone() const { peerLeft("exited or crashed (its process is gone)"); }
+
+void Connection::peerLeft(const char* how) const {
+  // A rank that failed published why before it closed its rings or exited: that text names
+  // where the failure began (and its code), and wins over the symptom seen here.
+  Errc code = Errc::Remote;
+  const std::string why = world_.failureOf(peer_, &code);
+  if (!why.empty()) throw PeerFailure(why, code);
+  fail(Errc::Remote, "%s %s", peerName().c_str(), how);
 }
 
 void Connection::copyOut(uint8_t* dst, uint64_t from, size_t n) const {
@@ -50,7 +57,7 @@ void Connection::copyOut(uint8_t* dst, uint64_t from, size_t n) const {
 
 bool Connection::progressSends(std::vector<transport::Cookie>& completed) {
   if (out_->receiverClosed.load(std::memory_order_acquire))
-    fail(Errc::Remote, "%s closed its communicator while this rank was sending to it", peerName().c_str());
+    peerLeft("closed its communicator while this rank was sending to it");
   uint64_t head = out_->head.load(std::memory_order_relaxed);
   const uint64_t start = head;
   uint64_t space = ringBytes_ - (head - out_->tail.load(std::memory_order_acquire));
@@ -124,7 +131,7 @@ bool Connection::progressRecvs(std::vector<transport::Cookie>& completed) {
   }
   if (!recvs_.empty() && avail == 0 && in_->senderClosed.load(std::memory_order_acquire) &&
       in_->head.load(std::memory_order_acquire) == tail)
-    fail(Errc::Remote, "connection closed by %s (it exited, crashed or closed its communicator)", peerName().c_str());
+    peerLeft("closed the connection (it exited, crashed or closed its communicator)");
   return tail != start;
 }
 

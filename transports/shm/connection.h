@@ -50,6 +50,8 @@ class Connection final : public transport::Connection {
   bool canRecv() const;
   void copyOut(uint8_t* dst, uint64_t from, size_t n) const;
   [[noreturn]] void peerGone() const;
+  // The peer will not answer (`how`): throws its own failure text, if it published one.
+  [[noreturn]] void peerLeft(const char* how) const;
 
   const World& world_;
   uint32_t peer_;

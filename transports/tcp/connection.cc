@@ -1,11 +1,14 @@
 #include "transports/tcp/connection.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/wait.h"
 
 namespace hora::tcp {
 
@@ -41,6 +44,7 @@ void Connection::postSend(const void* data, size_t bytes, uint64_t tag, transpor
 void Connection::postRecv(void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) {
   Socket& s = socks_[recvSeq_ % socks_.size()];
   s.recvs.push(RecvOp{static_cast<uint8_t*>(data), bytes, 0, recvSeq_++, tag, cookie});
+  s.dataWaiting = false;
   ++outstanding_;
 }
 
@@ -66,8 +70,18 @@ bool Connection::progressSends(Socket& s, std::vector<transport::Cookie>& comple
       if (payloadOff < op.bytes)
         iov[n++] = iovec{const_cast<uint8_t*>(op.data) + payloadOff, op.bytes - payloadOff};
     }
-    size_t wrote = writevSome(s.fd.get(), iov, n, peer_.c_str());
-    if (wrote == 0) break;
+    size_t wrote = 0;
+    try {
+      wrote = writevSome(s.fd.get(), iov, n, peer_.c_str());
+    } catch (const Error&) {
+      salvageAbort(s);  // the peer's own account, if it sent one before it went
+      throw;
+    }
+    if (wrote == 0) {
+      // Stuck: the peer does not read. If it failed, it said why on its side of this socket.
+      if (s.recvs.empty() && !s.dataWaiting) checkForAbort(s);
+      break;
+    }
     moved = true;
     while (wrote > 0) {
       SendOp& op = s.sends.front();
@@ -93,6 +107,71 @@ bool Connection::readAbort(Socket& s) {
   s.abortText += peerText(buf, n);
   if (s.abortText.size() < s.abortWant) return n > 0;
   throw PeerFailure(s.abortText, peerCode(s.abortCode));
+}
+
+namespace {
+// The type field of a frame header (frame.h), without checking the rest.
+uint16_t frameType(const uint8_t* h) { return static_cast<uint16_t>(h[4] | h[5] << 8); }
+}  // namespace
+
+void Connection::checkForAbort(Socket& s) {
+  if (s.readingAbort) {
+    readAbort(s);
+    return;
+  }
+  uint8_t h[kFrameHeaderBytes];
+  const ssize_t n = ::recv(s.fd.get(), h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0)
+    fail(Errc::Remote, "connection closed by %s (it exited, crashed or closed its communicator) while this rank "
+         "was sending to it", peer_.c_str());
+  if (n < static_cast<ssize_t>(kFrameHeaderBytes)) return;  // nothing, or a header on its way
+  if (frameType(h) != static_cast<uint16_t>(FrameType::Abort)) {
+    s.dataWaiting = true;  // for a later receive; it checks the frame
+    return;
+  }
+  FrameHeader fh;
+  std::string why;
+  if (decodeFrameHeader(h, Expectation{0, 0, 0}, &fh, &why) != FrameCheck::Abort) failWire(why);
+  if (::recv(s.fd.get(), h, sizeof h, MSG_DONTWAIT) != static_cast<ssize_t>(kFrameHeaderBytes)) return;
+  s.readingAbort = true;
+  s.abortWant = fh.length;
+  s.abortCode = fh.tag;
+  s.abortText.clear();
+  readAbort(s);
+}
+
+void Connection::salvageAbort(Socket& s) {
+  if (s.headerOk || s.headerGot) return;  // a receive is inside a frame: no boundary to read from
+  try {
+    for (int frames = 0; frames < 64; ++frames) {
+      if (s.readingAbort) {
+        readAbort(s);
+        return;
+      }
+      uint8_t h[kFrameHeaderBytes];
+      if (::recv(s.fd.get(), h, sizeof h, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(kFrameHeaderBytes)) return;
+      if (frameType(h) == static_cast<uint16_t>(FrameType::Abort)) {
+        checkForAbort(s);
+        return;
+      }
+      // A data frame no receive will take now: skip it, if it is all there.
+      FrameHeader fh;
+      std::string why;
+      (void)decodeFrameHeader(h, Expectation{0, 0, 0}, &fh, &why);
+      if (fh.length > (uint64_t(64) << 20)) return;
+      size_t skip = kFrameHeaderBytes + static_cast<size_t>(fh.length);
+      uint8_t sink[65536];
+      while (skip > 0) {
+        const ssize_t got = ::recv(s.fd.get(), sink, std::min(skip, sizeof sink), MSG_DONTWAIT);
+        if (got <= 0) return;
+        skip -= static_cast<size_t>(got);
+      }
+    }
+  } catch (const PeerFailure&) {
+    throw;
+  } catch (const Error&) {
+    // Nothing readable there: the send's own error stands.
+  }
 }
 
 bool Connection::progressRecvs(Socket& s, std::vector<transport::Cookie>& completed) {
@@ -165,8 +244,53 @@ void Connection::addPollFds(std::vector<pollfd>& fds) const {
   for (const Socket& s : socks_) {
     short ev = 0;
     if (!s.sends.empty()) ev |= POLLOUT;
-    if (!s.recvs.empty()) ev |= POLLIN;
+    // Input on a socket that only sends may be the peer's abort frame (checkForAbort).
+    if (!s.recvs.empty() || (!s.sends.empty() && !s.dataWaiting)) ev |= POLLIN;
     if (ev) fds.push_back(pollfd{s.fd.get(), ev, 0});
+  }
+}
+
+namespace {
+// Writes all of [p, p+n) to a nonblocking socket, waiting for room until `until`; false if it
+// could not (the peer does not read, or is gone).
+bool writeUntil(int fd, const uint8_t* p, size_t n, Clock::time_point until) {
+  while (n > 0) {
+    const ssize_t w = ::send(fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (w > 0) {
+      p += w;
+      n -= static_cast<size_t>(w);
+      continue;
+    }
+    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+    const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now()).count();
+    if (left <= 0) return false;
+    pollfd pf{fd, POLLOUT, 0};
+    pollFor(&pf, 1, static_cast<int>(left));
+  }
+  return true;
+}
+
+// A message partly out is completed only if this much or less is left of it.
+constexpr size_t kMaxFinish = size_t(16) << 20;
+}  // namespace
+
+void Connection::finishPartial(Clock::time_point until) noexcept {
+  if (closed_) return;
+  for (Socket& s : socks_) {
+    if (s.sends.empty() || !s.fd.valid()) continue;
+    SendOp& op = s.sends.front();
+    if (op.sent == 0 || op.sent >= kFrameHeaderBytes + op.bytes) continue;
+    if (kFrameHeaderBytes + op.bytes - op.sent > kMaxFinish) continue;
+    bool ok = true;
+    if (op.sent < kFrameHeaderBytes) {
+      ok = writeUntil(s.fd.get(), op.header + op.sent, kFrameHeaderBytes - op.sent, until);
+      if (ok) op.sent = kFrameHeaderBytes;
+    }
+    const size_t off = op.sent - kFrameHeaderBytes;
+    if (ok && writeUntil(s.fd.get(), op.data + off, op.bytes - off, until)) {
+      s.sends.pop();  // whole: an abort frame may follow it
+      --outstanding_;
+    }
   }
 }
 
@@ -175,6 +299,7 @@ void Connection::shutdown(const std::string& reason, Errc code) noexcept {
   closed_ = true;
   closedReason_ = reason;
   std::string text = reason.substr(0, kMaxAbortText);
+  const Clock::time_point until = Clock::now() + milliseconds(200);
   for (Socket& s : socks_) {
     // An abort frame can only go out at a frame boundary.
     bool atBoundary = s.sends.empty() || s.sends.front().sent == 0;
@@ -186,9 +311,13 @@ void Connection::shutdown(const std::string& reason, Errc code) noexcept {
       h.tag = static_cast<uint64_t>(code);  // an abort frame's tag carries the cause's code
       encodeFrameHeader(h, frame);
       memcpy(frame + kFrameHeaderBytes, text.data(), text.size());
-      (void)::send(s.fd.get(), frame, kFrameHeaderBytes + text.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      (void)writeUntil(s.fd.get(), frame, kFrameHeaderBytes + text.size(), until);
     }
-    s.fd.reset();
+    // The write side ends after the abort frame (a FIN, not a reset: what the peer has not read
+    // yet stays readable). The socket stays open until the communicator is freed, so that what
+    // the peer still sends does not make this end reset the connection and discard the frame
+    // before the peer has read it; a peer stuck sending here reads the frame (checkForAbort).
+    if (s.fd.valid()) ::shutdown(s.fd.get(), SHUT_WR);
     s.sends.clear();
     s.recvs.clear();
   }

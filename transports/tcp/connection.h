@@ -31,6 +31,7 @@ class Connection final : public transport::Connection {
   bool progress(std::vector<transport::Cookie>& completed) override;
   bool busy() const override;
   void addPollFds(std::vector<pollfd>& fds) const override;
+  void finishPartial(std::chrono::steady_clock::time_point until) noexcept override;
   void shutdown(const std::string& reason, Errc code) noexcept override;
   const std::string& peerName() const override { return peer_; }
 
@@ -60,11 +61,21 @@ class Connection final : public transport::Connection {
     size_t abortWant = 0;
     uint64_t abortCode = 0;  // the code the abort frame carries (its tag)
     bool readingAbort = false;
+    // A socket that only sends is read for an abort frame when its sends are stuck; a data
+    // frame found there instead belongs to a later receive and waits for it (and the socket is
+    // not polled for input until then).
+    bool dataWaiting = false;
   };
 
   bool progressSends(Socket& s, std::vector<transport::Cookie>& completed);
   bool progressRecvs(Socket& s, std::vector<transport::Cookie>& completed);
   bool readAbort(Socket& s);
+  // Looks, without consuming anything else, for an abort frame at the head of what the peer
+  // sent on s (no receive in progress there); reads it and throws it if there is one.
+  void checkForAbort(Socket& s);
+  // After a send failed (the peer reset the connection): the peer's abort frame may still be
+  // in the socket behind data frames that no receive wants any more; throws it if found.
+  void salvageAbort(Socket& s);
   [[noreturn]] void failWire(const std::string& why);
 
   std::vector<Socket> socks_;
