@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "base/handshake.h"
@@ -346,6 +347,65 @@ TEST_CASE("mismatched calls across ranks are reported, not misread", "[faults]")
   for (auto& f : failures) all += f + "\n";
   INFO(all);
   CHECK(failures.empty());
+}
+
+// Every rank of a mismatched call returns horaInvalidUsage, those whose own part has nothing to
+// compare too: a Broadcast's root (which only gives), the ranks of a Reduce that only send, a
+// call with nothing to move. Before, these returned success while the others failed (over
+// shared memory a Broadcast whose ranks disagreed on the root succeeded everywhere).
+TEST_CASE("a mismatched call fails on every rank, the root and count 0 included", "[faults]") {
+  struct Case {
+    const char* name;
+    int nranks;
+    std::function<horaResult_t(horaComm_t, int, std::vector<float>&, std::vector<float>&)> call;
+  };
+  const std::vector<Case> cases = {
+      {"Broadcast, ranks disagree on the root", 2,
+       [](horaComm_t c, int r, std::vector<float>& a, std::vector<float>&) {
+         return horaBroadcast(a.data(), a.data(), 64, horaFloat, r, c, nullptr);  // each its own root
+       }},
+      {"Broadcast, one rank names another root", 3,
+       [](horaComm_t c, int r, std::vector<float>& a, std::vector<float>&) {
+         return horaBroadcast(a.data(), a.data(), 64, horaFloat, r == 2 ? 1 : 0, c, nullptr);
+       }},
+      {"Reduce, one rank names another root", 3,
+       [](horaComm_t c, int r, std::vector<float>& a, std::vector<float>& b) {
+         return horaReduce(a.data(), b.data(), 64, horaFloat, horaSum, r == 1 ? 2 : 0, c, nullptr);
+       }},
+      {"large Broadcast, one rank names another root", 3,
+       [](horaComm_t c, int r, std::vector<float>& a, std::vector<float>&) {
+         return horaBroadcast(a.data(), a.data(), a.size(), horaFloat, r == 1 ? 2 : 0, c, nullptr);
+       }},
+      {"count 0 against count 5", 2,
+       [](horaComm_t c, int r, std::vector<float>& a, std::vector<float>& b) {
+         return horaAllReduce(a.data(), b.data(), r == 0 ? 0 : 5, horaFloat, horaSum, c, nullptr);
+       }},
+      {"count 0, AllReduce against AllGather", 3,
+       [](horaComm_t c, int r, std::vector<float>& a, std::vector<float>& b) {
+         return r == 2 ? horaAllGather(a.data(), b.data(), 0, horaFloat, c, nullptr)
+                       : horaAllReduce(a.data(), b.data(), 0, horaFloat, horaSum, c, nullptr);
+       }},
+      {"count 0 Reduce, another root", 2,
+       [](horaComm_t c, int r, std::vector<float>& a, std::vector<float>& b) {
+         return horaReduce(a.data(), b.data(), 0, horaFloat, horaSum, r, c, nullptr);
+       }},
+  };
+  for (const Case& k : cases) {
+    INFO(k.name);
+    auto failures = runThreads(k.nranks, [&](horaComm_t comm, int rank, int) -> std::string {
+      std::vector<float> a(1 << 20, 1.0f), b(1 << 20, 0.0f);
+      // A good call first: the mismatch is not the communicator's first message.
+      if (horaAllReduce(a.data(), b.data(), 16, horaFloat, horaSum, comm, nullptr) != horaSuccess)
+        return std::string("the good call failed: ") + horaGetLastError(comm);
+      horaResult_t r = k.call(comm, rank, a, b);
+      const std::string text = horaGetLastError(comm);
+      if (r != horaInvalidUsage)
+        return std::string("returned ") + horaGetErrorString(r) + " instead of horaInvalidUsage: " + text;
+      if (text.find("mismatched") == std::string::npos) return "the text does not say mismatched: " + text;
+      return "";
+    });
+    CHECK(joinAll(failures) == "");
+  }
 }
 
 TEST_CASE("horaCommAbort from another thread stops a blocked call", "[faults]") {

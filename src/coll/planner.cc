@@ -82,14 +82,17 @@ Plan plan(const Args& a, const Topo& t, const PlannerSettings& s, bool alone, Ch
   Plan p;
   p.chunkBytes = s.chunkBytes;
   p.slots = 4;
-  const int forced = s.forced[static_cast<size_t>(a.kind)];
+  // One rank, or nothing to move: every algorithm is a local copy (or nothing but the check of
+  // the call, coll/build.cc), forced or not.
+  const bool anyWill = t.nranks == 1 || (a.count == 0 && a.kind != Kind::Barrier);
+  const int forced = anyWill ? -1 : s.forced[static_cast<size_t>(a.kind)];
   const Algorithm* best = nullptr;
   double bestUs = 0;
   std::vector<std::pair<Algo, double>> others;
   for (const Algorithm* algo : algorithms()) {
     if (!algo->implements(a.kind) || algo->unfit(a, t, alone)) continue;
     const double us = algo->predictUs(a, t, s.costs);
-    if (forced < 0 || t.nranks == 1 ? (!best || us < bestUs) : static_cast<int>(algo->id()) == forced) {
+    if (forced < 0 ? (!best || us < bestUs) : static_cast<int>(algo->id()) == forced) {
       if (best) others.emplace_back(best->id(), bestUs);
       best = algo;
       bestUs = us;
@@ -97,8 +100,7 @@ Plan plan(const Args& a, const Topo& t, const PlannerSettings& s, bool alone, Ch
       others.emplace_back(algo->id(), us);
     }
   }
-  // One rank: every algorithm is a local copy, forced or not.
-  if (forced >= 0 && t.nranks > 1 && (!best || static_cast<int>(best->id()) != forced)) {
+  if (forced >= 0 && (!best || static_cast<int>(best->id()) != forced)) {
     const Algorithm& f = algorithm(static_cast<Algo>(forced));
     std::string could;
     for (const auto& [id, us] : others) could += (could.empty() ? "" : ", ") + std::string(algoName(id));
@@ -111,7 +113,7 @@ Plan plan(const Args& a, const Topo& t, const PlannerSettings& s, bool alone, Ch
   p.algo = best->id();
   best->refine(a, t, s.costs, p);
   if (why) {
-    why->forced = forced >= 0 && t.nranks > 1;
+    why->forced = forced >= 0;
     why->predictedUs = bestUs;
     why->others = std::move(others);
   }

@@ -199,13 +199,11 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
   }
   t.stage->post(kInReady, s);
   t.stage->wakeAll();
-  // Whom this rank waits for: everyone, the root only (Broadcast), or no one (Reduce on a rank
-  // that is not the root, Broadcast on the root). A rank that waits for no one leaves the
-  // check of the call to those that do; every rank still waits for every other's InFree
-  // before it reuses the slot.
-  const bool rooted = a.kind == Kind::Broadcast || a.kind == Kind::Reduce;
-  const bool waits = !rooted || (a.kind == Kind::Broadcast) != (r == a.root);
-  if (waits) await(kInReady, s, a.kind == Kind::Broadcast ? a.root : -1, true);
+  // Every rank waits for every other's post, the root of a Broadcast and the ranks of a Reduce
+  // that only give too: each post follows its rank's announcement of the call, so each rank
+  // compares its call with every other's before it returns, and a mismatch (another root, say)
+  // fails every rank of the call, not only those that read a slot.
+  await(kInReady, s, -1, true);
   switch (a.kind) {
     case Kind::AllReduce: reduceSlots(a.recvbuf, slots, n, s, 0, N, red.spec(false, true)); break;
     case Kind::Reduce:
@@ -233,12 +231,10 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
     default: break;
   }
   // As the programs do: the other counters follow, so that later chunks of either algorithm
-  // find them in step. Nobody can be asleep waiting for them after a symmetric collective: a
-  // rank that waits for these values (at slot reuse, two calls on) has seen every rank post
-  // InReady of the call between, which each did after these stores. After a rooted one a rank
-  // may be ahead (a Broadcast's root) and asleep: wake it (a fence, so only then).
+  // find them in step. Nobody can be asleep waiting for them: a rank that waits for these
+  // values (at slot reuse, two calls on) has seen every rank post InReady of the call between,
+  // which each did after these stores.
   for (Counter c : {kInFree, kOutReady, kOutFree}) t.stage->post(c, s);
-  if (rooted) t.stage->wakeAll();
 }
 
 namespace {
