@@ -1,0 +1,396 @@
+// The fault matrix: every fault x every collective x two sizes, 4 ranks as processes, rank 2 the
+// culprit. In each cell every rank runs two good calls of the cell's collective (results checked
+// exactly), then the third call is the faulty one:
+//   kill       the culprit SIGKILLs itself instead of entering the call
+//   stop       the culprit SIGSTOPs itself instead (the others must time out)
+//   exit       the culprit calls _exit(3) without destroying its communicator
+//   wrongcoll  the culprit calls another collective (AllGather; AllReduce in the AllGather cell)
+//   wrongroot  the culprit passes root 1, the others root 0 (Broadcast and Reduce only)
+// Every survivor (for wrongcoll/wrongroot every rank, the culprit included) must return the
+// cause's code (kill/exit: horaRemoteError, stop: horaTimeout, wrong*: horaInvalidUsage) with a
+// text that names the culprit ("rank 2 (host, pid P)") or says "mismatched", within a deadline
+// that only real detection can meet, and a following call must fail too.
+//
+// One line per rank and cell goes to stdout, so every text can be read. FAULT_MATRIX_ONLY=<s>
+// runs only the cells whose name ("kill/Broadcast/large") contains s.
+#include <catch2/catch.hpp>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+using namespace hora::test;
+
+namespace {
+
+constexpr int kRanks = 4;
+constexpr int kCulprit = 2;
+constexpr size_t kSmall = 256;
+constexpr size_t kLarge = size_t(2) << 20;  // 2M floats: 8 MiB per rank's part
+constexpr int kLongTimeoutMs = 120000;      // kill/exit/wrong*: only real detection is fast
+constexpr int kStopTimeoutMs = 3000;
+constexpr double kDetectDeadlineMs = 30000;                       // kill/exit/wrong*
+constexpr double kStopDeadlineMs = 4.0 * kStopTimeoutMs + 5000;  // stop
+
+enum class Fault { Kill, Stop, Exit, WrongColl, WrongRoot };
+enum class Coll { AllReduce, AllGather, Broadcast, ReduceScatter, Reduce };
+
+const char* faultName(Fault f) {
+  switch (f) {
+    case Fault::Kill: return "kill";
+    case Fault::Stop: return "stop";
+    case Fault::Exit: return "exit";
+    case Fault::WrongColl: return "wrongcoll";
+    case Fault::WrongRoot: return "wrongroot";
+  }
+  return "?";
+}
+
+const char* collName(Coll c) {
+  switch (c) {
+    case Coll::AllReduce: return "AllReduce";
+    case Coll::AllGather: return "AllGather";
+    case Coll::Broadcast: return "Broadcast";
+    case Coll::ReduceScatter: return "ReduceScatter";
+    case Coll::Reduce: return "Reduce";
+  }
+  return "?";
+}
+
+const char* codeName(int r) {
+  switch (r) {
+    case horaSuccess: return "horaSuccess";
+    case horaUnhandledCudaError: return "horaUnhandledCudaError";
+    case horaSystemError: return "horaSystemError";
+    case horaInternalError: return "horaInternalError";
+    case horaInvalidArgument: return "horaInvalidArgument";
+    case horaInvalidUsage: return "horaInvalidUsage";
+    case horaRemoteError: return "horaRemoteError";
+    case horaInProgress: return "horaInProgress";
+    case horaTimeout: return "horaTimeout";
+    default: return "horaUnknownResult";
+  }
+}
+
+bool hasRoot(Coll c) { return c == Coll::Broadcast || c == Coll::Reduce; }
+
+// What each rank writes for the parent (one anonymous MAP_SHARED page set per cell).
+struct RankRecord {
+  int pid;
+  int reached;    // about to issue the faulty call
+  int done;       // the faulty call returned
+  int code;       // its result
+  double ms;      // its duration
+  int asyncCode;  // horaCommGetAsyncError right after it
+  int nextDone;
+  int nextCode;   // the following call's result
+  char good[1024];  // what went wrong in the two good calls ("" if nothing)
+  char text[4096];  // horaGetLastError after the faulty call
+  char nextText[1024];
+};
+
+void copyText(char* dst, size_t cap, const std::string& s) {
+  size_t n = std::min(cap - 1, s.size());
+  memcpy(dst, s.data(), n);
+  dst[n] = 0;
+}
+
+void appendText(char* dst, size_t cap, const std::string& s) {
+  size_t have = strlen(dst);
+  if (have + 1 >= cap) return;
+  size_t n = std::min(cap - 1 - have, s.size());
+  memcpy(dst + have, s.data(), n);
+  dst[have + n] = 0;
+}
+
+size_t sendCount(Coll c, size_t n) { return c == Coll::ReduceScatter ? n * kRanks : n; }
+size_t recvCount(Coll c, size_t n) { return c == Coll::AllGather ? n * kRanks : n; }
+
+// Input element i of rank r in call k: small integers, so every sum of 4 is exact in float.
+float value(int k, int r, size_t i) {
+  return static_cast<float>(static_cast<int>((static_cast<size_t>(r) * 7 + i * 13 + static_cast<size_t>(k) * 5 + 3) % 11) - 5);
+}
+
+constexpr float kSentinel = 1.0e9f;
+
+void fill(Coll c, int k, int rank, size_t n, std::vector<float>& send, std::vector<float>& recv) {
+  send.assign(sendCount(c, n), 0.0f);
+  recv.assign(recvCount(c, n), kSentinel);
+  for (size_t i = 0; i < send.size(); ++i) send[i] = value(k, rank, i);
+}
+
+float sumOver(int k, size_t i) {
+  float s = 0;
+  for (int r = 0; r < kRanks; ++r) s += value(k, r, i);
+  return s;
+}
+
+// "" when recv holds call k's exact result for this rank.
+std::string checkResult(Coll c, int k, int rank, size_t n, const std::vector<float>& recv) {
+  if (c == Coll::Reduce && rank != 0) return "";  // only the root's recvbuff is defined
+  for (size_t j = 0; j < recv.size(); ++j) {
+    float want = 0;
+    switch (c) {
+      case Coll::AllReduce: want = sumOver(k, j); break;
+      case Coll::AllGather: want = value(k, static_cast<int>(j / n), j % n); break;
+      case Coll::Broadcast: want = value(k, 0, j); break;
+      case Coll::ReduceScatter: want = sumOver(k, static_cast<size_t>(rank) * n + j); break;
+      case Coll::Reduce: want = sumOver(k, j); break;
+    }
+    if (recv[j] != want) {
+      char buf[200];
+      snprintf(buf, sizeof buf, "element %zu of %zu is %g, expected %g", j, recv.size(), static_cast<double>(recv[j]),
+               static_cast<double>(want));
+      return buf;
+    }
+  }
+  return "";
+}
+
+horaResult_t issue(Coll c, const std::vector<float>& send, std::vector<float>& recv, size_t n, int root,
+                   horaComm_t comm) {
+  switch (c) {
+    case Coll::AllReduce: return horaAllReduce(send.data(), recv.data(), n, horaFloat, horaSum, comm, nullptr);
+    case Coll::AllGather: return horaAllGather(send.data(), recv.data(), n, horaFloat, comm, nullptr);
+    case Coll::Broadcast: return horaBroadcast(send.data(), recv.data(), n, horaFloat, root, comm, nullptr);
+    case Coll::ReduceScatter:
+      return horaReduceScatter(send.data(), recv.data(), n, horaFloat, horaSum, comm, nullptr);
+    case Coll::Reduce: return horaReduce(send.data(), recv.data(), n, horaFloat, horaSum, root, comm, nullptr);
+  }
+  return horaInternalError;
+}
+
+std::string oneLine(const char* s, size_t max) {
+  std::string t(s);
+  if (t.size() > max) t = t.substr(0, max) + "...";
+  for (char& ch : t)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  return t;
+}
+
+std::string statusText(int st) {
+  if (WIFEXITED(st)) return "exit " + std::to_string(WEXITSTATUS(st));
+  if (WIFSIGNALED(st)) return "signal " + std::to_string(WTERMSIG(st));
+  return "status " + std::to_string(st);
+}
+
+std::string hostName() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+const char* transportsEnv() {
+  const char* t = getenv("HORA_TRANSPORTS");
+  return t && *t ? t : "default";
+}
+
+bool selected(const std::string& cell) {
+  const char* only = getenv("FAULT_MATRIX_ONLY");
+  return !only || !*only || cell.find(only) != std::string::npos;
+}
+
+void runCell(Fault fault, Coll coll, size_t n, const char* sizeName) {
+  const std::string cell = std::string(faultName(fault)) + "/" + collName(coll) + "/" + sizeName;
+  const bool wrong = fault == Fault::WrongColl || fault == Fault::WrongRoot;
+  const size_t bytes = sizeof(RankRecord) * kRanks;
+  auto* recs = static_cast<RankRecord*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(recs != MAP_FAILED);
+  memset(recs, 0, bytes);
+
+  ProcessOptions opts;
+  opts.timeoutMs = fault == Fault::Stop ? kStopTimeoutMs : kLongTimeoutMs;
+  opts.hangGuardSeconds = 200;
+  const auto cellStart = std::chrono::steady_clock::now();
+  auto results = runProcesses(kRanks, [&](horaComm_t comm, int rank, int nranks) -> std::string {
+    if (nranks != kRanks) return "wrong number of ranks";
+    RankRecord& me = recs[rank];
+    me.pid = getpid();
+    std::vector<float> send, recv;
+    for (int k = 0; k < 2; ++k) {
+      fill(coll, k, rank, n, send, recv);
+      horaResult_t r = issue(coll, send, recv, n, 0, comm);
+      if (r != horaSuccess) {
+        appendText(me.good, sizeof me.good,
+                   "good call " + std::to_string(k) + ": " + codeName(r) + ": " + horaGetLastError(comm) + "; ");
+        continue;
+      }
+      std::string bad = checkResult(coll, k, rank, n, recv);
+      if (!bad.empty()) appendText(me.good, sizeof me.good, "good call " + std::to_string(k) + ": " + bad + "; ");
+    }
+    Coll mine = coll;
+    int root = 0;
+    if (rank == kCulprit) {
+      switch (fault) {
+        case Fault::Kill: kill(getpid(), SIGKILL); _exit(4);
+        case Fault::Stop:
+          kill(getpid(), SIGSTOP);
+          _exit(4);  // never continued: the harness SIGKILLs it once the others exit
+        case Fault::Exit: _exit(3);
+        case Fault::WrongColl: mine = coll == Coll::AllGather ? Coll::AllReduce : Coll::AllGather; break;
+        case Fault::WrongRoot: root = 1; break;
+      }
+    }
+    fill(mine, 2, rank, n, send, recv);
+    me.reached = 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    horaResult_t r = issue(mine, send, recv, n, root, comm);
+    const auto t1 = std::chrono::steady_clock::now();
+    me.code = r;
+    me.ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    copyText(me.text, sizeof me.text, horaGetLastError(comm));
+    me.done = 1;
+    horaResult_t async = horaSuccess;
+    horaCommGetAsyncError(comm, &async);
+    me.asyncCode = async;
+    // The following call: the cell's collective again, as every rank would issue it.
+    fill(coll, 3, rank, n, send, recv);
+    horaResult_t next = issue(coll, send, recv, n, 0, comm);
+    me.nextCode = next;
+    copyText(me.nextText, sizeof me.nextText, horaGetLastError(comm));
+    __atomic_store_n(&me.nextDone, 1, __ATOMIC_RELEASE);
+    // Linger until every other survivor is done too: a rank that leaves early (destroying its
+    // communicator, exiting) would hand the others a second failure to find, and could unblock
+    // or rename the cause of a rank that is still waiting.
+    const auto lingerEnd = std::chrono::steady_clock::now() + std::chrono::seconds(150);
+    for (int p = 0; p < nranks; ++p) {
+      if (p == rank || (!wrong && p == kCulprit)) continue;
+      while (__atomic_load_n(&recs[p].nextDone, __ATOMIC_ACQUIRE) == 0 && std::chrono::steady_clock::now() < lingerEnd)
+        usleep(1000);
+    }
+    return "";
+  }, opts);
+  const double cellMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - cellStart).count();
+
+  const std::string host = hostName();
+  const int culpritPid = recs[kCulprit].pid;
+  const std::string name = "rank " + std::to_string(kCulprit) + " (" + host + ", pid " + std::to_string(culpritPid) + ")";
+  const std::string needle = wrong ? std::string("mismatched") : name;
+  const horaResult_t want = fault == Fault::Stop ? horaTimeout : wrong ? horaInvalidUsage : horaRemoteError;
+  const double deadline = fault == Fault::Stop ? kStopDeadlineMs : kDetectDeadlineMs;
+
+  printf("cell %s [%s] %.0f ms, culprit %s\n", cell.c_str(), transportsEnv(), cellMs, name.c_str());
+  std::vector<std::string> lines(kRanks);
+  for (const ProcessResult& pr : results) {
+    if (pr.rank < 0 || pr.rank >= kRanks) {
+      printf("cell %s: harness: %s\n", cell.c_str(), pr.output.c_str());
+      continue;
+    }
+    const RankRecord& rec = recs[pr.rank];
+    const bool survivor = wrong || pr.rank != kCulprit;
+    char head[200];
+    std::string line;
+    if (!survivor) {
+      snprintf(head, sizeof head, "cell %s rank %d: culprit pid %d, %s", cell.c_str(), pr.rank, rec.pid,
+               statusText(pr.status).c_str());
+      line = head;
+    } else if (!rec.done) {
+      snprintf(head, sizeof head, "cell %s rank %d: never returned from the faulty call (%s, reached %d)", cell.c_str(),
+               pr.rank, statusText(pr.status).c_str(), rec.reached);
+      line = head;
+    } else {
+      snprintf(head, sizeof head, "cell %s rank %d: %s %.1f ms: ", cell.c_str(), pr.rank, codeName(rec.code), rec.ms);
+      line = head + oneLine(rec.text, 300);
+      line += std::string(" | next: ") + (rec.nextDone ? codeName(rec.nextCode) : "never returned");
+      if (rec.asyncCode != rec.code) line += std::string(" | async: ") + codeName(rec.asyncCode);
+      if (!WIFEXITED(pr.status) || WEXITSTATUS(pr.status) != 0) line += " | process " + statusText(pr.status);
+    }
+    if (rec.good[0]) line += std::string(" | GOOD CALLS FAILED: ") + oneLine(rec.good, 300);
+    if (!pr.output.empty()) line += " | output: " + oneLine(pr.output.c_str(), 300);
+    if (survivor) {  // the verdict of the checks below, for a reader of the summary
+      std::string bad;
+      if (!rec.done) bad += " returned";
+      else {
+        if (rec.code != want) bad += " code";
+        if (std::string(rec.text).find(needle) == std::string::npos) bad += wrong ? " mismatched" : " culprit";
+        if (rec.ms > deadline) bad += " deadline";
+        if (!rec.nextDone || rec.nextCode == horaSuccess) bad += " next";
+        if (!WIFEXITED(pr.status) || WEXITSTATUS(pr.status) != 0) bad += " exit";
+      }
+      line += bad.empty() ? " => ok" : " => FAIL:" + bad;
+    }
+    printf("%s\n", line.c_str());
+    lines[static_cast<size_t>(pr.rank)] = line;
+  }
+  fflush(stdout);
+
+  for (const ProcessResult& pr : results) {
+    if (pr.rank < 0 || pr.rank >= kRanks) {
+      INFO("cell " << cell << ": " << pr.output);
+      CHECK(pr.ok());
+      continue;
+    }
+    const RankRecord& rec = recs[pr.rank];
+    const bool survivor = wrong || pr.rank != kCulprit;
+    INFO(lines[static_cast<size_t>(pr.rank)]);
+    INFO("cell " << cell << " [" << transportsEnv() << "] rank " << pr.rank << ": code " << codeName(rec.code)
+                 << ", text: " << rec.text << "\nnext: " << codeName(rec.nextCode) << ": " << rec.nextText);
+    // The test's own setup: the two good calls worked and gave exact results.
+    CHECK(std::string(rec.good) == "");
+    CHECK(pr.output == "");
+    if (!survivor) {
+      // The culprit did what the cell asked of it.
+      if (fault == Fault::Exit) CHECK((WIFEXITED(pr.status) && WEXITSTATUS(pr.status) == 3));
+      else CHECK((WIFSIGNALED(pr.status) && WTERMSIG(pr.status) == SIGKILL));
+      continue;
+    }
+    CHECK(rec.done == 1);
+    if (!rec.done) continue;
+    // 1. the cause's code
+    CHECK(codeName(rec.code) == std::string(codeName(want)));
+    // 2. a text that names the culprit (or the mismatch)
+    CHECK(std::string(rec.text).find(needle) != std::string::npos);
+    // 3. in time
+    CHECK(rec.ms <= deadline);
+    // 4. the communicator stays failed
+    CHECK(rec.nextDone == 1);
+    CHECK(rec.nextCode != horaSuccess);
+    // and the rank exits cleanly (destroy or abort after the failure neither crashes nor hangs)
+    CHECK((WIFEXITED(pr.status) && WEXITSTATUS(pr.status) == 0));
+  }
+  munmap(recs, bytes);
+}
+
+void runFault(Fault fault) {
+  const Coll colls[] = {Coll::AllReduce, Coll::AllGather, Coll::Broadcast, Coll::ReduceScatter, Coll::Reduce};
+  const struct {
+    size_t n;
+    const char* name;
+  } sizes[] = {{kSmall, "small"}, {kLarge, "large"}};
+  for (Coll c : colls) {
+    if (fault == Fault::WrongRoot && !hasRoot(c)) continue;
+    for (const auto& s : sizes) {
+      const std::string cell = std::string(faultName(fault)) + "/" + collName(c) + "/" + s.name;
+      if (!selected(cell)) continue;
+      runCell(fault, c, s.n, s.name);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("fault matrix: a culprit killed instead of entering the call", "[faults][matrix]") { runFault(Fault::Kill); }
+
+TEST_CASE("fault matrix: a culprit stopped (SIGSTOP) instead of entering the call", "[faults][matrix]") {
+  runFault(Fault::Stop);
+}
+
+TEST_CASE("fault matrix: a culprit that exits without destroying its communicator", "[faults][matrix]") {
+  runFault(Fault::Exit);
+}
+
+TEST_CASE("fault matrix: a culprit that calls another collective", "[faults][matrix]") {
+  runFault(Fault::WrongColl);
+}
+
+TEST_CASE("fault matrix: a culprit that passes another root", "[faults][matrix]") { runFault(Fault::WrongRoot); }
