@@ -5,11 +5,13 @@
 //   stop       the culprit SIGSTOPs itself instead (the others must time out)
 //   exit       the culprit calls _exit(3) without destroying its communicator
 //   wrongcoll  the culprit calls another collective (AllGather; AllReduce in the AllGather cell)
-//   wrongroot  the culprit passes root 1, the others root 0 (Broadcast and Reduce only)
+//   wrongroot  the culprit passes root 1 (2 if it is rank 1), the others root 0 (Broadcast and Reduce only)
 // Every survivor (for wrongcoll/wrongroot every rank, the culprit included) must return the
 // cause's code (kill/exit: horaRemoteError, stop: horaTimeout, wrong*: horaInvalidUsage) with a
 // text that names the culprit ("rank 2 (host, pid P)") or says "mismatched", within a deadline
-// that only real detection can meet, and a following call must fail too.
+// that only real detection can meet, and a following call must fail too. The ranks meet
+// (through the shared records) after the good calls, and again once every survivor's faulty
+// call has returned, so that no rank running ahead or leaving early changes what another finds.
 //
 // One line per rank and cell goes to stdout, so every text can be read. FAULT_MATRIX_ONLY=<s>
 // runs only the cells whose name ("kill/Broadcast/large") contains s.
@@ -32,8 +34,16 @@ using namespace hora::test;
 
 namespace {
 
-constexpr int kRanks = 4;
-constexpr int kCulprit = 2;
+// 4 ranks, rank 2 the culprit; FAULT_MATRIX_RANKS and FAULT_MATRIX_CULPRIT change them (the
+// suite's fault-matrix-8 runs 8 ranks with rank 7 the culprit).
+int envInt(const char* name, int dflt, int lo, int hi) {
+  const char* v = getenv(name);
+  if (!v || !*v) return dflt;
+  const int x = atoi(v);
+  return x >= lo && x <= hi ? x : dflt;
+}
+const int kRanks = envInt("FAULT_MATRIX_RANKS", 4, 3, 16);
+const int kCulprit = envInt("FAULT_MATRIX_CULPRIT", 2, 1, kRanks - 1);
 constexpr size_t kSmall = 256;
 constexpr size_t kLarge = size_t(2) << 20;  // 2M floats: 8 MiB per rank's part
 constexpr int kLongTimeoutMs = 120000;      // kill/exit/wrong*: only real detection is fast
@@ -86,6 +96,7 @@ bool hasRoot(Coll c) { return c == Coll::Broadcast || c == Coll::Reduce; }
 // What each rank writes for the parent (one anonymous MAP_SHARED page set per cell).
 struct RankRecord {
   int pid;
+  int goodDone;   // finished the two good calls
   int reached;    // about to issue the faulty call
   int done;       // the faulty call returned
   int code;       // its result
@@ -227,6 +238,13 @@ void runCell(Fault fault, Coll coll, size_t n, const char* sizeName) {
       std::string bad = checkResult(coll, k, rank, n, recv);
       if (!bad.empty()) appendText(me.good, sizeof me.good, "good call " + std::to_string(k) + ": " + bad + "; ");
     }
+    // Every rank finishes its good calls before anyone starts the third: a rank that ran ahead
+    // (a leaf of Reduce, say) must not turn another rank's second call into the faulty one.
+    __atomic_store_n(&me.goodDone, 1, __ATOMIC_RELEASE);
+    const auto barrierEnd = std::chrono::steady_clock::now() + std::chrono::seconds(150);
+    for (int p = 0; p < nranks; ++p)
+      while (__atomic_load_n(&recs[p].goodDone, __ATOMIC_ACQUIRE) == 0 && std::chrono::steady_clock::now() < barrierEnd)
+        usleep(1000);
     Coll mine = coll;
     int root = 0;
     if (rank == kCulprit) {
@@ -237,7 +255,7 @@ void runCell(Fault fault, Coll coll, size_t n, const char* sizeName) {
           _exit(4);  // never continued: the harness SIGKILLs it once the others exit
         case Fault::Exit: _exit(3);
         case Fault::WrongColl: mine = coll == Coll::AllGather ? Coll::AllReduce : Coll::AllGather; break;
-        case Fault::WrongRoot: root = 1; break;
+        case Fault::WrongRoot: root = kCulprit == 1 ? 2 : 1; break;
       }
     }
     fill(mine, 2, rank, n, send, recv);
@@ -248,7 +266,16 @@ void runCell(Fault fault, Coll coll, size_t n, const char* sizeName) {
     me.code = r;
     me.ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     copyText(me.text, sizeof me.text, horaGetLastError(comm));
-    me.done = 1;
+    __atomic_store_n(&me.done, 1, __ATOMIC_RELEASE);
+    // Linger until every other survivor's faulty call has returned too: a rank that went on
+    // (its next call failing, destroying its communicator, exiting) would hand the others a
+    // second failure to find, and could unblock or rename the cause for a rank still waiting.
+    const auto lingerEnd = std::chrono::steady_clock::now() + std::chrono::seconds(150);
+    for (int p = 0; p < nranks; ++p) {
+      if (p == rank || (!wrong && p == kCulprit)) continue;
+      while (__atomic_load_n(&recs[p].done, __ATOMIC_ACQUIRE) == 0 && std::chrono::steady_clock::now() < lingerEnd)
+        usleep(1000);
+    }
     horaResult_t async = horaSuccess;
     horaCommGetAsyncError(comm, &async);
     me.asyncCode = async;
@@ -257,16 +284,7 @@ void runCell(Fault fault, Coll coll, size_t n, const char* sizeName) {
     horaResult_t next = issue(coll, send, recv, n, 0, comm);
     me.nextCode = next;
     copyText(me.nextText, sizeof me.nextText, horaGetLastError(comm));
-    __atomic_store_n(&me.nextDone, 1, __ATOMIC_RELEASE);
-    // Linger until every other survivor is done too: a rank that leaves early (destroying its
-    // communicator, exiting) would hand the others a second failure to find, and could unblock
-    // or rename the cause of a rank that is still waiting.
-    const auto lingerEnd = std::chrono::steady_clock::now() + std::chrono::seconds(150);
-    for (int p = 0; p < nranks; ++p) {
-      if (p == rank || (!wrong && p == kCulprit)) continue;
-      while (__atomic_load_n(&recs[p].nextDone, __ATOMIC_ACQUIRE) == 0 && std::chrono::steady_clock::now() < lingerEnd)
-        usleep(1000);
-    }
+    me.nextDone = 1;
     return "";
   }, opts);
   const double cellMs =
@@ -309,6 +327,7 @@ void runCell(Fault fault, Coll coll, size_t n, const char* sizeName) {
     if (!pr.output.empty()) line += " | output: " + oneLine(pr.output.c_str(), 300);
     if (survivor) {  // the verdict of the checks below, for a reader of the summary
       std::string bad;
+      if (rec.good[0]) bad += " good";
       if (!rec.done) bad += " returned";
       else {
         if (rec.code != want) bad += " code";

@@ -408,6 +408,60 @@ TEST_CASE("a mismatched call fails on every rank, the root and count 0 included"
   }
 }
 
+// The agreement of a Broadcast or a Reduce runs after the communicator's other jobs of the
+// group, so a group that holds a send/recv before the collective on one rank and after it on
+// the other (each link's messages are matched in order) still runs, with the right data.
+TEST_CASE("groups that order a send and a rooted or empty collective differently still run", "[faults]") {
+  for (int variant = 0; variant < 3; ++variant) {
+    INFO("variant " << variant);
+    auto failures = runThreads(2, [variant](horaComm_t comm, int rank, int) -> std::string {
+      std::vector<float> data(64, rank == 0 ? 3.0f : 0.0f), msg(8, rank == 1 ? 7.0f : 0.0f), sum(64, 0.0f);
+      auto collective = [&] {
+        if (variant == 0) return horaBroadcast(data.data(), data.data(), data.size(), horaFloat, 0, comm, nullptr);
+        // Root 1: the reduction's data goes 0 -> 1, against the message's 1 -> 0.
+        if (variant == 1) return horaReduce(data.data(), sum.data(), data.size(), horaFloat, horaSum, 1, comm, nullptr);
+        return horaAllReduce(data.data(), sum.data(), 0, horaFloat, horaSum, comm, nullptr);  // nothing to move
+      };
+      horaGroupStart();
+      if (rank == 0) {
+        collective();
+        horaRecv(msg.data(), msg.size(), horaFloat, 1, comm, nullptr);
+      } else {
+        horaSend(msg.data(), msg.size(), horaFloat, 0, comm, nullptr);
+        collective();
+      }
+      if (horaGroupEnd() != horaSuccess) return std::string("the group failed: ") + horaGetLastError(comm);
+      if (rank == 0 && msg[0] != 7.0f) return "the message did not arrive";
+      if (variant == 0 && data[63] != 3.0f) return "the broadcast did not arrive";
+      if (variant == 1 && rank == 1 && sum[63] != 3.0f) return "the reduction is wrong";
+      return "";
+    });
+    CHECK(joinAll(failures) == "");
+  }
+}
+
+// Two collectives whose messages never meet: the ring's ReduceScatter sends to rank r+1 and
+// waits on r-1, Bruck's AllGather sends to r-1 and waits on r+1, so no receive ever reads the
+// other call's message and every rank would wait for the timeout (ten minutes here). A rank
+// that is stuck looks at the messages that wait where it expects none: one with this call's
+// number and another collective's tag is a mismatch, on every rank.
+TEST_CASE("collectives whose messages never meet fail as a mismatch, not a hang", "[faults]") {
+  setenv("HORA_ALGO", "allgather:bruck,reducescatter:ring", 1);
+  auto failures = runThreads(4, [](horaComm_t comm, int rank, int n) -> std::string {
+    std::vector<float> a(256 * n, 1.0f), b(256 * n, 0.0f);
+    if (horaAllReduce(a.data(), b.data(), 16, horaFloat, horaSum, comm, nullptr) != horaSuccess)
+      return std::string("the good call failed: ") + horaGetLastError(comm);
+    horaResult_t r = rank == 2 ? horaAllGather(a.data(), b.data(), 256, horaFloat, comm, nullptr)
+                               : horaReduceScatter(a.data(), b.data(), 256, horaFloat, horaSum, comm, nullptr);
+    const std::string text = horaGetLastError(comm);
+    if (r != horaInvalidUsage) return std::string("returned ") + horaGetErrorString(r) + ": " + text;
+    if (text.find("mismatched") == std::string::npos) return "the text does not say mismatched: " + text;
+    return "";
+  });
+  unsetenv("HORA_ALGO");
+  CHECK(joinAll(failures) == "");
+}
+
 TEST_CASE("horaCommAbort from another thread stops a blocked call", "[faults]") {
   std::vector<horaComm_t> comms(2);
   REQUIRE(horaCommInitAll(comms.data(), 2, nullptr) == horaSuccess);
@@ -421,7 +475,15 @@ TEST_CASE("horaCommAbort from another thread stops a blocked call", "[faults]") 
   while (!comms[0]->busy.load()) usleep(1000);
   CHECK(horaCommAbort(comms[0]) == horaSuccess);
   t.join();
-  CHECK(got != horaSuccess);
-  CHECK(text.find("abort") != std::string::npos);
+  // The aborting rank's own interrupted call: horaInvalidUsage (the README's table).
+  CHECK(got == horaInvalidUsage);
+  CHECK(text.find("aborted") != std::string::npos);
+  // Its peer hears of it as a peer's failure: horaRemoteError, naming the rank that aborted.
+  float y = 0;
+  CHECK(horaAllReduce(&y, &y, 1, horaFloat, horaSum, comms[1], nullptr) == horaRemoteError);
+  const std::string peerText = horaGetLastError(comms[1]);
+  INFO(peerText);
+  CHECK(peerText.find("rank 0 (") != std::string::npos);
+  CHECK(peerText.find("was aborted") != std::string::npos);
   CHECK(horaCommDestroy(comms[1]) == horaSuccess);
 }

@@ -46,7 +46,7 @@ TEST_CASE("frame header: round trip of data frames", "[frame]") {
 TEST_CASE("frame header: the layout is the documented one", "[frame]") {
   Encoded e = encode(FrameType::Data, 0x1122334455667788ULL, 0x0102030405060708ULL, 0xa1a2a3a4a5a6a7a8ULL);
   const uint8_t expect[kFrameHeaderBytes] = {
-      'H',  'R',  'F',  'R',  1,    0,    0,    0,     // magic, type 1, flags 0
+      'H',  'R',  'F',  'R',  1,    0,    0,    0,     // magic, type 1, call 0
       0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,  // seq
       0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // length
       0xa8, 0xa7, 0xa6, 0xa5, 0xa4, 0xa3, 0xa2, 0xa1,  // tag
@@ -68,12 +68,16 @@ TEST_CASE("frame header: each wrong field is Bad (or, for another call's tag or 
     REQUIRE(decode(e.b, x, &out, &why) == FrameCheck::Bad);
     CHECK(contains(why, "magic"));
   }
-  SECTION("flags") {
+  SECTION("call number") {
     Encoded e = encode(FrameType::Data, 7, 4096, 0xabcdef);
-    e.b[7] = 0x80;
-    REQUIRE(decode(e.b, x, &out, &why) == FrameCheck::Bad);
-    CHECK(contains(why, "flags"));
-    CHECK(contains(why, "0x8000"));
+    e.b[6] = 5;  // call 5
+    // Against an expectation without a call number, any; against call 5, Ok; against 6, Mismatch.
+    REQUIRE(decode(e.b, x, &out, &why) == FrameCheck::Ok);
+    CHECK(out.call == 5);
+    REQUIRE(decode(e.b, Expectation{7, 4096, 0xabcdef, 5}, &out, &why) == FrameCheck::Ok);
+    REQUIRE(decode(e.b, Expectation{7, 4096, 0xabcdef, 6}, &out, &why) == FrameCheck::Mismatch);
+    CHECK(contains(why, "call #5"));
+    CHECK(contains(why, "call #6"));
   }
   SECTION("unknown type") {
     for (uint16_t type : {0, 3, 4, 255, 0x100, 0xffff}) {
@@ -108,17 +112,19 @@ TEST_CASE("frame header: each wrong field is Bad (or, for another call's tag or 
   }
 }
 
-TEST_CASE("frame header: every single-bit corruption of a data header is Bad, or Mismatch in the length and tag", "[frame]") {
-  const Expectation x{3, 1000, 0x5555aaaa12345678ULL};
+TEST_CASE("frame header: every single-bit corruption of a data header is Bad, or Mismatch in the call, length and tag", "[frame]") {
+  const Expectation x{3, 1000, 0x5555aaaa12345678ULL, 7};
   Encoded good = encode(FrameType::Data, x.seq, x.length, x.tag);
+  good.b[6] = 7;  // call 7 (no bit flip of it gives 0, which would mean no call)
   for (size_t bit = 0; bit < 8 * kFrameHeaderBytes; ++bit) {
     Encoded e = good;
     e.b[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
     FrameHeader out;
     std::string why;
     INFO("bit " << bit);
-    // Bytes 16..31 are the length and the tag: a well-formed header of another call.
-    CHECK(decode(e.b, x, &out, &why) == (bit / 8 >= 16 ? FrameCheck::Mismatch : FrameCheck::Bad));
+    // Bytes 6..7 are the call, 16..31 the length and the tag: a well-formed header of another call.
+    const bool another = bit / 8 >= 16 || bit / 8 == 6 || bit / 8 == 7;
+    CHECK(decode(e.b, x, &out, &why) == (another ? FrameCheck::Mismatch : FrameCheck::Bad));
     CHECK(!why.empty());
   }
 }
@@ -142,7 +148,7 @@ TEST_CASE("frame header: abort frames", "[frame]") {
     CHECK(contains(why, "abort"));
     CHECK(contains(why, std::to_string(kMaxAbortText)));
   }
-  // An abort frame with flags set is still Bad.
+  // An abort frame with a call number is Bad.
   Encoded e = encode(FrameType::Abort, 0, 10, 0);
   e.b[6] = 1;
   FrameHeader out;

@@ -24,18 +24,28 @@ T get(const uint8_t* p) {
 void encodeFrameHeader(const FrameHeader& h, uint8_t out[kFrameHeaderBytes]) {
   put<uint32_t>(out, kFrameMagic);
   put<uint16_t>(out + 4, static_cast<uint16_t>(h.type));
-  put<uint16_t>(out + 6, 0);
+  put<uint16_t>(out + 6, h.type == FrameType::Abort ? 0 : h.call);
   put<uint64_t>(out + 8, h.seq);
   put<uint64_t>(out + 16, h.length);
   put<uint64_t>(out + 24, h.tag);
+}
+
+FrameHeader peekFrameHeader(const uint8_t in[kFrameHeaderBytes]) {
+  FrameHeader h;
+  h.type = get<uint16_t>(in + 4) == static_cast<uint16_t>(FrameType::Abort) ? FrameType::Abort : FrameType::Data;
+  h.call = get<uint16_t>(in + 6);
+  h.seq = get<uint64_t>(in + 8);
+  h.length = get<uint64_t>(in + 16);
+  h.tag = get<uint64_t>(in + 24);
+  return h;
 }
 
 FrameCheck decodeFrameHeader(const uint8_t in[kFrameHeaderBytes], const Expectation& expect,
                              FrameHeader* out, std::string* why) {
   uint32_t magic = get<uint32_t>(in);
   uint16_t type = get<uint16_t>(in + 4);
-  uint16_t flags = get<uint16_t>(in + 6);
   FrameHeader h;
+  h.call = get<uint16_t>(in + 6);
   h.seq = get<uint64_t>(in + 8);
   h.length = get<uint64_t>(in + 16);
   h.tag = get<uint64_t>(in + 24);
@@ -44,11 +54,11 @@ FrameCheck decodeFrameHeader(const uint8_t in[kFrameHeaderBytes], const Expectat
                   magic);
     return FrameCheck::Bad;
   }
-  if (flags != 0) {
-    *why = format("bad frame flags 0x%04x", flags);
-    return FrameCheck::Bad;
-  }
   if (type == static_cast<uint16_t>(FrameType::Abort)) {
+    if (h.call != 0) {
+      *why = format("abort frame with call number 0x%04x (must be 0)", h.call);
+      return FrameCheck::Bad;
+    }
     if (h.length > kMaxAbortText) {
       *why = format("abort frame of %" PRIu64 " bytes (at most %zu allowed)", h.length,
                     kMaxAbortText);
@@ -76,6 +86,12 @@ FrameCheck decodeFrameHeader(const uint8_t in[kFrameHeaderBytes], const Expectat
     *why = format("the peer sent %" PRIu64 " bytes where %" PRIu64
                   " were expected (mismatched counts or datatypes across ranks?)",
                   h.length, expect.length);
+    return FrameCheck::Mismatch;
+  }
+  if (expect.call && h.call && h.call != expect.call) {
+    *why = format("mismatched calls: the peer is in call #%u (mod 65536) of its communicator, this rank in "
+                  "call #%u, both %s (a rank skipped or repeated a collective?)",
+                  h.call, expect.call, transport::describeTag(h.tag).c_str());
     return FrameCheck::Mismatch;
   }
   h.type = FrameType::Data;

@@ -17,10 +17,13 @@
 //     signals through memory asks to be woken; it returns false if there is work after all
 //     (then the caller does not block), and may throw if the peer is gone. disarmWakeup() follows
 //     the poll().
-//   - shutdown() is fail-stop: it tells the peer why (best effort, waiting a moment at most)
-//     and closes. A failing call first calls finishPartial(): its buffers are still valid, so
-//     a message already partly out can be completed (within the bound), and the abort frame
-//     can follow it on the wire instead of being lost behind half a message.
+//   - setCall() numbers the messages posted next; pendingFrame() peeks at a frame that no
+//     receive wants yet (the executor's check for a peer in another collective, when stuck).
+//   - shutdown() is fail-stop: it tells the peer why (best effort) and closes. A failing call
+//     first calls finishPartial(until): its buffers are still valid, so a message already
+//     partly out can be completed, and the abort frame can follow it on the wire instead of
+//     being lost behind half a message; both wait for room until `until` at most. Without
+//     finishPartial (horaCommAbort), shutdown never waits.
 #pragma once
 #include <poll.h>
 
@@ -47,6 +50,12 @@ class Connection {
   virtual bool armWakeup() { return true; }
   virtual void disarmWakeup() {}
   virtual void finishPartial(std::chrono::steady_clock::time_point /*until*/) noexcept {}
+  // The collective call (numbered on its communicator from 1, modulo 65536; 0: none) of the
+  // messages posted from now on: it travels in each frame and is checked against the receive.
+  virtual void setCall(uint16_t /*call*/) {}
+  // With no receive posted: whether a whole frame header waits from the peer, and its call and
+  // tag (without consuming it). Throws the peer's failure if what waits is its abort frame.
+  virtual bool pendingFrame(uint16_t* /*call*/, uint64_t* /*tag*/) { return false; }
   virtual void shutdown(const std::string& reason, Errc code) noexcept = 0;
   virtual const std::string& peerName() const = 0;  // "rank 3 (host, pid 123)"
 };

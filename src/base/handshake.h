@@ -28,7 +28,7 @@ namespace hora {
 
 inline constexpr size_t kSecretBytes = 32;
 inline constexpr size_t kHandshakePayloadBytes = 64;
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;  // 2: frames carry the call number
 
 struct Secret {
   uint8_t bytes[kSecretBytes];

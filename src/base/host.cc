@@ -80,7 +80,9 @@ const std::string& machineIdentity() {
 }
 
 std::string processStalled(int pid) {
-  if (pid <= 0) return std::string();
+  // Without a /proc of this pid namespace (not mounted, or hidden) nothing can be said.
+  static const bool procOk = ::access("/proc/self/stat", R_OK) == 0;
+  if (pid <= 0 || !procOk) return std::string();
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/stat", pid);
   Fd f(::open(path, O_RDONLY | O_CLOEXEC));

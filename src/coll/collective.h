@@ -104,6 +104,9 @@ struct Topo {
   // (members in rank order), for the phases within the host; null otherwise.
   const transport::SharedStage* hostStage = nullptr;
   uint64_t* hostStageSeq = nullptr;
+  // HORA_CALL_CHECK: calls whose ranks would not all hear from every other (a Broadcast's
+  // root, ...) make them (coll/build.cc, the shared stage's one-step calls).
+  bool callCheck = true;
 };
 
 // For an algorithm that runs a lone call at once through the shared stage (algorithm.h):
@@ -114,6 +117,12 @@ using AwaitFn = std::function<void(int counter, uint64_t value, int only, bool c
 
 // Appends this rank's ops for `a`, by the plan's algorithm, to `out` and sets its tag.
 void build(const Args& a, const Topo& t, const Plan& plan, core::Scratch& scratch, core::Program& out);
+// Whether every rank of the call must also run an agreement (buildAgreement) to hear from every
+// other: a Broadcast, a Reduce, a call with nothing to move (HORA_CALL_CHECK; see build.cc).
+bool needsAgreement(const Args& a, const Topo& t);
+// The agreement, a program of its own that runs after the communicator's other jobs of a call
+// or group, its messages tagged `tag`.
+void buildAgreement(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out);
 
 // The tag every message of the call carries, and its description.
 uint64_t makeTag(const Args& a);

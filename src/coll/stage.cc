@@ -202,8 +202,13 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
   // Every rank waits for every other's post, the root of a Broadcast and the ranks of a Reduce
   // that only give too: each post follows its rank's announcement of the call, so each rank
   // compares its call with every other's before it returns, and a mismatch (another root, say)
-  // fails every rank of the call, not only those that read a slot.
-  await(kInReady, s, -1, true);
+  // fails every rank of the call, not only those that read a slot. With HORA_CALL_CHECK=0 a
+  // rank waits only for what it reads (the root, everyone, or no one), and after a rooted call
+  // a rank may be ahead and asleep: the wake below.
+  const bool rooted = a.kind == Kind::Broadcast || a.kind == Kind::Reduce;
+  const bool waitsAll = t.callCheck || !rooted || (a.kind == Kind::Reduce && r == a.root);
+  if (waitsAll) await(kInReady, s, -1, true);
+  else if (a.kind == Kind::Broadcast && r != a.root) await(kInReady, s, a.root, true);
   switch (a.kind) {
     case Kind::AllReduce: reduceSlots(a.recvbuf, slots, n, s, 0, N, red.spec(false, true)); break;
     case Kind::Reduce:
@@ -235,6 +240,7 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
   // values (at slot reuse, two calls on) has seen every rank post InReady of the call between,
   // which each did after these stores.
   for (Counter c : {kInFree, kOutReady, kOutFree}) t.stage->post(c, s);
+  if (!t.callCheck && rooted) t.stage->wakeAll();
 }
 
 namespace {

@@ -94,7 +94,7 @@ std::string coreField(int rank, const Config& cfg) {
       .u32(static_cast<uint32_t>(rank))
       .u32(static_cast<uint32_t>(getpid()))
       .u64(cfg.chunkBytes)
-      .u32(cfg.hierStage ? 1u : 0u)
+      .u32((cfg.hierStage ? 1u : 0u) | (cfg.callCheck ? 0u : 2u))  // flags
       .str(log::hostName())
       .str(hostIdentity())
       .str(machineIdentity())
@@ -104,7 +104,7 @@ std::string coreField(int rank, const Config& cfg) {
 // The settings of the core field that must agree across ranks.
 struct CoreSettings {
   uint64_t chunkBytes = 0;
-  uint32_t hierStage = 0;
+  uint32_t flags = 0;  // 1: HORA_HIER_STAGE; 2: HORA_CALL_CHECK=0
 };
 
 PeerInfo decodePeer(const std::string& blob, int expectRank, CoreSettings* settings) {
@@ -117,7 +117,7 @@ PeerInfo decodePeer(const std::string& blob, int expectRank, CoreSettings* setti
   FieldReader r(*core);
   uint32_t magic = 0, rank = 0, pid = 0;
   if (!r.u32(&magic) || magic != kCoreMagic || !r.u32(&rank) || !r.u32(&pid) || !r.u64(&settings->chunkBytes) ||
-      !r.u32(&settings->hierStage) ||
+      !r.u32(&settings->flags) ||
       !r.str(&p.host, kMaxHostName) || !r.str(&p.hostId, 64) || !r.str(&p.machineId, 64) || !r.atEnd() || static_cast<int>(rank) != expectRank)
     hora::fail(Errc::Remote, "rank %d sent a malformed peer record", expectRank);
   for (char& c : p.host)
@@ -139,7 +139,8 @@ void checkSettingsAgree(const std::vector<PeerInfo>& peers, const std::vector<Co
   };
   static const Setting kSettings[] = {
       {"HORA_CHUNK_BYTES", [](const CoreSettings& s) { return s.chunkBytes; }},
-      {"HORA_HIER_STAGE", [](const CoreSettings& s) -> uint64_t { return s.hierStage != 0; }},
+      {"HORA_HIER_STAGE", [](const CoreSettings& s) -> uint64_t { return s.flags & 1; }},
+      {"HORA_CALL_CHECK", [](const CoreSettings& s) -> uint64_t { return (s.flags & 2) ? 0 : 1; }},
   };
   for (size_t r = 1; r < settings.size(); ++r)
     for (const Setting& k : kSettings)
@@ -268,6 +269,7 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
     // The job's shape, for the planner's predictions: hosts, the busiest host's ranks, and
     // the slowest link any pair uses (the one with the highest latency in the cost model).
     c->shape.rank = rank;
+    c->shape.callCheck = cfg.callCheck;
     c->shape.nranks = nranks;
     if (c->stage && c->stage->size() == nranks) {  // the stage algorithms may run
       c->shape.stage = c->stage.get();
@@ -380,8 +382,10 @@ void horaComm::fail(const Error& e) noexcept {
   // Inside the failing call its buffers are valid: messages partly out are completed (briefly)
   // so that each abort frame can follow on the wire.
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
-  for (auto& c : conns)
-    if (c) c->finishPartial(until);
+  // Not towards a rank of this host that is stopped or gone: it would take the whole budget.
+  for (size_t r = 0; r < conns.size(); ++r)
+    if (conns[r] && (r >= localPids.size() || !localPids[r] || processStalled(localPids[r]).empty()))
+      conns[r]->finishPartial(until);
   for (auto& c : conns)
     if (c) c->shutdown(reason, e.code());
 }
@@ -414,9 +418,11 @@ bool horaComm::abort() noexcept {
     HORA_WARN(log::kColl, "horaCommAbort: %s; the communicator is left allocated", e.what());
     return false;
   }
+  const std::string why =
+      "the communicator of " + (peers.empty() ? std::string("a rank") : peers[static_cast<size_t>(rank)].name()) + " was aborted";
+  if (stage) stage->markFailed(why, Errc::Remote);  // for peers that wait on this rank in the stage
   for (auto& c : conns)
-    if (c) c->shutdown("the communicator of " + (peers.empty() ? std::string("a rank") : peers[static_cast<size_t>(rank)].name()) +
-                       " was aborted", Errc::Remote);
+    if (c) c->shutdown(why, Errc::Remote);
   return true;
 }
 

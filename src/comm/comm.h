@@ -144,6 +144,8 @@ struct horaComm {
   std::chrono::microseconds spinFor{0};
   uint64_t commId = 0;  // the same on every rank of this communicator (UniqueId::commId)
   uint64_t collectives = 0;  // groups with a collective run so far: the call number announced on the host
+  uint16_t frameCall = 0;    // the last collective's number in frames (transports/frame.h), 0 skipped
+  uint16_t nextFrameCall() { return ++frameCall ? frameCall : ++frameCall; }
   uint64_t stageSeq = 0;  // chunks through the shared stage so far (coll/stage.cc)
   // Calls queued on host streams and not yet done (comm/stream.h); changed under streamMu.
   std::mutex streamMu;

@@ -35,6 +35,7 @@ const Variable kVariables[] = {
     {"HORA_TRANSPORTS", "(every transport built in)", "transports to use, of those built in (shm, tcp); ^X excludes X"},
     {"HORA_ALGO", "auto", "algorithm: auto, an algorithm's name for every collective that has it, or collective:name,... (an unknown name lists them)"},
     {"HORA_HIER_STAGE", "1", "across hosts: hier's phases within a host through the shared stage (1) or shared-memory messages (0)"},
+    {"HORA_CALL_CHECK", "1", "1: every rank of a call hears from every other before it returns, so a mismatch fails all of them; 0: a Broadcast's root, a Reduce's senders and count-0 calls skip that"},
     {"HORA_TUNE_FILE", "", "the planner's cost model, as hora-tune writes it (default: built-in costs)"},
     {"HORA_NSOCKS_PERPEER", "1", "TCP sockets per peer, 1..16"},
     {"HORA_CHUNK_BYTES", "524288", "pipeline chunk in bytes, 4096..64M (K, M suffixes)"},
@@ -242,6 +243,11 @@ Config parseConfig(const EnvLookup& env) {
     const std::string b = trimBlanks(*v);
     if (b != "0" && b != "1") bad("HORA_HIER_STAGE", *v, "0 or 1");
     c.hierStage = b == "1";
+  }
+  if (auto v = env("HORA_CALL_CHECK")) {
+    const std::string b = trimBlanks(*v);
+    if (b != "0" && b != "1") bad("HORA_CALL_CHECK", *v, "0 or 1");
+    c.callCheck = b == "1";
   }
   if (auto v = env("HORA_KERNEL_ISA")) {
     std::string a = trimBlanks(*v);

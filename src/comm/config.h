@@ -29,6 +29,7 @@ struct Config {
   int nsocksPerPeer = 1;
   size_t chunkBytes = 512 * 1024;
   bool hierStage = true;  // HORA_HIER_STAGE
+  bool callCheck = true;  // HORA_CALL_CHECK
   std::string kernelIsa = "auto";
   std::string topoFile;  // HORA_TOPO_FILE: an hwloc XML file; empty: this machine
 };

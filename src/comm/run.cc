@@ -97,6 +97,7 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const c
   const coll::Algorithm& algo = coll::algorithm(plan.algo);
   if (!topo.stage || !algo.runsNow(a, topo)) return false;
   ++c->calls;
+  c->nextFrameCall();  // numbered as the same call going through messages would be
   HORA_TRACE(log::kColl, "%s: %s by %s, at once through the shared stage", c->describeCall().c_str(),
              coll::describe(a).c_str(), algo.name());
   core::Job j = jobOf(c, nullptr);
@@ -137,7 +138,8 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     guard.comms.push_back(c);
     c->scratch.reset();
   }
-  if (programs.size() < calls.size()) programs.resize(calls.size());
+  // One program per call, and one per communicator for its agreement (coll::buildAgreement).
+  if (programs.size() < calls.size() + guard.comms.size()) programs.resize(calls.size() + guard.comms.size());
   jobs.clear();
   std::vector<Deferred>& deferred = ts.deferred;
   std::vector<coll::Args>& adjusted = ts.adjusted;
@@ -208,6 +210,12 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     timeout = std::min(timeout, c->opts.timeout);
     spinFor = std::min(spinFor, c->spinFor);
   }
+  // Number the collectives in frames once every program is built (a build that throws leaves
+  // the numbers as they were, the same as on the other ranks).
+  for (size_t i = 0; i < calls.size(); ++i)
+    if (calls[i].second.kind != coll::Kind::Send && calls[i].second.kind != coll::Kind::Recv &&
+        std::find(atOnce.begin(), atOnce.end(), i) == atOnce.end())
+      programs[i].call = calls[i].first->nextFrameCall();
   // Announce each communicator's collectives on its host, for a cheap mismatch check.
   std::vector<uint64_t>& tags = ts.tags;
   for (horaComm* c : guard.comms) {
@@ -225,6 +233,24 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     first->callNo = ++c->collectives;
     first->callTag = coll::groupTag(tags);
     c->stage->announce(first->callNo, first->callTag);
+  }
+  // The agreement of each communicator whose collectives need one, after all its other jobs.
+  for (size_t k = 0; k < guard.comms.size(); ++k) {
+    horaComm* c = guard.comms[k];
+    tags.clear();
+    bool agree = false;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (calls[i].first != c || calls[i].second.kind == coll::Kind::Send || calls[i].second.kind == coll::Kind::Recv ||
+          std::find(atOnce.begin(), atOnce.end(), i) != atOnce.end())
+        continue;
+      tags.push_back(programs[i].tag);
+      agree |= coll::needsAgreement(adjusted[i], topoOf(c));
+    }
+    if (!agree) continue;
+    core::Program& p = programs[calls.size() + k];
+    p.clear();
+    coll::buildAgreement(topoOf(c), coll::groupTag(tags), c->scratch, p);
+    jobs.push_back(jobOf(c, &p));
   }
   try {
     executor.run(jobs, timeout, spinFor);

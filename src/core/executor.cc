@@ -200,6 +200,7 @@ void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int onl
       if (!stalled.empty()) fail(Errc::Timeout, "%s; %s", stalled.c_str(), e.what());
       if (held || !job.localPids) std::rethrow_exception(held ? held : std::current_exception());
       held = std::current_exception();
+      timeout = holdFor(timeout);
     }
   }
   if (check) checkCall(job);
@@ -268,7 +269,44 @@ void Executor::disarmWaits() {
     if (!waits_[qi].atEnd()) waits_[qi].stage->disarm();
 }
 
+milliseconds Executor::holdFor(milliseconds timeout) {
+  // The cause, if a rank waited for knows it, arrives within moments of that rank's own
+  // timeout, which came at about the same time as this one.
+  return std::min(timeout, milliseconds(10000));
+}
+
+void Executor::checkStrays() const {
+  for (size_t ji = 0; ji < jobs_->size(); ++ji) {
+    const Job& j = (*jobs_)[ji];
+    if (!j.program->call) continue;
+    bool first = true;  // once per communicator
+    for (size_t k = 0; k < ji; ++k) first &= (*jobs_)[k].conns != j.conns || !(*jobs_)[k].program->call;
+    if (!first) continue;
+    for (int p = 0; p < j.nranks; ++p) {
+      transport::Connection* c = j.conns[p];
+      uint16_t call = 0;
+      uint64_t tag = 0;
+      if (!c || !c->pendingFrame(&call, &tag) || !call) continue;
+      for (const Job& o : *jobs_)
+        if (o.conns == j.conns && o.program->call == call && o.program->tag != tag)
+          fail(Errc::InvalidUsage, "mismatched calls: %s is in %s, this rank in %s (call #%u of the communicator; its "
+               "message came where this rank expects none)", c->peerName().c_str(), transport::describeTag(tag).c_str(),
+               transport::describeTag(o.program->tag).c_str(), call);
+    }
+  }
+}
+
 void Executor::block(milliseconds most) {
+  // Stuck for a while: a message that waits where this call expects none, of this call's
+  // number but another collective, is a peer in another call (whose pattern of messages may
+  // never meet this one's: a hang, not a mismatch found by a receive).
+  if (++idleBlocks_ >= 3) {
+    const Clock::time_point now = Clock::now();  // at most every 250 ms: a peek per link
+    if (now - lastStrayCheck_ >= milliseconds(250)) {
+      lastStrayCheck_ = now;
+      checkStrays();
+    }
+  }
   fds_.clear();
   bool sleep = armWaits();
   for (const Queue& q : queues_)
@@ -347,6 +385,7 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
   // goes on, for at most another timeout, for that rank's failure to arrive (its abort frame,
   // its failure text in the stage: a PeerFailure that names the cause); only if none does is
   // the timeout reported. Progress in the meantime ends the hold.
+  idleBlocks_ = 0;
   std::exception_ptr heldTimeout;
   Clock::time_point heldUntil{};
   size_t doneAtScan = SIZE_MAX;  // local ops become ready only when something completes
@@ -357,12 +396,14 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
       while (q.nextSend < q.sends.size() && ready(q.sends[q.nextSend])) {
         uint32_t g = q.sends[q.nextSend++];
         const Op& o = op(g);
+        q.conn->setCall(jobs[refs_[g].job].program->call);
         q.conn->postSend(o.buf, o.bytes, jobs[refs_[g].job].program->tag, g);
         moved = true;
       }
       while (q.nextRecv < q.recvs.size() && ready(q.recvs[q.nextRecv])) {
         uint32_t g = q.recvs[q.nextRecv++];
         const Op& o = op(g);
+        q.conn->setCall(jobs[refs_[g].job].program->call);
         q.conn->postRecv(o.buf, o.bytes, jobs[refs_[g].job].program->tag, g);
         moved = true;
       }
@@ -425,7 +466,9 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
         throw;
       } catch (const Error& e) {
         // A rank of this host whose process is gone or stopped is named as the cause first.
-        const std::string state = q.job->localPids ? processStalled(q.job->localPids[q.peer]) : std::string();
+        const bool peerCause = e.code() == Errc::Remote || e.code() == Errc::Timeout;
+        const std::string state =
+            peerCause && q.job->localPids ? processStalled(q.job->localPids[q.peer]) : std::string();
         throw Error(e.code(), (state.empty() ? "" : q.conn->peerName() + " " + state + ": ") + e.what() +
                                   "; while waiting for " + describeWait());
       }
@@ -439,6 +482,7 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
       continue;
     }
     if (moved) {
+      idleBlocks_ = 0;
       w.progressed();
       heldTimeout = nullptr;
       continue;
@@ -468,7 +512,7 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
       if (!stalled.empty()) fail(Errc::Timeout, "%s; %s", stalled.c_str(), e.what());
       if (!waitsOnlyLocal()) throw;
       heldTimeout = std::current_exception();
-      heldUntil = Clock::now() + timeout;
+      heldUntil = Clock::now() + holdFor(timeout);
     }
   }
 }

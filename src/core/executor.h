@@ -81,6 +81,12 @@ class Executor {
   static std::string behind(const transport::SharedStage& st, int counter, uint64_t value, int only);
   static std::string stalledMembers(const Job& job, int counter, uint64_t value, int only);
   void block(milliseconds most);
+  // Throws if a peer's frame waits, unclaimed, with this call's number and another tag.
+  void checkStrays() const;
+  unsigned idleBlocks_ = 0;  // blocks since the last progress
+  Clock::time_point lastStrayCheck_{};
+  // How long a timeout is held back for the cause to arrive: the timeout, at most 10 s.
+  static milliseconds holdFor(milliseconds timeout);
 
   const std::vector<Job>* jobs_ = nullptr;
   std::vector<uint32_t> base_;  // first global index of each job

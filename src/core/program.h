@@ -65,7 +65,11 @@ struct Program {
   std::vector<int32_t> depLists;
   std::vector<const void*> srcLists;
   uint64_t tag = 0;  // carried by every message; see src/coll/tag.cc
+  // The collective's number on its communicator, from 1 modulo 65536 (0: send/recv), carried
+  // by every message too (transports/frame.h).
+  uint16_t call = 0;
   void clear() {
+    call = 0;
     ops.clear();
     depLists.clear();
     srcLists.clear();

@@ -28,7 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint8_t hdr[kFrameHeaderBytes] = {0};
   const std::string h = in.bytes(kFrameHeaderBytes);
   memcpy(hdr, h.data(), h.size());
-  Expectation x{in.u64(), in.u64(), in.u64()};
+  Expectation x{in.u64(), in.u64(), in.u64(), static_cast<uint16_t>(in.u64())};
 
   FrameHeader out;
   out.seq = 0x5555;
@@ -37,27 +37,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // The documented outcome, from the layout in frame.h.
   uint32_t magic;
-  uint16_t type, flags;
+  uint16_t type, call;
   uint64_t seq, length, tag;
   memcpy(&magic, hdr, 4);
   memcpy(&type, hdr + 4, 2);
-  memcpy(&flags, hdr + 6, 2);
+  memcpy(&call, hdr + 6, 2);
   memcpy(&seq, hdr + 8, 8);
   memcpy(&length, hdr + 16, 8);
   memcpy(&tag, hdr + 24, 8);
-  const bool wellFormed = magic == kFrameMagic && flags == 0;
+  const bool wellFormed = magic == kFrameMagic;
   FrameCheck expected = FrameCheck::Bad;
-  if (wellFormed && type == static_cast<uint16_t>(FrameType::Abort) && length <= kMaxAbortText)
+  if (wellFormed && type == static_cast<uint16_t>(FrameType::Abort) && length <= kMaxAbortText && call == 0)
     expected = FrameCheck::Abort;
   else if (wellFormed && type == static_cast<uint16_t>(FrameType::Data) && seq == x.seq)
-    // A data frame in sequence: this call's (Ok), or another call's tag or length (Mismatch).
-    expected = length == x.length && tag == x.tag ? FrameCheck::Ok : FrameCheck::Mismatch;
+    // A data frame in sequence: this call's (Ok), or another call's tag, length or number,
+    // where both sides number it (Mismatch).
+    expected = length == x.length && tag == x.tag && (!x.call || !call || x.call == call) ? FrameCheck::Ok
+                                                                                          : FrameCheck::Mismatch;
   FUZZ_CHECK(c == expected, "decodeFrameHeader's verdict differs from frame.h's");
 
   if (c == FrameCheck::Bad || c == FrameCheck::Mismatch) {
     FUZZ_CHECK(!why.empty(), "a bad frame without a reason");
   } else {
-    FUZZ_CHECK(out.seq == seq && out.length == length && out.tag == tag);
+    FUZZ_CHECK(out.seq == seq && out.length == length && out.tag == tag && out.call == call);
     FUZZ_CHECK(out.type == (c == FrameCheck::Ok ? FrameType::Data : FrameType::Abort));
     uint8_t again[kFrameHeaderBytes];
     encodeFrameHeader(out, again);
@@ -70,12 +72,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   mine.seq = seq;
   mine.length = mine.type == FrameType::Abort ? length % (kMaxAbortText + 1) : length;
   mine.tag = tag;
+  mine.call = mine.type == FrameType::Abort ? 0 : call;
   uint8_t enc[kFrameHeaderBytes];
   encodeFrameHeader(mine, enc);
   FrameHeader back;
   std::string why2;
-  const FrameCheck c2 = decodeFrameHeader(enc, Expectation{mine.seq, mine.length, mine.tag}, &back, &why2);
+  const FrameCheck c2 = decodeFrameHeader(enc, Expectation{mine.seq, mine.length, mine.tag, mine.call}, &back, &why2);
   FUZZ_CHECK(c2 == (mine.type == FrameType::Data ? FrameCheck::Ok : FrameCheck::Abort), why2);
-  FUZZ_CHECK(back.type == mine.type && back.seq == mine.seq && back.length == mine.length && back.tag == mine.tag);
+  FUZZ_CHECK(back.type == mine.type && back.seq == mine.seq && back.length == mine.length && back.tag == mine.tag &&
+             back.call == mine.call);
   return 0;
 }

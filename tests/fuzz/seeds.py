@@ -23,9 +23,9 @@ def u64(v):
     return struct.pack("<Q", v)
 
 
-# transports/frame.h: magic "HRFR", type, flags, seq, length, tag; then the expectation.
-def frame_header(ftype, seq, length, tag, flags=0):
-    return b"HRFR" + struct.pack("<HHQQQ", ftype, flags, seq, length, tag)
+# transports/frame.h: magic "HRFR", type, call, seq, length, tag; then the expectation.
+def frame_header(ftype, seq, length, tag, call=0):
+    return b"HRFR" + struct.pack("<HHQQQ", ftype, call, seq, length, tag)
 
 
 TAG = (1 << 56) | (7 << 52) | 1024  # an AllReduce of 1024 floats

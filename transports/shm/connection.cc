@@ -29,12 +29,13 @@ void Connection::postSend(const void* data, size_t bytes, uint64_t tag, transpor
   h.seq = sendSeq_++;
   h.length = bytes;
   h.tag = tag;
+  h.call = call_;
   encodeFrameHeader(h, op.header);
   sends_.push(op);
 }
 
 void Connection::postRecv(void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) {
-  recvs_.push(RecvOp{static_cast<uint8_t*>(data), bytes, 0, recvSeq_++, tag, cookie});
+  recvs_.push(RecvOp{static_cast<uint8_t*>(data), bytes, 0, recvSeq_++, tag, cookie, call_});
 }
 
 void Connection::peerGone() const { peerLeft("exited or crashed (its process is gone)"); }
@@ -98,7 +99,7 @@ bool Connection::progressRecvs(std::vector<transport::Cookie>& completed) {
       copyOut(hdr, tail, kFrameHeaderBytes);
       FrameHeader h;
       std::string why;
-      switch (decodeFrameHeader(hdr, Expectation{r.seq, r.bytes, r.tag}, &h, &why)) {
+      switch (decodeFrameHeader(hdr, Expectation{r.seq, r.bytes, r.tag, r.call}, &h, &why)) {
         case FrameCheck::Bad: fail(Errc::Remote, "%s: %s", peerName().c_str(), why.c_str());
         case FrameCheck::Mismatch: fail(Errc::InvalidUsage, "%s: %s", peerName().c_str(), why.c_str());
         case FrameCheck::Abort: {
@@ -133,6 +134,25 @@ bool Connection::progressRecvs(std::vector<transport::Cookie>& completed) {
       in_->head.load(std::memory_order_acquire) == tail)
     peerLeft("closed the connection (it exited, crashed or closed its communicator)");
   return tail != start;
+}
+
+bool Connection::pendingFrame(uint16_t* call, uint64_t* tag) {
+  if (closed_ || !recvs_.empty() || headerOk_) return false;
+  const uint64_t tail = in_->tail.load(std::memory_order_relaxed);
+  const uint64_t avail = in_->head.load(std::memory_order_acquire) - tail;
+  if (avail < kFrameHeaderBytes || avail > ringBytes_) return false;
+  uint8_t hdr[kFrameHeaderBytes];
+  copyOut(hdr, tail, kFrameHeaderBytes);
+  const FrameHeader h = peekFrameHeader(hdr);
+  if (h.type == FrameType::Abort) {
+    if (h.length > kMaxAbortText || avail < kFrameHeaderBytes + h.length) return false;  // on its way, or bad (read will say)
+    uint8_t text[kMaxAbortText];
+    copyOut(text, tail + kFrameHeaderBytes, static_cast<size_t>(h.length));
+    throw PeerFailure(peerText(text, static_cast<size_t>(h.length)), peerCode(h.tag));
+  }
+  *call = h.call;
+  *tag = h.tag;
+  return true;
 }
 
 bool Connection::progress(std::vector<transport::Cookie>& completed) {

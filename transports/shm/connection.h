@@ -26,6 +26,8 @@ class Connection final : public transport::Connection {
   bool armWakeup() override;
   void disarmWakeup() override;
   void shutdown(const std::string& reason, Errc code) noexcept override;
+  void setCall(uint16_t call) override { call_ = call; }
+  bool pendingFrame(uint16_t* call, uint64_t* tag) override;
   const std::string& peerName() const override;
 
  private:
@@ -42,6 +44,7 @@ class Connection final : public transport::Connection {
     size_t got;  // of the payload
     uint64_t seq, tag;
     transport::Cookie cookie;
+    uint16_t call;
   };
 
   bool progressSends(std::vector<transport::Cookie>& completed);
@@ -55,6 +58,7 @@ class Connection final : public transport::Connection {
 
   const World& world_;
   uint32_t peer_;
+  uint16_t call_ = 0;
   RingCtl* out_;  // this rank -> peer, in this rank's segment
   uint8_t* outRing_;
   RingCtl* in_;   // peer -> this rank, in the peer's segment

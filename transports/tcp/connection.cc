@@ -1,10 +1,12 @@
 #include "transports/tcp/connection.h"
 
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -36,6 +38,7 @@ void Connection::postSend(const void* data, size_t bytes, uint64_t tag, transpor
   h.seq = sendSeq_++;
   h.length = bytes;
   h.tag = tag;
+  h.call = call_;
   encodeFrameHeader(h, op.header);
   s.sends.push(op);
   ++outstanding_;
@@ -43,8 +46,9 @@ void Connection::postSend(const void* data, size_t bytes, uint64_t tag, transpor
 
 void Connection::postRecv(void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) {
   Socket& s = socks_[recvSeq_ % socks_.size()];
-  s.recvs.push(RecvOp{static_cast<uint8_t*>(data), bytes, 0, recvSeq_++, tag, cookie});
+  s.recvs.push(RecvOp{static_cast<uint8_t*>(data), bytes, 0, recvSeq_++, tag, cookie, call_});
   s.dataWaiting = false;
+  s.peekedAvail = 0;
   ++outstanding_;
 }
 
@@ -78,10 +82,12 @@ bool Connection::progressSends(Socket& s, std::vector<transport::Cookie>& comple
       throw;
     }
     if (wrote == 0) {
-      // Stuck: the peer does not read. If it failed, it said why on its side of this socket.
-      if (s.recvs.empty() && !s.dataWaiting) checkForAbort(s);
+      // Stuck: the peer does not read. If it failed, it said why on its side of this socket
+      // (looked at on every 32nd stuck pass: a syscall).
+      if (s.recvs.empty() && (s.stuck++ & 31) == 0) checkForAbort(s);
       break;
     }
+    s.stuck = 0;
     moved = true;
     while (wrote > 0) {
       SendOp& op = s.sends.front();
@@ -126,8 +132,27 @@ void Connection::checkForAbort(Socket& s) {
          "was sending to it", peer_.c_str());
   if (n < static_cast<ssize_t>(kFrameHeaderBytes)) return;  // nothing, or a header on its way
   if (frameType(h) != static_cast<uint16_t>(FrameType::Abort)) {
-    s.dataWaiting = true;  // for a later receive; it checks the frame
-    return;
+    // A data frame for a later receive (which checks it). The peer's abort frame may follow
+    // it: look behind the frame when it is all there and not large, and again only when more
+    // has come.
+    s.dataWaiting = true;
+    int avail = 0;
+    const FrameHeader fh = peekFrameHeader(h);
+    const size_t behind = kFrameHeaderBytes + static_cast<size_t>(std::min<uint64_t>(fh.length, kMaxPeekBehind));
+    if (fh.length > kMaxPeekBehind || ::ioctl(s.fd.get(), FIONREAD, &avail) != 0 ||
+        static_cast<size_t>(avail) < behind + kFrameHeaderBytes || static_cast<size_t>(avail) == s.peekedAvail)
+      return;
+    s.peekedAvail = static_cast<size_t>(avail);
+    std::vector<uint8_t> buf(std::min(static_cast<size_t>(avail), behind + kFrameHeaderBytes + kMaxAbortText));
+    const ssize_t got = ::recv(s.fd.get(), buf.data(), buf.size(), MSG_PEEK | MSG_DONTWAIT);
+    if (got < static_cast<ssize_t>(behind + kFrameHeaderBytes)) return;
+    const uint8_t* next = buf.data() + behind;
+    if (frameType(next) != static_cast<uint16_t>(FrameType::Abort)) return;
+    const FrameHeader ah = peekFrameHeader(next);
+    if (ah.length > kMaxAbortText || static_cast<size_t>(got) < behind + kFrameHeaderBytes + ah.length) return;
+    // The connection is over: what the abort says is the cause.
+    throw PeerFailure(peerText(reinterpret_cast<const char*>(next) + kFrameHeaderBytes, static_cast<size_t>(ah.length)),
+                      peerCode(ah.tag));
   }
   FrameHeader fh;
   std::string why;
@@ -138,6 +163,27 @@ void Connection::checkForAbort(Socket& s) {
   s.abortCode = fh.tag;
   s.abortText.clear();
   readAbort(s);
+}
+
+bool Connection::pendingFrame(uint16_t* call, uint64_t* tag) {
+  if (closed_) return false;
+  Socket& s = socks_[recvSeq_ % socks_.size()];  // the next frame comes on this socket
+  if (!s.recvs.empty() || s.headerGot || s.headerOk) return false;
+  if (s.readingAbort) {
+    readAbort(s);
+    return false;
+  }
+  uint8_t h[kFrameHeaderBytes];
+  const ssize_t n = ::recv(s.fd.get(), h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
+  if (n < static_cast<ssize_t>(kFrameHeaderBytes)) return false;  // nothing whole yet; a close shows elsewhere
+  if (frameType(h) == static_cast<uint16_t>(FrameType::Abort)) {
+    checkForAbort(s);
+    return false;
+  }
+  const FrameHeader fh = peekFrameHeader(h);
+  *call = fh.call;
+  *tag = fh.tag;
+  return true;
 }
 
 void Connection::salvageAbort(Socket& s) {
@@ -155,9 +201,7 @@ void Connection::salvageAbort(Socket& s) {
         return;
       }
       // A data frame no receive will take now: skip it, if it is all there.
-      FrameHeader fh;
-      std::string why;
-      (void)decodeFrameHeader(h, Expectation{0, 0, 0}, &fh, &why);
+      const FrameHeader fh = peekFrameHeader(h);
       if (fh.length > (uint64_t(64) << 20)) return;
       size_t skip = kFrameHeaderBytes + static_cast<size_t>(fh.length);
       uint8_t sink[65536];
@@ -191,7 +235,7 @@ bool Connection::progressRecvs(Socket& s, std::vector<transport::Cookie>& comple
       if (s.headerGot < kFrameHeaderBytes) return moved;
       FrameHeader h;
       std::string why;
-      switch (decodeFrameHeader(s.header, Expectation{r.seq, r.bytes, r.tag}, &h, &why)) {
+      switch (decodeFrameHeader(s.header, Expectation{r.seq, r.bytes, r.tag, r.call}, &h, &why)) {
         case FrameCheck::Bad: failWire(why);
         case FrameCheck::Mismatch: fail(Errc::InvalidUsage, "%s: %s", peer_.c_str(), why.c_str());
         case FrameCheck::Abort: {
@@ -276,6 +320,7 @@ constexpr size_t kMaxFinish = size_t(16) << 20;
 
 void Connection::finishPartial(Clock::time_point until) noexcept {
   if (closed_) return;
+  flushUntil_ = until;  // shutdown() may wait as long for room for its abort frame
   for (Socket& s : socks_) {
     if (s.sends.empty() || !s.fd.valid()) continue;
     SendOp& op = s.sends.front();
@@ -299,7 +344,9 @@ void Connection::shutdown(const std::string& reason, Errc code) noexcept {
   closed_ = true;
   closedReason_ = reason;
   std::string text = reason.substr(0, kMaxAbortText);
-  const Clock::time_point until = Clock::now() + milliseconds(200);
+  // Inside a failing call (finishPartial came first) the abort frame may wait for room until the
+  // caller's deadline; otherwise (horaCommAbort) shutdown never waits.
+  const Clock::time_point until = flushUntil_;
   for (Socket& s : socks_) {
     // An abort frame can only go out at a frame boundary.
     bool atBoundary = s.sends.empty() || s.sends.front().sent == 0;

@@ -21,6 +21,8 @@ class Connection final : public transport::Connection {
  public:
   // A frame whose payload is at most this is read with its header in one recv().
   static constexpr size_t kSmallPayload = 4096;
+  // The largest data frame a stuck sender looks behind for the peer's abort frame.
+  static constexpr size_t kMaxPeekBehind = size_t(1) << 20;
 
   // sockets[i] must be connected and handshaken; they become this connection's.
   Connection(std::vector<Fd> sockets, std::string peerName);
@@ -32,6 +34,8 @@ class Connection final : public transport::Connection {
   bool busy() const override;
   void addPollFds(std::vector<pollfd>& fds) const override;
   void finishPartial(std::chrono::steady_clock::time_point until) noexcept override;
+  void setCall(uint16_t call) override { call_ = call; }
+  bool pendingFrame(uint16_t* call, uint64_t* tag) override;
   void shutdown(const std::string& reason, Errc code) noexcept override;
   const std::string& peerName() const override { return peer_; }
 
@@ -49,6 +53,7 @@ class Connection final : public transport::Connection {
     size_t got;  // of the payload
     uint64_t seq, tag;
     transport::Cookie cookie;
+    uint16_t call;
   };
   struct Socket {
     Fd fd;
@@ -65,6 +70,8 @@ class Connection final : public transport::Connection {
     // frame found there instead belongs to a later receive and waits for it (and the socket is
     // not polled for input until then).
     bool dataWaiting = false;
+    size_t peekedAvail = 0;  // the bytes waiting when checkForAbort last looked behind that frame
+    unsigned stuck = 0;      // passes on which nothing could be written
   };
 
   bool progressSends(Socket& s, std::vector<transport::Cookie>& completed);
@@ -81,6 +88,8 @@ class Connection final : public transport::Connection {
   std::vector<Socket> socks_;
   std::string peer_;
   uint64_t sendSeq_ = 0, recvSeq_ = 0;
+  uint16_t call_ = 0;
+  std::chrono::steady_clock::time_point flushUntil_{};  // set by finishPartial
   size_t outstanding_ = 0;
   bool closed_ = false;
   std::string closedReason_;
