@@ -473,6 +473,10 @@ TEST_CASE("horaCommAbort from another thread stops a blocked call", "[faults]") 
     text = horaGetLastError(nullptr);
   });
   while (!comms[0]->busy.load()) usleep(1000);
+  // A second thread's call on the busy communicator: horaInvalidUsage, and the first goes on.
+  float z = 0;
+  CHECK(horaAllReduce(&z, &z, 1, horaFloat, horaSum, comms[0], nullptr) == horaInvalidUsage);
+  CHECK(std::string(horaGetLastError(nullptr)).find("in use by another thread") != std::string::npos);
   CHECK(horaCommAbort(comms[0]) == horaSuccess);
   t.join();
   // The aborting rank's own interrupted call: horaInvalidUsage (the README's table).
