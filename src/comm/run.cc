@@ -239,17 +239,20 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     horaComm* c = guard.comms[k];
     tags.clear();
     bool agree = false;
+    uint16_t last = 0;
     for (size_t i = 0; i < calls.size(); ++i) {
       if (calls[i].first != c || calls[i].second.kind == coll::Kind::Send || calls[i].second.kind == coll::Kind::Recv ||
           std::find(atOnce.begin(), atOnce.end(), i) != atOnce.end())
         continue;
       tags.push_back(programs[i].tag);
+      last = programs[i].call;
       agree |= coll::needsAgreement(adjusted[i], topoOf(c));
     }
     if (!agree) continue;
     core::Program& p = programs[calls.size() + k];
     p.clear();
     coll::buildAgreement(topoOf(c), coll::groupTag(tags), c->scratch, p);
+    p.call = last;  // its frames carry the number of the group's last collective: a rank a call behind fails
     jobs.push_back(jobOf(c, &p));
   }
   try {

@@ -287,11 +287,18 @@ void Executor::checkStrays() const {
       uint16_t call = 0;
       uint64_t tag = 0;
       if (!c || !c->pendingFrame(&call, &tag) || !call) continue;
+      // Of this call's number (a later call's is left alone), and no job of it has that tag.
+      const Job* mine = nullptr;
+      bool known = false;
       for (const Job& o : *jobs_)
-        if (o.conns == j.conns && o.program->call == call && o.program->tag != tag)
-          fail(Errc::InvalidUsage, "mismatched calls: %s is in %s, this rank in %s (call #%u of the communicator; its "
-               "message came where this rank expects none)", c->peerName().c_str(), transport::describeTag(tag).c_str(),
-               transport::describeTag(o.program->tag).c_str(), call);
+        if (o.conns == j.conns && o.program->call == call) {
+          if (!mine) mine = &o;
+          known |= o.program->tag == tag;
+        }
+      if (mine && !known)
+        fail(Errc::InvalidUsage, "mismatched calls: %s is in %s, this rank in %s (call #%u of the communicator; its "
+             "message came where this rank expects none)", c->peerName().c_str(), transport::describeTag(tag).c_str(),
+             transport::describeTag(mine->program->tag).c_str(), call);
     }
   }
 }
