@@ -8,9 +8,6 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
-
-#include "base/socket.h"
 
 namespace hora {
 
@@ -85,16 +82,12 @@ std::string processStalled(int pid) {
   if (pid <= 0 || !procOk) return std::string();
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  Fd f(::open(path, O_RDONLY | O_CLOEXEC));
-  if (!f.valid()) return errno == ENOENT ? "has exited" : "";
-  char buf[512];
-  ssize_t n = ::read(f.get(), buf, sizeof buf - 1);
-  if (n <= 0) return std::string();
-  buf[n] = '\0';
+  const std::string line = readLine(path);
+  if (line.empty()) return ::access(path, F_OK) != 0 && errno == ENOENT ? "has exited" : "";
   // "pid (comm) S ...": the state follows the last ')' (comm may hold anything).
-  const char* close = strrchr(buf, ')');
-  if (!close || close[1] != ' ') return std::string();
-  switch (close[2]) {
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size() || line[close + 1] != ' ') return std::string();
+  switch (line[close + 2]) {
     case 'T': return "is stopped (SIGSTOP or job control: its process is in state T)";
     case 't': return "is stopped by a debugger (its process is in state t)";
     case 'Z':

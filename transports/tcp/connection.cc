@@ -4,7 +4,6 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
-#include <cerrno>
 #include <cstring>
 #include <vector>
 
@@ -115,11 +114,6 @@ bool Connection::readAbort(Socket& s) {
   throw PeerFailure(s.abortText, peerCode(s.abortCode));
 }
 
-namespace {
-// The type field of a frame header (frame.h), without checking the rest.
-uint16_t frameType(const uint8_t* h) { return static_cast<uint16_t>(h[4] | h[5] << 8); }
-}  // namespace
-
 void Connection::checkForAbort(Socket& s) {
   if (s.readingAbort) {
     readAbort(s);
@@ -131,7 +125,7 @@ void Connection::checkForAbort(Socket& s) {
     fail(Errc::Remote, "connection closed by %s (it exited, crashed or closed its communicator) while this rank "
          "was sending to it", peer_.c_str());
   if (n < static_cast<ssize_t>(kFrameHeaderBytes)) return;  // nothing, or a header on its way
-  if (frameType(h) != static_cast<uint16_t>(FrameType::Abort)) {
+  if (peekFrameHeader(h).type != FrameType::Abort) {
     // A data frame for a later receive (which checks it). The peer's abort frame may follow
     // it: look behind the frame when it is all there and not large, and again only when more
     // has come.
@@ -147,7 +141,7 @@ void Connection::checkForAbort(Socket& s) {
     const ssize_t got = ::recv(s.fd.get(), buf.data(), buf.size(), MSG_PEEK | MSG_DONTWAIT);
     if (got < static_cast<ssize_t>(behind + kFrameHeaderBytes)) return;
     const uint8_t* next = buf.data() + behind;
-    if (frameType(next) != static_cast<uint16_t>(FrameType::Abort)) return;
+    if (peekFrameHeader(next).type != FrameType::Abort) return;
     const FrameHeader ah = peekFrameHeader(next);
     if (ah.length > kMaxAbortText || static_cast<size_t>(got) < behind + kFrameHeaderBytes + ah.length) return;
     // The connection is over: what the abort says is the cause.
@@ -176,7 +170,7 @@ bool Connection::pendingFrame(uint16_t* call, uint64_t* tag) {
   uint8_t h[kFrameHeaderBytes];
   const ssize_t n = ::recv(s.fd.get(), h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
   if (n < static_cast<ssize_t>(kFrameHeaderBytes)) return false;  // nothing whole yet; a close shows elsewhere
-  if (frameType(h) == static_cast<uint16_t>(FrameType::Abort)) {
+  if (peekFrameHeader(h).type == FrameType::Abort) {
     checkForAbort(s);
     return false;
   }
@@ -196,7 +190,7 @@ void Connection::salvageAbort(Socket& s) {
       }
       uint8_t h[kFrameHeaderBytes];
       if (::recv(s.fd.get(), h, sizeof h, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(kFrameHeaderBytes)) return;
-      if (frameType(h) == static_cast<uint16_t>(FrameType::Abort)) {
+      if (peekFrameHeader(h).type == FrameType::Abort) {
         checkForAbort(s);
         return;
       }
@@ -295,23 +289,18 @@ void Connection::addPollFds(std::vector<pollfd>& fds) const {
 }
 
 namespace {
-// Writes all of [p, p+n) to a nonblocking socket, waiting for room until `until`; false if it
-// could not (the peer does not read, or is gone).
-bool writeUntil(int fd, const uint8_t* p, size_t n, Clock::time_point until) {
-  while (n > 0) {
-    const ssize_t w = ::send(fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (w > 0) {
-      p += w;
-      n -= static_cast<size_t>(w);
-      continue;
-    }
-    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
-    const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now()).count();
-    if (left <= 0) return false;
-    pollfd pf{fd, POLLOUT, 0};
-    pollFor(&pf, 1, static_cast<int>(left));
+// Writes all of [p, p+n) to the socket through the one wait (base/wait.h), for as long as
+// `until` leaves (one try when nothing is left); false if it could not (the peer does not
+// read, or is gone).
+bool writeUntil(int fd, const uint8_t* p, size_t n, Clock::time_point until, const std::string& peer) {
+  const auto left = std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(until - Clock::now()));
+  Waiter w(left, nullptr, [] { return std::string("room on the socket"); });
+  try {
+    writeAll(fd, p, n, w, peer.c_str());
+    return true;
+  } catch (const Error&) {
+    return false;
   }
-  return true;
 }
 
 // A message partly out is completed only if this much or less is left of it.
@@ -328,11 +317,11 @@ void Connection::finishPartial(Clock::time_point until) noexcept {
     if (kFrameHeaderBytes + op.bytes - op.sent > kMaxFinish) continue;
     bool ok = true;
     if (op.sent < kFrameHeaderBytes) {
-      ok = writeUntil(s.fd.get(), op.header + op.sent, kFrameHeaderBytes - op.sent, until);
+      ok = writeUntil(s.fd.get(), op.header + op.sent, kFrameHeaderBytes - op.sent, until, peer_);
       if (ok) op.sent = kFrameHeaderBytes;
     }
     const size_t off = op.sent - kFrameHeaderBytes;
-    if (ok && writeUntil(s.fd.get(), op.data + off, op.bytes - off, until)) {
+    if (ok && writeUntil(s.fd.get(), op.data + off, op.bytes - off, until, peer_)) {
       s.sends.pop();  // whole: an abort frame may follow it
       --outstanding_;
     }
@@ -358,7 +347,7 @@ void Connection::shutdown(const std::string& reason, Errc code) noexcept {
       h.tag = static_cast<uint64_t>(code);  // an abort frame's tag carries the cause's code
       encodeFrameHeader(h, frame);
       memcpy(frame + kFrameHeaderBytes, text.data(), text.size());
-      (void)writeUntil(s.fd.get(), frame, kFrameHeaderBytes + text.size(), until);
+      (void)writeUntil(s.fd.get(), frame, kFrameHeaderBytes + text.size(), until, peer_);
     }
     // The write side ends after the abort frame (a FIN, not a reset: what the peer has not read
     // yet stays readable). The socket stays open until the communicator is freed, so that what
