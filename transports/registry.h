@@ -42,6 +42,10 @@ struct Settings {
   SockAddr bindAddr;         // where socket transports listen (its port is 0: any)
   int socketsPerPeer = 1;    // HORA_NSOCKS_PERPEER
   size_t chunkBytes = 512 * 1024;  // HORA_CHUNK_BYTES: pipeline chunk and stage slot
+  std::string ibHca;               // HORA_IB_HCA (a device and port filter)
+  int ibGidIndex = -1;             // HORA_IB_GID_INDEX; -1: chosen per port
+  int ibQpsPerPeer = 1;            // HORA_IB_QPS_PER_PEER
+  std::string topoFile;            // HORA_TOPO_FILE: where the rank runs, for the nearest device
   milliseconds handshakeTimeout{30000};
 };
 
@@ -69,6 +73,8 @@ class Transport {
   virtual std::vector<std::unique_ptr<Connection>> connect(const PeerView& self, const std::vector<PeerView>& peers,
                                                           ConnectContext& ctx) = 0;
   virtual std::shared_ptr<SharedStage> stage() { return nullptr; }
+  // Why field() is empty on this rank ("" when it is not, or when there is nothing to say).
+  virtual std::string offReason() const { return ""; }
 };
 
 struct Registration {

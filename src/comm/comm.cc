@@ -42,8 +42,10 @@ std::vector<size_t> chooseTransports(const std::vector<TransportOffer>& offers, 
       std::string tried;
       for (const TransportOffer& o : offers) {
         const char* n = o.name.c_str();
+        const std::string why = o.transport->offReason();
         tried += format("%s%s (%s)", tried.empty() ? "" : ", ", n,
-                        !me.record.get(n) ? "off on this rank" : !p.record.get(n) ? "off on that rank" : "cannot reach it");
+                        !me.record.get(n) ? (why.empty() ? std::string("off on this rank") : "off on this rank: " + why).c_str()
+                        : !p.record.get(n) ? "off on that rank" : "cannot reach it");
       }
       fail(Errc::InvalidUsage, "no transport reaches %s from %s: %s; HORA_TRANSPORTS chooses among %s",
            p.name().c_str(), me.name().c_str(), tried.c_str(), transport::optionalTransportNames().c_str());
@@ -189,6 +191,10 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
     ts.bindAddr = c->address;
     ts.socketsPerPeer = cfg.nsocksPerPeer;
     ts.chunkBytes = cfg.chunkBytes;
+    ts.ibHca = cfg.ibHca;
+    ts.ibGidIndex = cfg.ibGidIndex;
+    ts.ibQpsPerPeer = cfg.ibQpsPerPeer;
+    ts.topoFile = cfg.topoFile;
     ts.handshakeTimeout = std::min(opts.timeout, milliseconds(30000));
     // Every enabled transport of the build, in registry order; each adds its field.
     std::vector<std::unique_ptr<transport::Transport>> owned;

@@ -38,6 +38,9 @@ const Variable kVariables[] = {
     {"HORA_CALL_CHECK", "1", "1: every rank of a call hears from every other before it returns, so a mismatch fails all of them; 0: a Broadcast's root, a Reduce's senders and count-0 calls skip that"},
     {"HORA_TUNE_FILE", "", "the planner's cost model, as hora-tune writes it (default: built-in costs)"},
     {"HORA_NSOCKS_PERPEER", "1", "TCP sockets per peer, 1..16"},
+    {"HORA_IB_HCA", "(every active port, nearest first)", "RDMA devices and ports for the ib transport: mlx5_0:1,mlx5_1 (prefixes), =exact, ^excluded"},
+    {"HORA_IB_GID_INDEX", "(the first RoCE v2 GID with an IPv4-mapped address)", "GID index for RoCE ports of the ib transport, 0..255"},
+    {"HORA_IB_QPS_PER_PEER", "1", "queue pairs per peer for the ib transport, 1..16; large messages are striped across them"},
     {"HORA_CHUNK_BYTES", "524288", "pipeline chunk in bytes, 4096..64M (K, M suffixes)"},
     {"HORA_KERNEL_ISA", "auto", "reduction kernels: auto, scalar, avx2 or avx512"},
     {"HORA_TOPO_FILE", "", "hwloc XML file to read the topology from instead of this machine"},
@@ -256,6 +259,11 @@ Config parseConfig(const EnvLookup& env) {
       bad("HORA_KERNEL_ISA", *v, "auto, scalar, avx2 or avx512");
     c.kernelIsa = a;
   }
+  if (auto v = env("HORA_IB_HCA")) c.ibHca = trimBlanks(*v);
+  if (auto v = env("HORA_IB_GID_INDEX"))
+    c.ibGidIndex = static_cast<int>(parseIntVariable("HORA_IB_GID_INDEX", *v, 0, 255, "an integer from 0 to 255"));
+  if (auto v = env("HORA_IB_QPS_PER_PEER"))
+    c.ibQpsPerPeer = static_cast<int>(parseIntVariable("HORA_IB_QPS_PER_PEER", *v, 1, 16, "an integer from 1 to 16"));
   if (auto v = env("HORA_TOPO_FILE")) {
     if (trimBlanks(*v).empty()) bad("HORA_TOPO_FILE", *v, "the path of an hwloc XML file");
     c.topoFile = *v;

@@ -27,6 +27,9 @@ struct Config {
   std::string tuneFile;                            // HORA_TUNE_FILE
   coll::Costs costs;                               // ... loaded, or the defaults
   int nsocksPerPeer = 1;
+  std::string ibHca;      // HORA_IB_HCA as given; the ib transport parses it
+  int ibGidIndex = -1;    // HORA_IB_GID_INDEX; -1: chosen per port
+  int ibQpsPerPeer = 1;   // HORA_IB_QPS_PER_PEER
   size_t chunkBytes = 512 * 1024;
   bool hierStage = true;  // HORA_HIER_STAGE
   bool callCheck = true;  // HORA_CALL_CHECK
