@@ -15,10 +15,19 @@
 //   sample  a few collectives up to some MiB, chosen by the planner (for impaired links)
 //   loop C  AllReduce of C floats until a call fails; "looping <rank>" after the first call
 //   one     one AllReduce of 1024 floats
+//   large [C...]  collectives C (all by default) with 64 MiB buffers (the whole vector, or every
+//           rank's part of it)
+//   regcache  AllReduce from buffers freed and allocated again at the same address between calls
+//           (malloc'd and mmap'd): the results stay exact, so no stale memory registration was
+//           used; prints "regcache <rank> hits H misses M invalidations I caching 0|1" where the
+//           ib transport is built
 // Exit status: 0 all exact, 1 a wrong result or an unexpected failure, 3 a call failed
 // (loop, one), 2 bad usage or no communicator.
+#include <malloc.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -29,6 +38,10 @@
 #include "collective_check.h"
 #include "comm/comm.h"
 #include "harness.h"
+#ifdef HORA_TEST_IB
+#include "transports/ib/device.h"
+#include "transports/ib/mrcache.h"
+#endif
 
 using namespace hora;
 using namespace hora::test;
@@ -201,6 +214,91 @@ int sample(horaComm_t comm, int rank, int n) {
   return 0;
 }
 
+int large(horaComm_t comm, int rank, int n, const std::vector<std::string>& only) {
+  const size_t MiB = size_t(1) << 20;
+  const size_t un = static_cast<size_t>(n);
+  const Case cases[] = {
+      {Coll::AllReduce, horaFloat32, horaSum, 16 * MiB, false, 0},
+      {Coll::AllReduce, horaBfloat16, horaMax, 32 * MiB, true, 0},
+      {Coll::Broadcast, horaInt8, horaSum, 64 * MiB, false, n - 1},
+      {Coll::Reduce, horaInt32, horaSum, 16 * MiB, false, 0},
+      {Coll::AllGather, horaUint8, horaSum, 64 * MiB / un, false, 0},
+      {Coll::ReduceScatter, horaFloat32, horaSum, 16 * MiB / un, false, 0},
+      {Coll::AllToAll, horaFloat64, horaSum, 8 * MiB / un, false, 0},
+  };
+  int wrong = 0;
+  for (const Case& cs : cases) {
+    if (!only.empty() && std::find(only.begin(), only.end(), collName(cs.coll)) == only.end()) continue;
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string e = runCase(comm, rank, n, cs);
+    if (!e.empty()) {
+      say("wrong", describe(cs) + ": " + e);
+      ++wrong;
+      continue;
+    }
+    const long ms = static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
+    say("ran", describe(cs) + " 1 " + std::to_string(ms) + " ms");
+  }
+  return wrong ? 1 : 0;
+}
+
+// One AllReduce (sum of float32) of `count` elements in buf, checked: every element is
+// rank-sum of (rank + 1) * (i % 61 + round).
+std::string checkedAllReduce(horaComm_t comm, float* buf, size_t count, int rank, int n, int round) {
+  for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>((rank + 1) * static_cast<int>(i % 61 + round));
+  if (horaAllReduce(buf, buf, count, horaFloat32, horaSum, comm, nullptr) != horaSuccess)
+    return std::string("AllReduce failed: ") + horaGetLastError(comm);
+  const int ranks = n * (n + 1) / 2;
+  for (size_t i = 0; i < count; ++i)
+    if (buf[i] != static_cast<float>(ranks * static_cast<int>(i % 61 + round)))
+      return "round " + std::to_string(round) + ": element " + std::to_string(i) + " is " + std::to_string(buf[i]) +
+             ", expected " + std::to_string(ranks * static_cast<int>(i % 61 + round));
+  return "";
+}
+
+int regcache(horaComm_t comm, int rank, int n) {
+  const size_t count = size_t(1) << 21;  // 8 MiB
+  const size_t bytes = count * sizeof(float);
+  int wrong = 0;
+  auto check = [&](const std::string& what, const std::string& e) {
+    if (e.empty()) return;
+    say("wrong", what + ": " + e);
+    ++wrong;
+  };
+  // malloc'd: big allocations are mapped afresh by malloc (a fixed threshold), so a buffer freed
+  // and allocated again comes back at the same address with other pages.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  void* first = nullptr;
+  int same = 0;
+  for (int round = 0; round < 4; ++round) {
+    float* buf = static_cast<float*>(malloc(bytes));
+    if (round == 0) first = buf;
+    same += buf == first;
+    check("malloc round " + std::to_string(round), checkedAllReduce(comm, buf, count, rank, n, round));
+    check("malloc round " + std::to_string(round) + " again", checkedAllReduce(comm, buf, count, rank, n, round + 7));
+    free(buf);
+  }
+  // mmap'd by the caller at a fixed place, unmapped, mapped again.
+  void* at = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  for (int round = 0; round < 3 && at != MAP_FAILED; ++round) {
+    void* p = round == 0 ? at : mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    check("mmap round " + std::to_string(round), checkedAllReduce(comm, static_cast<float*>(p), count, rank, n, 20 + round));
+    munmap(p, bytes);
+  }
+  say("reused", std::to_string(same) + " of 4 allocations at the first one's address");
+#ifdef HORA_TEST_IB
+  std::string seen;
+  const std::vector<ib::PortChoice> ports = ib::usablePorts(ib::HcaFilter{}, -1, "", &seen);
+  if (!ports.empty()) {
+    const ib::MrCache::Stats st = ib::Device::open(ports[0])->cache().stats();
+    say("regcache", format("hits %llu misses %llu invalidations %llu caching %d", static_cast<unsigned long long>(st.hits),
+                           static_cast<unsigned long long>(st.misses), static_cast<unsigned long long>(st.invalidations),
+                           st.caching ? 1 : 0));
+  }
+#endif
+  return wrong ? 1 : 0;
+}
+
 int loop(horaComm_t comm, size_t count) {
   std::vector<float> buf(count, 1.0f);
   for (long i = 0;; ++i) {
@@ -225,8 +323,8 @@ int one(horaComm_t comm) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "sweep" && mode != "sample" && mode != "loop" && mode != "one") {
-    fprintf(stderr, "usage: mh_rank sweep|sample|loop COUNT|one (as a rank: HORA_ROOT, HORA_SECRET, HORA_RANK, HORA_SIZE)\n");
+  if (mode != "sweep" && mode != "sample" && mode != "loop" && mode != "one" && mode != "large" && mode != "regcache") {
+    fprintf(stderr, "usage: mh_rank sweep|sample|loop COUNT|one|large|regcache (as a rank: HORA_ROOT, HORA_SECRET, HORA_RANK, HORA_SIZE)\n");
     return 2;
   }
   const char* r = getenv("HORA_RANK");
@@ -247,6 +345,8 @@ int main(int argc, char** argv) {
   if (mode == "sample") status = sample(comm, rank, n);
   if (mode == "loop") status = loop(comm, argc > 2 ? strtoull(argv[2], nullptr, 10) : size_t(1) << 20);
   if (mode == "one") status = one(comm);
+  if (mode == "large") status = large(comm, rank, n, std::vector<std::string>(argv + 2, argv + argc));
+  if (mode == "regcache") status = regcache(comm, rank, n);
   if (status == 0) say("done", "");
   if (status == 3) {
     horaCommAbort(comm);

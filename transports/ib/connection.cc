@@ -211,6 +211,7 @@ void Connection::failCompletion(const ibv_wc& wc) {
     case IBV_WC_RNR_RETRY_EXC_ERR: hint = " (the peer posts no receives)"; break;
     case IBV_WC_REM_ACCESS_ERR: hint = " (the peer refused the write: its buffer was deregistered, it has failed)"; break;
     case IBV_WC_WR_FLUSH_ERR: hint = " (the queue pair had failed before)"; break;
+    case IBV_WC_REM_OP_ERR: hint = " (the peer's queue pair failed: its process is gone, or it failed)"; break;
     default: break;
   }
   fail(Errc::Remote, "%s: %s failed on queue pair %d: %s%s", peer_.c_str(), opName(wc.opcode, k), wrQp(wc.wr_id),
@@ -523,8 +524,6 @@ void Connection::onData(uint32_t imm) {
 
 void Connection::handle(const ibv_wc& wc) {
   const WrKind k = wrKind(wc.wr_id);
-  HORA_TRACE(log::kNet, "ib: completion from %s: kind %d qp %d status %s opcode %d bytes %u", peer_.c_str(),
-             static_cast<int>(k), wrQp(wc.wr_id), ibv_wc_status_str(wc.status), static_cast<int>(wc.opcode), wc.byte_len);
   if (wc.status != IBV_WC_SUCCESS) failCompletion(wc);
   const int qp = wrQp(wc.wr_id);
   switch (k) {

@@ -110,7 +110,7 @@ MrCache::Handle MrCache::acquire(const void* addr, size_t bytes) {
       return Handle{mr, 0};  // in use: this one serves only this message
     }
   }
-  entries_.emplace(start, Entry{end, mr, id, 1, ++clock_});
+  entries_.emplace(start, Entry{end, a, a + std::max<size_t>(bytes, 1), mr, id, 1, ++clock_});
   longest_ = std::max<size_t>(longest_, end - start);
   ++gCachedEntries;
   return Handle{mr, id};
@@ -179,7 +179,7 @@ void MrCache::invalidate(uintptr_t addr, size_t bytes) noexcept {
   const uintptr_t end = addr + bytes;
   auto it = entries_.lower_bound(addr > longest_ ? addr - longest_ : 0);
   while (it != entries_.end() && it->first < end) {
-    if (it->second.end <= addr) {
+    if (it->second.userEnd <= addr || it->second.userStart >= end) {
       ++it;
       continue;
     }

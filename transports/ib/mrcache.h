@@ -57,6 +57,10 @@ class MrCache {
  private:
   struct Entry {
     uintptr_t end;
+    // The bytes asked for when it was made. Only releasing one of them can take its pages away
+    // (every page it covers holds some of them), so only that invalidates it: the allocations
+    // that share its first and last pages come and go without touching it.
+    uintptr_t userStart, userEnd;
     ibv_mr* mr;
     uint64_t id;
     int users;
