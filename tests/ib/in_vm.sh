@@ -68,7 +68,7 @@ case $mode in
     # Every collective, a sample of dtypes and ops, 1 to 12 MiB, in place and out, exactly.
     for n in 2 3; do exact "sample$n" $n sample; done
     # 64 MiB buffers, at the default pipeline chunk as a user would run them.
-    HORA_CHUNK_BYTES=512K exact large2 2 large AllReduce
+    HORA_CHUNK_BYTES=512K exact large2 2 large AllReduce ReduceScatter
     HORA_CHUNK_BYTES=512K exact large3 3 large AllGather Broadcast
     ;;
   sweep)

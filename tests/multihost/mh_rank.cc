@@ -219,7 +219,6 @@ int large(horaComm_t comm, int rank, int n, const std::vector<std::string>& only
   const size_t un = static_cast<size_t>(n);
   const Case cases[] = {
       {Coll::AllReduce, horaFloat32, horaSum, 16 * MiB, false, 0},
-      {Coll::AllReduce, horaBfloat16, horaMax, 32 * MiB, true, 0},
       {Coll::Broadcast, horaInt8, horaSum, 64 * MiB, false, n - 1},
       {Coll::Reduce, horaInt32, horaSum, 16 * MiB, false, 0},
       {Coll::AllGather, horaUint8, horaSum, 64 * MiB / un, false, 0},
