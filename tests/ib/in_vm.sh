@@ -2,7 +2,7 @@
 # The ib tests, inside the Soft-RoCE VM (tests/ib/run.sh starts it): ranks of one job are
 # processes of the VM that meet at 127.0.0.1 and move every byte over rxe0 (HORA_TRANSPORTS=ib).
 #   in_vm.sh MODE BUILD_DIR
-# MODE: contract | collectives | regcache | faults (the suite's), or sweep (by hand). Prints what it checks; exit 0 or 1.
+# MODE: contract | collectives | regcache | faults | hosts (the suite's), or sweep (by hand). Prints what it checks; exit 0 or 1.
 set -u
 mode=$1
 build=$2
@@ -70,6 +70,38 @@ case $mode in
     # 64 MiB buffers, at the default pipeline chunk as a user would run them.
     HORA_CHUNK_BYTES=512K exact large2 2 large AllReduce ReduceScatter
     HORA_CHUNK_BYTES=512K exact large3 3 large AllGather Broadcast
+    ;;
+  hosts)
+    # Two "hosts" (network namespaces made by tools/hora-netns inside the VM; the RDMA device is
+    # shared by every namespace) of two ranks, every transport enabled: ranks of one host take
+    # shared memory, ranks of different hosts ib, not TCP, with no HORA_TRANSPORTS.
+    (
+      unset HORA_TRANSPORTS
+      NETNS=$(dirname "$0")/../../tools/hora-netns
+      RANK_BIN=$rank_bin
+      . "$(dirname "$0")/../multihost/lib.sh"
+      mh_up 2
+      mh_start hosts "0 0 1 1" sample
+      mh_wait
+      bad=0
+      for r in 0 1 2 3; do
+        [ "${MH_STATUS[$r]}" -eq 0 ] && grep -q "^done $r" "$MH_OUT/hosts.$r.log" || {
+          echo "FAIL: rank $r exited ${MH_STATUS[$r]}: $(grep -v '^ran' "$MH_OUT/hosts.$r.log" | head -5)"
+          bad=1
+        }
+        for p in 0 1 2 3; do
+          [ $p -ne $r ] || continue
+          want=ib
+          [ $((r / 2)) -ne $((p / 2)) ] || want=shm
+          grep -q "^link $r $p $want$" "$MH_OUT/hosts.$r.log" || {
+            echo "FAIL: rank $r reached rank $p over $(sed -n "s/^link $r $p //p" "$MH_OUT/hosts.$r.log"), not $want"
+            bad=1
+          }
+        done
+      done
+      [ $bad -eq 0 ] && echo "  links: shm within a host, ib between the two"
+      exit $bad
+    ) || fail "two hosts"
     ;;
   sweep)
     # Every collective x every algorithm that implements it (long under emulation: by hand).

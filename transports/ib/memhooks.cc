@@ -49,7 +49,7 @@ std::atomic<MremapFn> gMremap{nullptr};
 std::atomic<MadviseFn> gMadvise{nullptr};
 
 void dropChunk(void* p) {
-  if (!p || tResolving) return;
+  if (!p || tResolving || !hora::ib::MrCache::anyCached()) return;
   UsableFn usable = next("malloc_usable_size", gUsable);
   if (usable) hora::ib::MrCache::invalidateAll(reinterpret_cast<uintptr_t>(p), usable(p));
 }

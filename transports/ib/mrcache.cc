@@ -195,6 +195,8 @@ void MrCache::invalidate(uintptr_t addr, size_t bytes) noexcept {
   }
 }
 
+bool MrCache::anyCached() noexcept { return gCachedEntries.load(std::memory_order_relaxed) != 0; }
+
 void MrCache::invalidateAll(uintptr_t addr, size_t bytes) noexcept {
   if (gCachedEntries.load(std::memory_order_relaxed) == 0 || tInCache > 0 || bytes == 0) return;
   InCache in;

@@ -53,6 +53,8 @@ class MrCache {
 
   // Called by the memory hooks: [addr, addr + bytes) is being released.
   static void invalidateAll(uintptr_t addr, size_t bytes) noexcept;
+  // Whether any cache of the process holds a registration (one relaxed load: the hooks' fast path).
+  static bool anyCached() noexcept;
 
  private:
   struct Entry {
