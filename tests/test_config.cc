@@ -252,3 +252,16 @@ TEST_CASE("unknownVariables: known names and non-HORA names are not flagged", "[
   REQUIRE(u.size() == 1);
   CHECK(contains(u[0], "HORA_DEBUGG"));
 }
+
+TEST_CASE("config: the ib transport's variables", "[config]") {
+  const Config d = parse({});
+  CHECK(d.ibHca.empty());
+  CHECK(d.ibGidIndex == -1);
+  CHECK(d.ibQpsPerPeer == 1);
+  const Config c = parse({{"HORA_IB_HCA", " mlx5_0:1,^x "}, {"HORA_IB_GID_INDEX", "3"}, {"HORA_IB_QPS_PER_PEER", "4"}});
+  CHECK(c.ibHca == "mlx5_0:1,^x");  // kept as given: the ib transport parses it (test_ib_hca)
+  CHECK(c.ibGidIndex == 3);
+  CHECK(c.ibQpsPerPeer == 4);
+  for (const char* bad : {"-1", "256", "x", "", "1.5"}) expectInvalid("HORA_IB_GID_INDEX", bad);
+  for (const char* bad : {"0", "17", "two", ""}) expectInvalid("HORA_IB_QPS_PER_PEER", bad);
+}
