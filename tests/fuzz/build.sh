@@ -33,6 +33,8 @@ for f in "$src"/tests/fuzz/fuzz_*.cc; do h=$(basename "$f" .cc); harnesses+=("${
 flags="-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all"
 incs="-I$src/include -I$build/include -I$src/src -I$build/src -I$src -I$build -I$src/tests $(pkg-config --cflags libsodium hwloc)"
 libs="$(pkg-config --libs libsodium hwloc) -lpthread"
+# The ib transport (in the archive where libibverbs was found) needs libibverbs and libdl.
+! pkg-config --exists libibverbs || libs="$libs $(pkg-config --libs libibverbs) -ldl"
 {
   echo "cxx = $CXX"
   echo "flags = $flags $incs"

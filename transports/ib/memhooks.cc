@@ -6,6 +6,9 @@
 // internal calls (free returning a chunk with munmap) do not come here, which is why free itself
 // is hooked. Where the lookup finds another definition first (libhora loaded with dlopen, an
 // allocator preloaded), the hooks never run: memoryHooksActive() says so and the cache is off.
+// This file is not in the library's archive, which sanitizer and fuzzing builds link (their
+// allocators must keep free): it is linked into libhora.so, and into the test programs that
+// check the cache (tests/meson.build).
 #include <dlfcn.h>
 #include <malloc.h>
 #include <stdarg.h>
@@ -58,7 +61,10 @@ void dropChunk(void* p) {
 
 extern "C" {
 
-__attribute__((visibility("default"))) void free(void* p) {
+// Each hook is an internal function and an exported alias of the C library's name: the
+// internal address is what memoryHooksActive() compares the program's lookup with (an address
+// taken of the exported name could be another object's, through this one's GOT).
+static void horaHookFree(void* p) {
   if (!p) return;
   if (tResolving) {
     __libc_free(p);
@@ -69,20 +75,20 @@ __attribute__((visibility("default"))) void free(void* p) {
   if (f) f(p);
 }
 
-__attribute__((visibility("default"))) void* realloc(void* p, size_t n) {
+static void* horaHookRealloc(void* p, size_t n) {
   if (tResolving) return __libc_realloc(p, n);
   dropChunk(p);  // it may move, or shrink
   ReallocFn f = next("realloc", gRealloc);
   return f ? f(p, n) : nullptr;
 }
 
-__attribute__((visibility("default"))) int munmap(void* addr, size_t len) {
+static int horaHookMunmap(void* addr, size_t len) {
   hora::ib::MrCache::invalidateAll(reinterpret_cast<uintptr_t>(addr), len);
   MunmapFn f = next("munmap", gMunmap);
   return f(addr, len);
 }
 
-__attribute__((visibility("default"))) void* mremap(void* old, size_t oldLen, size_t newLen, int flags, ...) {
+static void* horaHookMremap(void* old, size_t oldLen, size_t newLen, int flags, ...) {
   hora::ib::MrCache::invalidateAll(reinterpret_cast<uintptr_t>(old), oldLen);
   void* newAddr = nullptr;
   if (flags & MREMAP_FIXED) {
@@ -96,31 +102,28 @@ __attribute__((visibility("default"))) void* mremap(void* old, size_t oldLen, si
   return (flags & MREMAP_FIXED) ? f(old, oldLen, newLen, flags, newAddr) : f(old, oldLen, newLen, flags);
 }
 
-__attribute__((visibility("default"))) int madvise(void* addr, size_t len, int advice) {
+static int horaHookMadvise(void* addr, size_t len, int advice) {
   if (advice == MADV_DONTNEED || advice == MADV_FREE || advice == MADV_REMOVE)
     hora::ib::MrCache::invalidateAll(reinterpret_cast<uintptr_t>(addr), len);
   MadviseFn f = next("madvise", gMadvise);
   return f(addr, len, advice);
 }
 
+__attribute__((visibility("default"))) void free(void*) __attribute__((alias("horaHookFree")));
+__attribute__((visibility("default"))) void* realloc(void*, size_t) __attribute__((alias("horaHookRealloc")));
+__attribute__((visibility("default"))) int munmap(void*, size_t) __attribute__((alias("horaHookMunmap")));
+__attribute__((visibility("default"))) void* mremap(void*, size_t, size_t, int, ...) __attribute__((alias("horaHookMremap")));
+__attribute__((visibility("default"))) int madvise(void*, size_t, int) __attribute__((alias("horaHookMadvise")));
+
 }  // extern "C"
 
-namespace hora::ib {
-
-bool memoryHooksActive() {
-  // The definitions the program's lookup finds are these (in the object that holds this
-  // function: libhora.so, or the program that linked the library statically): then every call
-  // reaches them. (&::free itself could name another object's free through this one's GOT.)
-  static const bool active = [] {
-    Dl_info self{}, info{};
-    if (!dladdr(reinterpret_cast<void*>(&memoryHooksActive), &self)) return false;
-    for (const char* name : {"free", "realloc", "munmap", "mremap", "madvise"}) {
-      void* found = dlsym(RTLD_DEFAULT, name);
-      if (!found || !dladdr(found, &info) || info.dli_fbase != self.dli_fbase) return false;
-    }
-    return true;
-  }();
-  return active;
-}
-
-}  // namespace hora::ib
+namespace {
+// Tells the cache (mrcache.cc) that the hooks are linked into this program, and where they are.
+struct Announce {
+  Announce() {
+    hora::ib::announceMemoryHooks({reinterpret_cast<void*>(&horaHookFree), reinterpret_cast<void*>(&horaHookRealloc),
+                                   reinterpret_cast<void*>(&horaHookMunmap), reinterpret_cast<void*>(&horaHookMremap),
+                                   reinterpret_cast<void*>(&horaHookMadvise)});
+  }
+} gAnnounce;
+}  // namespace

@@ -1,5 +1,6 @@
 #include "transports/ib/mrcache.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -209,6 +210,24 @@ MrCache::Stats MrCache::stats() const {
   Stats s = stats_;
   s.entries = entries_.size();
   return s;
+}
+
+namespace {
+std::array<void*, 5> gHooks{};
+}
+
+void announceMemoryHooks(const std::array<void*, 5>& hooks) { gHooks = hooks; }
+
+bool memoryHooksActive() {
+  // The program's lookup finds the hooks, not another object's definitions: then every call
+  // (the program's, its libraries') reaches them.
+  static const bool active = [] {
+    static const char* const names[5] = {"free", "realloc", "munmap", "mremap", "madvise"};
+    for (size_t i = 0; i < 5; ++i)
+      if (!gHooks[i] || dlsym(RTLD_DEFAULT, names[i]) != gHooks[i]) return false;
+    return true;
+  }();
+  return active;
 }
 
 }  // namespace hora::ib

@@ -16,6 +16,7 @@
 #pragma once
 #include <infiniband/verbs.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -82,7 +83,10 @@ class MrCache {
   Stats stats_;
 };
 
-// Whether libhora's free, munmap, ... are the ones this process calls (memhooks.cc).
+// Whether libhora's free, munmap, ... are linked in (memhooks.cc) and are the ones this process
+// calls.
 bool memoryHooksActive();
+// Called once by memhooks.cc, when it is linked in: the addresses of its five hooks.
+void announceMemoryHooks(const std::array<void*, 5>& hooks);
 
 }  // namespace hora::ib
