@@ -54,7 +54,7 @@ const char* opName(ibv_wc_opcode op, WrKind k) {
 
 void modify(ibv_qp* qp, ibv_qp_attr& a, int mask, const char* state, const std::string& peer) {
   if (int rc = ibv_modify_qp(qp, &a, mask))
-    fail(Errc::System, "ib: cannot bring the queue pair to %s (towards %s): %s", peer.c_str(), state, errnoText(rc).c_str());
+    fail(Errc::System, "ib: cannot bring the queue pair to %s (towards %s): %s", state, peer.c_str(), errnoText(rc).c_str());
 }
 
 }  // namespace
@@ -119,8 +119,8 @@ Connection::Connection(std::unique_ptr<QueuePairs> qps, const PeerEnd& peer, std
          q_->qps_.size());
   recvSlab_.assign(static_cast<size_t>(kRecvSlots) * kSlotBytes, 0);
   sendSlab_.assign(static_cast<size_t>(kSendSlots) * kSlotBytes + 64, 0);
-  recvMr_ = ibv_reg_mr(dev_->pd(), recvSlab_.data(), recvSlab_.size(), IBV_ACCESS_LOCAL_WRITE);
-  sendMr_ = ibv_reg_mr(dev_->pd(), sendSlab_.data(), sendSlab_.size(), IBV_ACCESS_LOCAL_WRITE);
+  slabs_.recv = recvMr_ = ibv_reg_mr(dev_->pd(), recvSlab_.data(), recvSlab_.size(), IBV_ACCESS_LOCAL_WRITE);
+  slabs_.send = sendMr_ = ibv_reg_mr(dev_->pd(), sendSlab_.data(), sendSlab_.size(), IBV_ACCESS_LOCAL_WRITE);
   if (!recvMr_ || !sendMr_) fail(Errc::System, "ib: cannot register the slots for %s: %s", peer_.c_str(), errnoText(errno).c_str());
   for (int i = kSendSlots - 1; i >= 0; --i) freeSendSlots_.push_back(i);
   sqUsed_.assign(static_cast<size_t>(nqps_), 0);
@@ -161,15 +161,18 @@ Connection::Connection(std::unique_ptr<QueuePairs> qps, const PeerEnd& peer, std
   lastHeard_ = Clock::now();
 }
 
+Connection::Slabs::~Slabs() {
+  if (recv) ibv_dereg_mr(recv);
+  if (send) ibv_dereg_mr(send);
+}
+
 Connection::~Connection() {
   // Completions of the queue pairs go with them; the events already taken must be acknowledged
   // before the completion queue can go.
   if (unacked_) ibv_ack_cq_events(q_->cq_, unacked_);
   for (SendOp& s : sends_) dev_->cache().release(s.mr);
   for (RecvOp& r : recvs_) dev_->cache().release(r.mr);
-  q_.reset();  // the queue pairs first: nothing may use the slabs after this
-  if (recvMr_) ibv_dereg_mr(recvMr_);
-  if (sendMr_) ibv_dereg_mr(sendMr_);
+  q_.reset();  // the queue pairs first: nothing may use the slabs after this (slabs_ goes next)
 }
 
 void Connection::postRecvSlot(int slot) {
@@ -253,7 +256,7 @@ void Connection::postRecv(void* data, size_t bytes, uint64_t tag, transport::Coo
   ++outstanding_;
 }
 
-bool Connection::busy() const { return outstanding_ > 0; }
+bool Connection::busy() const { return outstanding_ > 0 || !done_.empty() || !stash_.empty(); }
 
 bool Connection::postFrame(Kind kind, const FrameHeader& h, const void* payload, size_t payloadBytes, uint64_t addr,
                            uint32_t rkey, bool abort) {
@@ -316,7 +319,7 @@ bool Connection::startWrites(SendOp& op, const Cts& cts) {
     if (sqUsed_[static_cast<size_t>(i)] + n > q_->sqDepth_) return false;
     total += n;
   }
-  op.mr = dev_->cache().acquire(op.data, op.bytes);
+  op.mr = dev_->cache().acquire(op.data, op.bytes, false);
   op.writesLeft = total;
   for (int i = 0; i < k; ++i) {
     const size_t a = op.bytes * static_cast<size_t>(i) / static_cast<size_t>(k);
@@ -377,7 +380,9 @@ bool Connection::advanceSends() {
       cts_.pop_front();
       continue;
     }
-    if (!startWrites(*op, c)) break;
+    // Its RTS first: the receive completes on the RTS and the data, and the frames after it
+    // must not overtake it.
+    if (!op->headerSent || !startWrites(*op, c)) break;
     op->ctsSeen = true;
     cts_.pop_front();
     moved = true;
@@ -437,7 +442,7 @@ bool Connection::advanceRecvs() {
       continue;
     }
     if (ctsOpen_ >= kMaxCts || credits() <= 0 || freeSendSlots_.empty() || sqUsed_[0] >= q_->sqDepth_) break;
-    r->mr = dev_->cache().acquire(r->data, r->bytes);
+    r->mr = dev_->cache().acquire(r->data, r->bytes, true);
     FrameHeader h;
     h.seq = r->seq;
     h.length = r->bytes;
@@ -457,7 +462,7 @@ bool Connection::advanceRecvs() {
   }
   // Slots owed to the peer: with any frame going out they travel anyway; else a credit frame
   // when enough are owed or the peer may be running short.
-  if (reposted_ - reported_ >= static_cast<uint32_t>(kCreditBatch)) {
+  if (reposted_ - reported_ >= static_cast<uint32_t>(kCreditBatch)) {  // below the reserve: never starves it
     FrameHeader h;
     if (postFrame(Kind::Credit, h, nullptr, 0)) moved = true;
   }
@@ -487,8 +492,13 @@ void Connection::onFrame(int slot, uint32_t bytes) {
   }
   switch (static_cast<Kind>(kind)) {
     case Kind::Cts: {
-      if (bytes != kFrameBytes || h.length <= kEagerBytes || h.seq < (cts_.empty() ? 0 : cts_.back().seq + 1))
+      // In order, for a message not yet sent or not yet written, never more than the open
+      // receives the peer may have.
+      if (bytes != kFrameBytes || h.length <= kEagerBytes || (ctsSeen_ && h.seq <= lastCts_) ||
+          h.seq >= sendSeq_ + (uint64_t(1) << 40) || cts_.size() >= static_cast<size_t>(kMaxCts))
         failWire("a malformed CTS frame");
+      ctsSeen_ = true;
+      lastCts_ = h.seq;
       cts_.push_back(Cts{h.seq, h.length, h.tag, h.call, get<uint64_t>(p + kExtAddr), get<uint32_t>(p + kExtRkey)});
       postRecvSlot(slot);
       ++reposted_;
@@ -517,8 +527,8 @@ void Connection::onData(uint32_t imm) {
   const uint64_t base = recvs_.front().seq;
   const uint64_t seq = base + static_cast<uint32_t>(imm - static_cast<uint32_t>(base));
   RecvOp* r = recvAt(seq);
-  if (!r || !r->large || !r->ctsSent || r->done) failWire(format("data for message %llu, which has no open receive",
-                                                                static_cast<unsigned long long>(seq)));
+  if (!r || !r->large || !r->ctsSent || r->done || r->stripesLeft <= 0)
+    failWire(format("data for message %llu, which has no open receive", static_cast<unsigned long long>(seq)));
   if (--r->stripesLeft == 0 && r->header) completeRecv(*r);
 }
 
@@ -604,7 +614,7 @@ void Connection::addPollFds(std::vector<pollfd>& fds) const {
 
 bool Connection::armWakeup() {
   if (closed_) return true;
-  if (!stash_.empty()) return false;
+  if (!stash_.empty() || !done_.empty()) return false;
   // Waiting and nothing heard for a while: make sure the peer is still there.
   const Clock::time_point now = Clock::now();
   // A probe alone in its send queue that neither completes nor fails: the peer's queue pair
@@ -662,7 +672,18 @@ void Connection::disarmWakeup() {
 
 bool Connection::pendingFrame(uint16_t* call, uint64_t* tag) {
   if (closed_) return false;
-  pollCq();
+  // Frames are taken in (an abort frame throws); every other completion waits for progress(),
+  // which alone completes messages (this connection may not be busy, and then it is not called).
+  ibv_wc wcs[32];
+  for (int n = 32; n == 32;) {
+    n = ibv_poll_cq(q_->cq_, 32, wcs);
+    for (int i = 0; i < n; ++i) {
+      if (wcs[i].status == IBV_WC_SUCCESS && wrKind(wcs[i].wr_id) == kRecvSlot && wcs[i].opcode == IBV_WC_RECV)
+        handle(wcs[i]);
+      else
+        stash_.push_back(wcs[i]);
+    }
+  }
   if (nextHeaderSeq_ < recvSeq_ || arrived_.empty()) return false;
   const FrameHeader h = peekFrameHeader(recvSlab_.data() + static_cast<size_t>(arrived_.front()) * kSlotBytes);
   *call = h.call;
@@ -699,6 +720,15 @@ void Connection::shutdown(const std::string& reason, Errc code) noexcept {
         if (n == 0) sched_yield();
       }
     }
+    // Inside a failing call the abort frame has had its chance: the queue pairs go to the error
+    // state, so that nothing more is written into this rank's buffers or read from them once the
+    // call returns. (After horaCommAbort, which never waits, the registrations go instead, below.)
+    if (flushUntil_ != Clock::time_point{})
+      for (ibv_qp* qp : q_->qps_) {
+        ibv_qp_attr a{};
+        a.qp_state = IBV_QPS_ERR;
+        ibv_modify_qp(qp, &a, IBV_QP_STATE);
+      }
   } catch (...) {
   }
   // Receives whose CTS went out: the peer may still write into their buffers, which belong to

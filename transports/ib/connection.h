@@ -85,7 +85,7 @@ class Connection final : public transport::Connection {
   static constexpr int kRecvSlots = 128;
   static constexpr int kMaxCts = 32;
   static constexpr int kReserve = 8;
-  static constexpr int kCreditBatch = 16;
+  static constexpr int kCreditBatch = 4;  // below kReserve: control frames never starve the reserve
   static constexpr int kSendSlots = 64;
   static constexpr size_t kMinStripe = size_t(64) << 10;
   static constexpr std::chrono::milliseconds kProbeAfter{1000};
@@ -158,13 +158,20 @@ class Connection final : public transport::Connection {
   SendOp* sendAt(uint64_t seq);
   RecvOp* recvAt(uint64_t seq);
 
+  // Registered slabs: receive slots, send slots (+ the probe's source word). Their registrations
+  // are declared next, so they go after the queue pairs and before the memory (and even when the
+  // constructor throws half way).
+  std::vector<uint8_t> recvSlab_, sendSlab_;
+  struct Slabs {
+    ibv_mr* recv = nullptr;
+    ibv_mr* send = nullptr;
+    ~Slabs();
+  } slabs_;
   std::unique_ptr<QueuePairs> q_;
   std::shared_ptr<Device> dev_;
   std::string peer_;
   PeerEnd end_;
   int nqps_;
-  // Registered slabs: receive slots, send slots (+ the probe's source word).
-  std::vector<uint8_t> recvSlab_, sendSlab_;
   ibv_mr* recvMr_ = nullptr;
   ibv_mr* sendMr_ = nullptr;
   std::vector<int> freeSendSlots_;
@@ -183,6 +190,8 @@ class Connection final : public transport::Connection {
   uint32_t framesSent_ = 0, peerReposted_ = 0;  // mine to the peer; the peer's slots posted again
   uint32_t reposted_ = 0, reported_ = 0;        // of my slots; the last count told to the peer
   int ctsOpen_ = 0;
+  bool ctsSeen_ = false;  // a CTS has come; lastCts_ is its sequence
+  uint64_t lastCts_ = 0;
   bool abortSent_ = false;
   size_t outstanding_ = 0;
   unsigned unacked_ = 0;  // completion events not yet acknowledged

@@ -38,11 +38,13 @@ uintptr_t pageSize() {
 MrCache::MrCache(ibv_pd* pd, bool odp) : pd_(pd), odp_(odp), caching_(odp || memoryHooksActive()) {
   stats_.caching = caching_;
   stats_.odp = odp_;
+  InCache in;  // the vector may reallocate: its free must not come back for gAllMu
   std::lock_guard<std::mutex> g(gAllMu);
   allCaches().push_back(this);
 }
 
 MrCache::~MrCache() {
+  InCache in;
   {
     std::lock_guard<std::mutex> g(gAllMu);
     auto& v = allCaches();
@@ -52,15 +54,20 @@ MrCache::~MrCache() {
         break;
       }
   }
-  InCache in;
   std::lock_guard<std::mutex> g(mu_);
   for (auto& kv : entries_) ibv_dereg_mr(kv.second.mr);
-  for (auto& kv : dead_) ibv_dereg_mr(kv.second.mr);
-  gCachedEntries -= entries_.size();
+  for (auto& kv : dead_)
+    if (kv.second.mr) ibv_dereg_mr(kv.second.mr);
+  counted(-static_cast<long>(entries_.size()));
   entries_.clear();
 }
 
-MrCache::Handle MrCache::acquire(const void* addr, size_t bytes) {
+void MrCache::counted(long delta) {
+  // Only registrations the hooks must drop are counted: with ODP the hooks have nothing to do.
+  if (!odp_) gCachedEntries += static_cast<size_t>(delta);
+}
+
+MrCache::Handle MrCache::acquire(const void* addr, size_t bytes, bool remoteWrite) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
   const uintptr_t start = a & ~(pageSize() - 1);
   const uintptr_t end = (a + std::max<size_t>(bytes, 1) + pageSize() - 1) & ~(pageSize() - 1);
@@ -93,6 +100,11 @@ MrCache::Handle MrCache::acquire(const void* addr, size_t bytes) {
     }
     mr = ibv_reg_mr(pd_, reinterpret_cast<void*>(start), end - start, access);
   }
+  if (!mr && !remoteWrite && (errno == EFAULT || errno == EACCES || errno == EPERM)) {
+    // Read-only memory that only goes out: a registration of its own, for reading.
+    mr = ibv_reg_mr(pd_, reinterpret_cast<void*>(start), end - start, odp_ ? IBV_ACCESS_ON_DEMAND : 0);
+    if (mr) return Handle{mr, 0};
+  }
   if (!mr)
     fail(Errc::System, "registering %zu bytes at %p with the RDMA device failed: %s (RLIMIT_MEMLOCK, `ulimit -l`, "
          "limits how much memory a process may pin)", static_cast<size_t>(end - start), reinterpret_cast<void*>(start),
@@ -106,14 +118,14 @@ MrCache::Handle MrCache::acquire(const void* addr, size_t bytes) {
     if (old->second.users == 0) {
       ibv_dereg_mr(old->second.mr);
       entries_.erase(old);
-      --gCachedEntries;
+      counted(-1);
     } else {
       return Handle{mr, 0};  // in use: this one serves only this message
     }
   }
   entries_.emplace(start, Entry{end, a, a + std::max<size_t>(bytes, 1), mr, id, 1, ++clock_});
   longest_ = std::max<size_t>(longest_, end - start);
-  ++gCachedEntries;
+  counted(1);
   return Handle{mr, id};
 }
 
@@ -134,7 +146,7 @@ void MrCache::release(const Handle& h) noexcept {
   // Invalidated while in use: kept until its last user is done.
   auto d = dead_.find(h.id);
   if (d != dead_.end() && --d->second.users == 0) {
-    ibv_dereg_mr(d->second.mr);
+    if (d->second.mr) ibv_dereg_mr(d->second.mr);  // null: discarded already
     dead_.erase(d);
   }
 }
@@ -146,17 +158,20 @@ void MrCache::discard(const Handle& h) noexcept {
     std::lock_guard<std::mutex> g(mu_);
     auto it = entries_.find(reinterpret_cast<uintptr_t>(h.mr->addr));
     if (it != entries_.end() && it->second.id == h.id) {
-      if (it->second.users > 1) {  // another message uses it too: it keeps it
-        --it->second.users;
-        return;
+      // Other users keep a count in dead_, with no registration left to drop.
+      if (it->second.users > 1) {
+        Entry e = it->second;
+        --e.users;
+        e.mr = nullptr;
+        dead_.emplace(e.id, e);
       }
       entries_.erase(it);
-      --gCachedEntries;
+      counted(-1);
     } else {
       auto d = dead_.find(h.id);
-      if (d == dead_.end()) return;
-      if (--d->second.users > 0) return;
-      dead_.erase(d);
+      if (d == dead_.end() || !d->second.mr) return;  // discarded by another user already
+      d->second.mr = nullptr;
+      if (--d->second.users == 0) dead_.erase(d);
     }
   }
   ibv_dereg_mr(h.mr);
@@ -169,7 +184,7 @@ void MrCache::evictOne() {
   if (victim == entries_.end()) return;
   ibv_dereg_mr(victim->second.mr);
   entries_.erase(victim);
-  --gCachedEntries;
+  counted(-1);
   ++stats_.evictions;
 }
 
@@ -192,7 +207,7 @@ void MrCache::invalidate(uintptr_t addr, size_t bytes) noexcept {
     else
       dead_.emplace(it->second.id, it->second);
     it = entries_.erase(it);
-    --gCachedEntries;
+    counted(-1);
   }
 }
 

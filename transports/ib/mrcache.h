@@ -33,15 +33,18 @@ class MrCache {
   MrCache(const MrCache&) = delete;
   MrCache& operator=(const MrCache&) = delete;
 
-  // A registration that covers [addr, addr + bytes) for local and remote write; it stays valid
-  // until release(). Throws Error(System) naming the range when the device refuses it.
+  // A registration that covers [addr, addr + bytes); it stays valid until release(). Cached ones
+  // allow local and remote write; a buffer that only goes out (remoteWrite false) and cannot be
+  // registered for writing (read-only memory) gets one of its own. Throws Error(System) naming
+  // the range when the device refuses it.
   struct Handle {
     ibv_mr* mr = nullptr;
     uint64_t id = 0;  // 0: not cached (deregistered by release)
   };
-  Handle acquire(const void* addr, size_t bytes);
+  Handle acquire(const void* addr, size_t bytes, bool remoteWrite);
   void release(const Handle& h) noexcept;
-  // Deregisters now (a buffer a peer must no longer write into), whoever else uses it.
+  // Deregisters now (a buffer a peer must no longer write into), whoever else uses it: their
+  // later release() is then only a count.
   void discard(const Handle& h) noexcept;
 
   struct Stats {
@@ -70,6 +73,7 @@ class MrCache {
     uint64_t lastUse;
   };
   void invalidate(uintptr_t addr, size_t bytes) noexcept;
+  void counted(long delta);
   void evictOne();
 
   ibv_pd* pd_;
