@@ -305,7 +305,11 @@ bool Connection::startWrites(SendOp& op, const Cts& cts) {
   std::string why;
   switch (decodeFrameHeader(hb, Expectation{op.seq, op.bytes, op.tag, op.call}, &got, &why)) {
     case FrameCheck::Ok: break;
-    case FrameCheck::Mismatch: fail(Errc::InvalidUsage, "%s: %s", peer_.c_str(), why.c_str());
+    case FrameCheck::Mismatch:
+      // Held back, never written: the receiver finds the mismatch in the RTS (which went out
+      // first) and fails the call on both sides with its abort frame. (Failing here first would
+      // tell the receiver only that this rank failed.)
+      return true;
     default: failWire("a malformed CTS: " + why);
   }
   const int k = stripesFor(op.bytes);

@@ -9,7 +9,8 @@
 //   - rendezvous (larger): the frame is only the header (RTS). The receiver, as soon as it has
 //     posted the receive (not waiting for the RTS), registers the buffer and answers with a CTS
 //     frame: what it expects (sequence, length, tag, call) and where to write (address, rkey).
-//     The sender checks the CTS against its message and RDMA-writes the payload straight from
+//     The sender checks the CTS against its message (holding a mismatched one back: the receiver
+//     finds the mismatch in the RTS) and RDMA-writes the payload straight from
 //     its buffer into the receiver's, striped across the queue pairs, each stripe's last write
 //     carrying the message's sequence as immediate data. The receive completes when its RTS and
 //     every stripe have come.
