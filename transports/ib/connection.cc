@@ -113,7 +113,7 @@ std::vector<QpAddress> QueuePairs::addresses() const {
 // ---- connection ------------------------------------------------------------------------------
 
 Connection::Connection(std::unique_ptr<QueuePairs> qps, const PeerEnd& peer, std::string peerName)
-    : q_(std::move(qps)), dev_(q_->dev_), peer_(std::move(peerName)), end_(peer), nqps_(static_cast<int>(q_->qps_.size())) {
+    : dev_(qps->dev_), q_(std::move(qps)), peer_(std::move(peerName)), end_(peer), nqps_(static_cast<int>(q_->qps_.size())) {
   if (end_.qps.size() != q_->qps_.size())
     fail(Errc::Remote, "%s offers %zu queue pairs for this rank, this rank has %zu", peer_.c_str(), end_.qps.size(),
          q_->qps_.size());

@@ -159,6 +159,8 @@ class Connection final : public transport::Connection {
   SendOp* sendAt(uint64_t seq);
   RecvOp* recvAt(uint64_t seq);
 
+  // The device first, so that it goes last: every registration and queue pair below needs it.
+  std::shared_ptr<Device> dev_;
   // Registered slabs: receive slots, send slots (+ the probe's source word). Their registrations
   // are declared next, so they go after the queue pairs and before the memory (and even when the
   // constructor throws half way).
@@ -169,7 +171,6 @@ class Connection final : public transport::Connection {
     ~Slabs();
   } slabs_;
   std::unique_ptr<QueuePairs> q_;
-  std::shared_ptr<Device> dev_;
   std::string peer_;
   PeerEnd end_;
   int nqps_;
