@@ -355,9 +355,10 @@ bool Connection::startWrites(SendOp& op, const Cts& cts) {
 
 bool Connection::advanceSends() {
   bool moved = false;
-  // Frames, in order.
-  for (SendOp& op : sends_) {
-    if (op.headerSent) continue;
+  // Frames, in order, from the first send without one (every send before it, popped or not,
+  // has its frame out: a send is done only after its frame).
+  for (SendOp* next; nextFrameSeq_ < sendSeq_ && (next = sendAt(nextFrameSeq_)) != nullptr;) {
+    SendOp& op = *next;
     FrameHeader h;
     h.seq = op.seq;
     h.length = op.bytes;
@@ -366,6 +367,7 @@ bool Connection::advanceSends() {
     const bool eager = op.bytes <= kEagerBytes;
     if (!postFrame(eager ? Kind::Eager : Kind::Rts, h, op.data, eager ? op.bytes : 0)) break;
     op.headerSent = true;
+    ++nextFrameSeq_;
     moved = true;
     if (eager) {
       op.done = true;
@@ -713,7 +715,10 @@ void Connection::shutdown(const std::string& reason, Errc code) noexcept {
     }
     // Inside a failing call, give the frame until the caller's deadline to leave.
     if (abortSent_ && flushUntil_ != Clock::time_point{}) {
-      while (Clock::now() < flushUntil_ && sqUsed_[0] > 0 && freeSendSlots_.size() < static_cast<size_t>(kSendSlots)) {
+      // Through the one wait: it backs off, and throws (caught below) at the caller's deadline.
+      const auto left = std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(flushUntil_ - Clock::now()));
+      Waiter w(left, nullptr, [] { return std::string("the abort frame to leave"); });
+      while (sqUsed_[0] > 0 && freeSendSlots_.size() < static_cast<size_t>(kSendSlots)) {
         ibv_wc wc;
         const int n = ibv_poll_cq(q_->cq_, 1, &wc);
         if (n < 0 || (n == 1 && wc.status != IBV_WC_SUCCESS)) break;
@@ -721,7 +726,7 @@ void Connection::shutdown(const std::string& reason, Errc code) noexcept {
           --sqUsed_[0];
           freeSendSlots_.push_back(static_cast<int>(wrValue(wc.wr_id)));
         }
-        if (n == 0) sched_yield();
+        if (n == 0) w.idle();  // never progressed(): the deadline stays the caller's
       }
     }
     // Inside a failing call the abort frame has had its chance: the queue pairs go to the error

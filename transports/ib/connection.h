@@ -185,6 +185,7 @@ class Connection final : public transport::Connection {
   std::vector<ibv_wc> stash_;  // completions polled by armWakeup
   std::vector<transport::Cookie> done_;  // completed, for the next progress()
   uint64_t sendSeq_ = 0, recvSeq_ = 0;
+  uint64_t nextFrameSeq_ = 0;   // the first send whose frame is not out yet
   uint64_t nextHeaderSeq_ = 0;  // the first receive still without its frame
   uint64_t nextCtsSeq_ = 0;     // the first receive whose CTS (if large) is not out yet
   uint16_t call_ = 0;
