@@ -6,22 +6,39 @@
 // All conversions are exact (widening) or round to nearest, ties to even (narrowing),
 // handle subnormals, infinities and NaN, and do not depend on the floating-point
 // environment (rounding mode, FTZ/DAZ): they are integer code.
+//
+// The CUDA kernels (kernels/cuda/element.h) compile the same functions for the device
+// (HORA_CONV_HD), so a narrow value is rounded to the same bits on either side.
 #pragma once
 #include <cstdint>
 #include <cstring>
 
+#if defined(__CUDACC__)
+#define HORA_CONV_HD __host__ __device__
+#else
+#define HORA_CONV_HD
+#endif
+
 namespace hora::kernels::conv {
 
-static inline uint32_t floatBits(float f) {
+HORA_CONV_HD static inline uint32_t floatBits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   return u;
+#endif
 }
 
-static inline float bitsFloat(uint32_t u) {
+HORA_CONV_HD static inline float bitsFloat(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
+#endif
 }
 
 // A binary format with E exponent bits, M mantissa bits and bias 2^(E-1)-1.
@@ -29,7 +46,7 @@ static inline float bitsFloat(uint32_t u) {
 // (e4m3, "fn"): there is no infinity, only S.1111.111 is NaN, and overflow saturates to
 // the largest finite value.
 template <int E, int M, bool kIeee>
-static inline float narrowToFloat(uint32_t v) {
+HORA_CONV_HD static inline float narrowToFloat(uint32_t v) {
   constexpr int kBias = (1 << (E - 1)) - 1;
   constexpr uint32_t kExpAll = (1u << E) - 1;
   constexpr uint32_t kManAll = (1u << M) - 1;
@@ -61,7 +78,7 @@ static inline float narrowToFloat(uint32_t v) {
 }
 
 template <int E, int M, bool kIeee>
-static inline uint32_t floatToNarrow(float f) {
+HORA_CONV_HD static inline uint32_t floatToNarrow(float f) {
   constexpr int kBias = (1 << (E - 1)) - 1;
   constexpr int kShift = 23 - M;  // float mantissa bits dropped
   constexpr uint32_t kExpMask = ((1u << E) - 1) << M;
@@ -98,21 +115,21 @@ static inline uint32_t floatToNarrow(float f) {
   return sign | r;
 }
 
-static inline float halfToFloat(uint16_t h) { return narrowToFloat<5, 10, true>(h); }
-static inline uint16_t floatToHalf(float f) {
+HORA_CONV_HD static inline float halfToFloat(uint16_t h) { return narrowToFloat<5, 10, true>(h); }
+HORA_CONV_HD static inline uint16_t floatToHalf(float f) {
   return static_cast<uint16_t>(floatToNarrow<5, 10, true>(f));
 }
-static inline float e4m3ToFloat(uint8_t v) { return narrowToFloat<4, 3, false>(v); }
-static inline uint8_t floatToE4m3(float f) {
+HORA_CONV_HD static inline float e4m3ToFloat(uint8_t v) { return narrowToFloat<4, 3, false>(v); }
+HORA_CONV_HD static inline uint8_t floatToE4m3(float f) {
   return static_cast<uint8_t>(floatToNarrow<4, 3, false>(f));
 }
-static inline float e5m2ToFloat(uint8_t v) { return narrowToFloat<5, 2, true>(v); }
-static inline uint8_t floatToE5m2(float f) {
+HORA_CONV_HD static inline float e5m2ToFloat(uint8_t v) { return narrowToFloat<5, 2, true>(v); }
+HORA_CONV_HD static inline uint8_t floatToE5m2(float f) {
   return static_cast<uint8_t>(floatToNarrow<5, 2, true>(f));
 }
 
-static inline float bf16ToFloat(uint16_t b) { return bitsFloat(static_cast<uint32_t>(b) << 16); }
-static inline uint16_t floatToBf16(float f) {
+HORA_CONV_HD static inline float bf16ToFloat(uint16_t b) { return bitsFloat(static_cast<uint32_t>(b) << 16); }
+HORA_CONV_HD static inline uint16_t floatToBf16(float f) {
   const uint32_t x = floatBits(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);
   return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);

@@ -12,6 +12,7 @@ namespace hora {
 // The numbering is horaResult_t's.
 enum class Errc : int {
   Success = 0,
+  Cuda = 1,             // the CUDA runtime refused something (horaUnhandledCudaError)
   System = 2,           // the operating system refused something (socket, memory, thread)
   Internal = 3,         // a bug in Hora
   InvalidArgument = 4,  // a bad argument from the caller
@@ -41,7 +42,7 @@ class PeerFailure : public Error {
 // not trusted to name a code this build has).
 inline Errc peerCode(uint64_t v) {
   switch (v) {
-    case 2: case 3: case 4: case 5: case 6: case 8: return static_cast<Errc>(v);
+    case 1: case 2: case 3: case 4: case 5: case 6: case 8: return static_cast<Errc>(v);
     default: return Errc::Remote;
   }
 }

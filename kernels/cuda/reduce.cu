@@ -1,0 +1,181 @@
+// The CUDA reduction kernels (reduce.h): one kernel per (element type, combining op), its
+// arithmetic element.h's.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cuda/element.h"
+#include "kernels/cuda/reduce.h"
+
+namespace hora::kernels::cuda {
+namespace {
+
+namespace el = element;
+
+constexpr int kThreads = 512;
+constexpr int kPack = 16;  // bytes per vector load
+
+struct Args {
+  const void* srcs[kMaxSources];
+  void* dsts[kMaxDests];
+  int nsrc, ndst;
+  size_t count;
+  // Vector path: elements [0, head) one at a time, then `packs` packs of 16 bytes, then the
+  // rest one at a time. Off (packs == 0, head == count) when the pointers disagree mod 16.
+  size_t head, packs;
+  bool elementAligned;  // every pointer aligned to the element size (else byte loads)
+  el::Params p;
+};
+
+template <class E>
+__device__ __forceinline__ E loadElement(const void* base, size_t i, bool aligned) {
+  const E* at = static_cast<const E*>(base) + i;
+  if (aligned) return *at;
+  E v;
+  const unsigned char* b = reinterpret_cast<const unsigned char*>(at);
+  unsigned char* o = reinterpret_cast<unsigned char*>(&v);
+#pragma unroll
+  for (int k = 0; k < static_cast<int>(sizeof(E)); ++k) o[k] = b[k];
+  return v;
+}
+
+template <class E>
+__device__ __forceinline__ void storeElement(void* base, size_t i, E v, bool aligned) {
+  E* at = static_cast<E*>(base) + i;
+  if (aligned) {
+    *at = v;
+    return;
+  }
+  unsigned char* b = reinterpret_cast<unsigned char*>(at);
+  const unsigned char* o = reinterpret_cast<const unsigned char*>(&v);
+#pragma unroll
+  for (int k = 0; k < static_cast<int>(sizeof(E)); ++k) b[k] = o[k];
+}
+
+template <class D, class Op>
+__device__ __forceinline__ void oneElement(const Args& a, size_t i) {
+  using E = typename D::E;
+  typename D::C acc = el::first<D>(loadElement<E>(a.srcs[0], i, a.elementAligned), a.p);
+  for (int k = 1; k < a.nsrc; ++k) acc = el::combine<D, Op>(acc, loadElement<E>(a.srcs[k], i, a.elementAligned));
+  const E out = el::last<D>(acc, a.p);
+  for (int j = 0; j < a.ndst; ++j) storeElement<E>(a.dsts[j], i, out, a.elementAligned);
+}
+
+// 16 bytes of every source (at byte offset `off`, 16-aligned in all of them) into 16 bytes of
+// every destination; all loads happen before the stores, so a destination may be a source.
+template <class D, class Op>
+__device__ __forceinline__ void onePack(const Args& a, size_t off) {
+  using E = typename D::E;
+  using C = typename D::C;
+  constexpr int V = kPack / static_cast<int>(sizeof(E));
+  union Pack {
+    uint4 v;
+    E e[V];
+  };
+  Pack in;
+  in.v = *reinterpret_cast<const uint4*>(static_cast<const char*>(a.srcs[0]) + off);
+  C acc[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) acc[j] = el::first<D>(in.e[j], a.p);
+  for (int k = 1; k < a.nsrc; ++k) {
+    in.v = *reinterpret_cast<const uint4*>(static_cast<const char*>(a.srcs[k]) + off);
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[j] = el::combine<D, Op>(acc[j], in.e[j]);
+  }
+  Pack out;
+#pragma unroll
+  for (int j = 0; j < V; ++j) out.e[j] = el::last<D>(acc[j], a.p);
+  for (int d = 0; d < a.ndst; ++d) *reinterpret_cast<uint4*>(static_cast<char*>(a.dsts[d]) + off) = out.v;
+}
+
+template <class D, class Op>
+__global__ void __launch_bounds__(kThreads) reduceKernel(const Args a) {
+  using E = typename D::E;
+  constexpr size_t V = kPack / sizeof(E);
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (size_t i = tid; i < a.head; i += stride) oneElement<D, Op>(a, i);
+  const size_t body = a.head * sizeof(E);
+  for (size_t k = tid; k < a.packs; k += stride) onePack<D, Op>(a, body + k * kPack);
+  for (size_t i = a.head + a.packs * V + tid; i < a.count; i += stride) oneElement<D, Op>(a, i);
+}
+
+struct Launch {
+  const Args* args;
+  cudaStream_t stream;
+  unsigned blocks;
+  cudaError_t result = cudaErrorInvalidValue;
+  template <class D, class Op>
+  void operator()() {
+    reduceKernel<D, Op><<<blocks, kThreads, 0, stream>>>(*args);
+    result = cudaGetLastError();
+  }
+};
+
+// Enough blocks to fill the device several times over; the grid-stride loop does the rest.
+unsigned blocksFor(size_t items) {
+  static int sms[64] = {};
+  int dev = 0;
+  int n = 0;
+  if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64) {
+    if (!sms[dev]) cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev);
+    n = sms[dev];
+  }
+  if (n <= 0) n = 108;
+  const size_t most = static_cast<size_t>(n) * 4;
+  size_t blocks = (items + kThreads - 1) / kThreads;
+  if (blocks > most) blocks = most;
+  return static_cast<unsigned>(blocks ? blocks : 1);
+}
+
+}  // namespace
+
+bool built() { return true; }
+
+int reduce(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count, const ReduceSpec& spec,
+           void* stream) {
+  if (nsrc < 1 || nsrc > kMaxSources || ndst < 1 || ndst > kMaxDests) return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
+  Args a;
+  memset(&a, 0, sizeof a);
+  a.nsrc = nsrc;
+  a.ndst = ndst;
+  a.count = count;
+  const size_t esz = dataTypeSize(spec.dtype);
+  if (esz == 0) return cudaErrorInvalidValue;
+  uintptr_t ors = 0;
+  const uintptr_t mis = reinterpret_cast<uintptr_t>(srcs[0]) % kPack;
+  bool same = true;
+  for (int k = 0; k < nsrc; ++k) {
+    a.srcs[k] = srcs[k];
+    ors |= reinterpret_cast<uintptr_t>(srcs[k]);
+    same &= reinterpret_cast<uintptr_t>(srcs[k]) % kPack == mis;
+  }
+  for (int j = 0; j < ndst; ++j) {
+    a.dsts[j] = dsts[j];
+    ors |= reinterpret_cast<uintptr_t>(dsts[j]);
+    same &= reinterpret_cast<uintptr_t>(dsts[j]) % kPack == mis;
+  }
+  a.elementAligned = ors % esz == 0;
+  if (same && a.elementAligned) {
+    size_t head = ((kPack - mis) % kPack) / esz;
+    if (head > count) head = count;
+    a.head = head;
+    a.packs = (count - head) * esz / kPack;
+  } else {
+    a.head = count;
+    a.packs = 0;
+  }
+  a.p.premul = spec.premulFirst;
+  if (isFloating(spec.dtype)) a.p.mulF = spec.scalar.f;
+  else a.p.mulI = spec.scalar.i;
+  a.p.divide = spec.divide;
+  a.p.divisor = spec.divisor;
+  const size_t rest = count - a.head - a.packs * (kPack / esz);
+  Launch l{&a, static_cast<cudaStream_t>(stream), blocksFor(a.packs + (a.head > rest ? a.head : rest))};
+  if (!el::dispatch(static_cast<int>(spec.dtype), static_cast<int>(spec.op), l)) return cudaErrorInvalidValue;
+  return l.result;
+}
+
+}  // namespace hora::kernels::cuda

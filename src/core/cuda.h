@@ -1,0 +1,98 @@
+// The CUDA runtime as the library uses it, behind functions that include no CUDA header, so
+// that the rest of the library compiles the same with or without CUDA. A build without CUDA
+// (meson option `cuda`), or a machine without a driver or a GPU, answers usable() false with
+// the reason, and nothing else here is called then. Every failure of the runtime throws
+// hora::Error with Errc::Cuda (horaUnhandledCudaError) and the runtime's own name and text.
+//
+// The runtime is linked statically (libcudart_static) and loads the driver when first asked:
+// libhora loads on any machine, and only a communicator that meets a device pointer or a CUDA
+// stream asks.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "core/compute.h"
+
+namespace hora::cuda {
+
+// Built with CUDA, a driver, and at least one device (asked once, then remembered).
+bool usable();
+// Why not, when !usable(): "this build has no CUDA (meson option cuda)", "no CUDA driver on this
+// machine (cudaErrorInsufficientDriver: ...)", ...
+const std::string& unusableWhy();
+bool built();
+
+// The device of a device (or managed) allocation p points into, else -1: host memory, memory
+// CUDA does not know, or CUDA unusable. Pinned host memory is host memory.
+int deviceOf(const void* p);
+// Whether s is a CUDA stream of this process (not a host stream; only asked when usable()).
+bool isStream(const void* s);
+int currentDevice();  // -1 when unusable
+void setDevice(int dev);
+
+// Throws Errc::Cuda for a runtime error `err` (a cudaError_t) of `what`; nothing for 0.
+void check(int err, const char* what);
+
+// Memory.
+void* hostAlloc(size_t bytes);  // pinned, portable, mapped
+void hostFree(void* p);
+void* deviceAlloc(size_t bytes);
+void deviceFree(void* p);
+// Copies in `stream`'s order (null: the legacy default stream); any kinds of memory.
+void copyAsync(void* dst, const void* src, size_t bytes, void* stream);
+
+// Streams and events.
+void* streamCreate();  // non-blocking (no implicit order with the legacy default stream)
+void streamDestroy(void* s);
+void streamSync(void* s);
+void* eventCreate();  // without timing
+void eventDestroy(void* e);
+void eventRecord(void* e, void* stream);
+bool eventDone(void* e);  // throws the error of the work before it, if any
+void streamWaitEvent(void* stream, void* e);
+// Makes the work queued on `stream` after this wait until the 32-bit word at `flag` (pinned
+// host memory from hostAlloc) is at least `value`, in wrap-around order (stream memory
+// operations; where the driver has none, a host function on the stream that waits for it).
+void streamWaitFlag(void* stream, const volatile uint32_t* flag, uint32_t value);
+
+// CUDA IPC.
+struct IpcHandle {
+  unsigned char bytes[64];
+};
+IpcHandle ipcHandle(void* devicePtr);
+void* ipcOpen(const IpcHandle& h);  // enables peer access if the memory is on another device
+void ipcClose(void* p);
+bool canAccessPeer(int dev, int peer);
+
+// The compute engine of device memory: each action (program.h) a kernel (kernels/cuda) or a
+// copy on its own stream, finished when the event recorded after it is. Actions complete in the
+// order they were posted (one stream).
+class Engine final : public core::ComputeEngine {
+ public:
+  explicit Engine(int device);
+  ~Engine() override;
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  void post(const core::Action& a, const core::Program& p, transport::Cookie cookie) override;
+  bool progress(std::vector<transport::Cookie>& completed) override;
+  bool busy() const override { return !inFlight_.empty(); }
+  // Drops what a run that ended early left (waiting for the stream first).
+  void reset();
+  void* stream() const { return stream_; }
+  int device() const { return device_; }
+
+ private:
+  struct InFlight {
+    void* event;
+    transport::Cookie cookie;
+  };
+  int device_;
+  void* stream_ = nullptr;
+  std::deque<InFlight> inFlight_;
+  std::vector<void*> freeEvents_;
+};
+
+}  // namespace hora::cuda
