@@ -1,6 +1,6 @@
 // The shared stage: a capability that a transport may offer to the ranks it connects when they
-// can all address one another's memory (shared memory between the processes of one host today;
-// CUDA IPC or an NVLink-like fabric later). The shared-stage algorithms (src/coll/stage.cc) and
+// can all address one another's memory (shared memory between the processes of one host; CUDA
+// IPC between their GPUs, transports/cuda_ipc). The shared-stage algorithms (src/coll/stage.cc) and
 // the executor's Signal and Wait ops use it through this interface alone, without knowing which
 // transport is under it.
 //
@@ -90,6 +90,10 @@ class SharedStage {
     counters_ = std::move(counters);
     regionBytes_ = regionBytes;
     self_ = self;
+  }
+  // For a stage that shares another's counters (and place) with regions of its own.
+  void mapCountersOf(const SharedStage& other, std::vector<uint8_t*> regions, size_t regionBytes) {
+    map(std::move(regions), other.counters_, regionBytes, other.self_);
   }
 
  private:

@@ -36,9 +36,7 @@ horaComm* checkComm(horaComm_t comm) {
   return comm;
 }
 
-HostStream* checkStream(horaStream_t stream) {
-  return stream ? HostStream::fromHandle(stream) : nullptr;
-}
+device::StreamRef checkStream(horaStream_t stream) { return device::resolve(stream); }
 
 DataType checkType(int v) {
   if (v < 0 || v >= horaNumTypes) fail(Errc::InvalidArgument, "invalid datatype %d", v);
@@ -456,7 +454,9 @@ HORA_API horaResult_t horaStreamCreate(horaStream_t* stream) {
 HORA_API horaResult_t horaStreamSynchronize(horaStream_t stream) {
   return guard("horaStreamSynchronize", nullptr, [&] {
     if (!stream) fail(Errc::InvalidArgument, "stream is NULL (the NULL stream is synchronous: nothing to wait for)");
-    HostStream::fromHandle(stream)->synchronize();
+    const device::StreamRef s = device::resolve(stream);
+    if (s.cuda) device::synchronize(s.cuda);
+    else s.host->synchronize();
   });
 }
 
@@ -464,7 +464,8 @@ HORA_API horaResult_t horaStreamQuery(horaStream_t stream) {
   bool done = true;
   horaResult_t r = guard("horaStreamQuery", nullptr, [&] {
     if (!stream) fail(Errc::InvalidArgument, "stream is NULL");
-    done = HostStream::fromHandle(stream)->query();
+    const device::StreamRef s = device::resolve(stream);
+    done = s.cuda ? device::query(s.cuda) : s.host->query();
   });
   return r == horaSuccess && !done ? horaInProgress : r;
 }

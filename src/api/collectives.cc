@@ -56,7 +56,7 @@ HORA_API horaResult_t horaAllReduce(const void* sendbuff, void* recvbuff, size_t
                                     horaRedOp_t op, horaComm_t comm, horaStream_t stream) {
   return guard("horaAllReduce", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    HostStream* hs = api::checkStream(stream);
+    device::StreamRef hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::AllReduce, c, sendbuff, recvbuff, count, api::rawInt(datatype));
     c->resolveOp(api::rawInt(op), a.dtype, a);
     size_t bytes = checkedBytes(count, a.dtype, 1);
@@ -71,7 +71,7 @@ HORA_API horaResult_t horaBroadcast(const void* sendbuff, void* recvbuff, size_t
                                     int root, horaComm_t comm, horaStream_t stream) {
   return guard("horaBroadcast", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    HostStream* hs = api::checkStream(stream);
+    device::StreamRef hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::Broadcast, c, sendbuff, recvbuff, count, api::rawInt(datatype));
     checkRoot(root, c);
     a.root = root;
@@ -89,7 +89,7 @@ HORA_API horaResult_t horaReduce(const void* sendbuff, void* recvbuff, size_t co
                                  horaRedOp_t op, int root, horaComm_t comm, horaStream_t stream) {
   return guard("horaReduce", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    HostStream* hs = api::checkStream(stream);
+    device::StreamRef hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::Reduce, c, sendbuff, recvbuff, count, api::rawInt(datatype));
     c->resolveOp(api::rawInt(op), a.dtype, a);
     checkRoot(root, c);
@@ -108,7 +108,7 @@ HORA_API horaResult_t horaAllGather(const void* sendbuff, void* recvbuff, size_t
                                     horaComm_t comm, horaStream_t stream) {
   return guard("horaAllGather", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    HostStream* hs = api::checkStream(stream);
+    device::StreamRef hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::AllGather, c, sendbuff, recvbuff, sendcount, api::rawInt(datatype));
     size_t bytes = checkedBytes(sendcount, a.dtype, 1);
     size_t total = checkedBytes(sendcount, a.dtype, static_cast<size_t>(c->nranks));
@@ -125,7 +125,7 @@ HORA_API horaResult_t horaReduceScatter(const void* sendbuff, void* recvbuff, si
                                         horaStream_t stream) {
   return guard("horaReduceScatter", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    HostStream* hs = api::checkStream(stream);
+    device::StreamRef hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::ReduceScatter, c, sendbuff, recvbuff, recvcount, api::rawInt(datatype));
     c->resolveOp(api::rawInt(op), a.dtype, a);
     size_t bytes = checkedBytes(recvcount, a.dtype, 1);
@@ -144,7 +144,7 @@ HORA_API horaResult_t horaSend(const void* sendbuff, size_t count, horaDataType_
                                horaComm_t comm, horaStream_t stream) {
   return guard("horaSend", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    HostStream* hs = api::checkStream(stream);
+    device::StreamRef hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::Send, c, sendbuff, nullptr, count, api::rawInt(datatype));
     if (peer < 0 || peer >= c->nranks) fail(Errc::InvalidArgument, "peer %d is out of range [0, %d)", peer, c->nranks);
     a.peer = peer;
@@ -159,7 +159,7 @@ HORA_API horaResult_t horaRecv(void* recvbuff, size_t count, horaDataType_t data
                                horaStream_t stream) {
   return guard("horaRecv", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    HostStream* hs = api::checkStream(stream);
+    device::StreamRef hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::Recv, c, nullptr, recvbuff, count, api::rawInt(datatype));
     if (peer < 0 || peer >= c->nranks) fail(Errc::InvalidArgument, "peer %d is out of range [0, %d)", peer, c->nranks);
     a.peer = peer;
@@ -174,7 +174,7 @@ HORA_API horaResult_t horaAllToAll(const void* sendbuff, void* recvbuff, size_t 
                                    horaComm_t comm, horaStream_t stream) {
   return guard("horaAllToAll", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    HostStream* hs = api::checkStream(stream);
+    device::StreamRef hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::AllToAll, c, sendbuff, recvbuff, count, api::rawInt(datatype));
     size_t total = checkedBytes(count, a.dtype, static_cast<size_t>(c->nranks));
     needBuffer(sendbuff, total, "sendbuff");
@@ -187,7 +187,7 @@ HORA_API horaResult_t horaAllToAll(const void* sendbuff, void* recvbuff, size_t 
 HORA_API horaResult_t horaBarrier(horaComm_t comm, horaStream_t stream) {
   return guard("horaBarrier", comm, [&] {
     horaComm* c = api::checkComm(comm);
-    HostStream* hs = api::checkStream(stream);
+    device::StreamRef hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::Barrier, c, nullptr, nullptr, 0, horaUint8);
     group::submit(c, a, hs, "horaBarrier");
   });

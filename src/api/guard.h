@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "comm/comm.h"
+#include "comm/device.h"
 #include "comm/stream.h"
 #include "hora.h"
 
@@ -86,7 +87,7 @@ int rawInt(const E& e) {
 // Argument checks shared by the entry points; each throws Errc::InvalidArgument.
 horaComm* checkComm(horaComm_t comm);
 // The host stream behind stream (nullptr for NULL); throws for anything else.
-HostStream* checkStream(horaStream_t stream);
+device::StreamRef checkStream(horaStream_t stream);
 DataType checkType(int t);  // pass rawInt(datatype)
 
 }  // namespace hora::api

@@ -40,6 +40,10 @@ struct Args {
   // Avg: how many ranks' inputs the sum divides by (0: the ranks the call runs on). A phase of
   // a hierarchical algorithm runs on some ranks but divides by all of them.
   int divideBy = 0;
+  // Device buffers through the CUDA IPC stage (comm/device.h): tagged apart from a host call,
+  // so that ranks that disagree on where the buffers are fail instead of reading each other's
+  // regions of two different stages.
+  bool deviceIpc = false;
 };
 
 // The algorithms' names, one typed table (algorithms.def; the objects are in algorithm.h).

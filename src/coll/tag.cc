@@ -1,5 +1,6 @@
 // Tags: 64 bits carried by every message, so that a receiver can tell that its peer is in the
-// same call. Layout: kind (8 bits) | dtype (4) | op (4) | root (16) | count mod 2^32 (32).
+// same call. Layout: kind (8 bits) | dtype (4) | op (4) | root (16) | count mod 2^32 (32); the root
+// field of a call without a root is 0x8000 for device buffers through CUDA IPC, else 0.
 #include <cinttypes>
 
 #include "base/error.h"
@@ -22,6 +23,9 @@ const char* kindName(Kind k) {
   return "?";
 }
 
+// The root field of a call that has none: device buffers through CUDA IPC.
+constexpr uint64_t kDeviceIpcRoot = 0x8000;
+
 static bool rooted(Kind k) { return k == Kind::Broadcast || k == Kind::Reduce; }
 static bool reducing(Kind k) {
   return k == Kind::AllReduce || k == Kind::Reduce || k == Kind::ReduceScatter;
@@ -31,7 +35,7 @@ uint64_t makeTag(const Args& a) {
   // A send and its receive must agree, so both are tagged as Send.
   Kind k = a.kind == Kind::Recv ? Kind::Send : a.kind;
   uint64_t op = reducing(k) ? static_cast<uint64_t>(a.op) : 0xf;
-  uint64_t root = rooted(k) ? static_cast<uint64_t>(a.root) & 0xffff : 0;
+  uint64_t root = rooted(k) ? static_cast<uint64_t>(a.root) & 0xffff : a.deviceIpc ? kDeviceIpcRoot : 0;
   return static_cast<uint64_t>(k) << 56 | (static_cast<uint64_t>(a.dtype) & 0xf) << 52 |
          (op & 0xf) << 48 | root << 32 | (a.count & 0xffffffffu);
 }
@@ -61,6 +65,7 @@ std::string describeTag(uint64_t tag) {
                          count, dataTypeName(dt));
   if (reducing(k) && op < static_cast<unsigned>(kNumRedOps)) s += format(", %s", redOpName(static_cast<RedOp>(op)));
   if (rooted(k)) s += format(", root %u", root);
+  else if (root == kDeviceIpcRoot) s += ", device buffers through CUDA IPC";
   return s + ")";
 }
 
@@ -71,6 +76,7 @@ std::string describe(const Args& a) {
   if (rooted(a.kind)) s += format(", root %d", a.root);
   if (a.kind == Kind::Send) s += format(", to rank %d", a.peer);
   if (a.kind == Kind::Recv) s += format(", from rank %d", a.peer);
+  if (a.deviceIpc) s += ", device buffers through CUDA IPC";
   return s + ")";
 }
 

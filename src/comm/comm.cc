@@ -14,6 +14,7 @@
 #include "hora.h"
 #include "base/log.h"
 #include "comm/config.h"
+#include "comm/device.h"
 
 namespace hora {
 
@@ -170,6 +171,7 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
   c->nranks = nranks;
   c->commId = id.commId();
   c->opts = opts;
+  c->opts.cudaDev = hora::device::commDevice(opts.cudaDev);
   c->planner.chunkBytes = cfg.chunkBytes;
   c->planner.forced = cfg.algoForced;
   c->planner.costs = cfg.costs;

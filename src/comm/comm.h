@@ -31,6 +31,13 @@
 struct horaComm;
 
 namespace hora {
+namespace device {
+struct CommState;
+void destroy(CommState* s);
+}  // namespace device
+namespace core {
+class ComputeEngine;
+}
 
 // What a rank told every other at init: its identity (the record's "core" field, read here) and
 // the record itself, whose other fields belong to the transports (and the topology).
@@ -151,6 +158,12 @@ struct horaComm {
   std::mutex streamMu;
   std::condition_variable streamIdle;
   std::atomic<int> streamWork{0};
+  // Device buffers and CUDA streams (comm/device.h): made by the first call that needs them.
+  struct DeviceStateFree {
+    void operator()(hora::device::CommState* s) const { hora::device::destroy(s); }
+  };
+  std::mutex deviceMu;
+  std::unique_ptr<hora::device::CommState, DeviceStateFree> device;
 
   // Last, away from the fields every call touches:
   // the collectives and size classes whose choice has been explained at INFO (kind << 8 | log2),
@@ -175,5 +188,8 @@ namespace hora {
 
 // Runs the calls (possibly on several communicators) together, as one group.
 void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls);
+// Runs one AllReduce through `stage` (a shared stage other than the communicator's own: the CUDA
+// IPC stage) by the shared-stage algorithm, its actions on `engine`.
+void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& stage, core::ComputeEngine& engine);
 
 }  // namespace hora

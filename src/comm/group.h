@@ -1,8 +1,10 @@
 // Groups: calls between horaGroupStart and horaGroupEnd are held (per thread) and run together
 // at the outermost horaGroupEnd, across any number of communicators. A group whose calls name
-// a host stream is queued on it as one piece of work.
+// a host stream is queued on it as one piece of work; one whose calls name CUDA streams (one or
+// several) is queued on all of them (comm/device.h).
 #pragma once
 #include "comm/comm.h"
+#include "comm/device.h"
 #include "comm/stream.h"
 
 namespace hora::group {
@@ -11,8 +13,8 @@ void start();
 // Runs the held calls; throws the first error. Throws InvalidUsage without a matching start.
 void end();
 bool active();
-// Runs the call now (stream null), queues it on the stream, or holds it if a group is open.
+// Runs the call now (no stream), queues it on its stream, or holds it if a group is open.
 // fn names the entry point, for the stream's error text.
-void submit(horaComm* comm, const coll::Args& a, HostStream* stream = nullptr, const char* fn = "");
+void submit(horaComm* comm, const coll::Args& a, device::StreamRef stream = {}, const char* fn = "");
 
 }  // namespace hora::group

@@ -122,6 +122,45 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const c
 }
 }  // namespace
 
+void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& stage, core::ComputeEngine& engine) {
+  ThreadState& ts = tState;
+  ts.busyComms.clear();
+  BusyGuard guard{ts.busyComms};
+  c->check();
+  if (c->busy.exchange(true))
+    fail(Errc::InvalidUsage, "the communicator of rank %d is in use by another thread (a communicator serves one "
+         "thread at a time)", c->rank);
+  guard.comms.push_back(c);
+  c->scratch.reset();
+  coll::Topo t = c->shape;
+  t.stage = &stage;
+  t.stageSeq = &c->stageSeq;
+  coll::Plan plan;
+  plan.algo = coll::Algo::Slice;
+  if (ts.programs.empty()) ts.programs.resize(1);
+  core::Program& p = ts.programs[0];
+  p.clear();
+  coll::build(a, t, plan, c->scratch, p);
+  ++c->calls;
+  p.call = c->nextFrameCall();
+  HORA_TRACE(log::kColl, "%s: %s by %s through a stage of its own, %zu ops", c->describeCall().c_str(),
+             coll::describe(a).c_str(), coll::algoName(plan.algo), p.ops.size());
+  ts.jobs.clear();
+  ts.jobs.push_back(jobOf(c, &p));
+  core::Job& j = ts.jobs.back();
+  j.stage = &stage;
+  j.engine = &engine;
+  j.callNo = ++c->collectives;
+  j.callTag = p.tag;
+  stage.announce(j.callNo, j.callTag);
+  try {
+    ts.executor.run(ts.jobs, c->opts.timeout, c->spinFor);
+  } catch (const Error& e) {
+    if (!c->aborting.load()) c->fail(e);
+    throw;
+  }
+}
+
 void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
   ThreadState& ts = tState;
   core::Executor& executor = ts.executor;

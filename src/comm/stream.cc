@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "base/log.h"
+#include "comm/device.h"
 
 namespace hora {
 
@@ -31,8 +32,9 @@ void countWork(const Calls& calls, int delta) {
 }
 }  // namespace
 
-HostStream::HostStream() {
+HostStream::HostStream(bool registered) {
   thread_ = std::thread([this] { loop(); });
+  if (!registered) return;
   std::lock_guard<std::mutex> lock(gRegistryMu);
   registry().insert(this);
 }
@@ -47,11 +49,16 @@ HostStream::~HostStream() {
   thread_.join();
 }
 
+HostStream* HostStream::find(const void* handle) {
+  std::lock_guard<std::mutex> lock(gRegistryMu);
+  return registry().count(handle) ? static_cast<HostStream*>(const_cast<void*>(handle)) : nullptr;
+}
+
 HostStream* HostStream::fromHandle(const void* handle) {
   std::lock_guard<std::mutex> lock(gRegistryMu);
   if (!registry().count(handle))
-    fail(Errc::InvalidArgument, "stream %p is not a live host stream from horaStreamCreate (this build has no CUDA "
-         "streams; NULL means synchronous)", handle);
+    fail(Errc::InvalidArgument, "stream %p is not a live host stream from horaStreamCreate (nor a CUDA stream; "
+         "NULL means synchronous)", handle);
   return static_cast<HostStream*>(const_cast<void*>(handle));
 }
 
@@ -60,11 +67,13 @@ void HostStream::unregister() {
   registry().erase(this);
 }
 
-void HostStream::enqueue(const char* fn, Calls calls) {
+void HostStream::enqueue(const char* fn, Calls calls) { enqueue(fn, std::move(calls), nullptr); }
+
+void HostStream::enqueue(const char* fn, Calls calls, std::function<void()> run) {
   countWork(calls, +1);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(Work{fn, std::move(calls)});
+    queue_.push_back(Work{fn, std::move(calls), std::move(run)});
   }
   wake_.notify_one();
 }
@@ -83,7 +92,8 @@ void HostStream::loop() {
     try {
       for (const auto& call : w.calls)
         if (call.first->aborting.load()) fail(Errc::InvalidUsage, "the communicator was aborted");
-      runCalls(w.calls);
+      if (w.run) w.run();
+      else device::runCalls(w.calls);
     } catch (const Error& e) {
       code = e.code();
       text = std::string(w.fn) + " (on a stream): " + e.what();

@@ -14,6 +14,7 @@
 #pragma once
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -28,19 +29,25 @@ using Calls = std::vector<std::pair<horaComm*, coll::Args>>;
 
 class HostStream {
  public:
-  HostStream();
+  // registered: a user's stream, found by fromHandle; else the library's own (a communicator's
+  // worker for CUDA streams, comm/device.h).
+  explicit HostStream(bool registered = true);
   ~HostStream();  // drains the queue, then stops the thread
   HostStream(const HostStream&) = delete;
   HostStream& operator=(const HostStream&) = delete;
 
   // The stream behind a horaStream_t, or throws InvalidArgument if it is not a live one.
   static HostStream* fromHandle(const void* handle);
+  static HostStream* find(const void* handle);  // null where it is not one
   // Forgets the handle (before the stream is deleted): later calls with it are errors.
   void unregister();
 
   // Queues calls (one call, or a group) that `fn` made; they run together, in order after
   // everything queued before.
   void enqueue(const char* fn, Calls calls);
+  // Queues `run` in place of running the calls (which it runs, and which count as work on their
+  // communicators meanwhile).
+  void enqueue(const char* fn, Calls calls, std::function<void()> run);
   // Waits until the queue is empty, then throws the first unreported error, if any.
   void synchronize();
   // False while work is queued or running; else as synchronize().
@@ -50,6 +57,7 @@ class HostStream {
   struct Work {
     const char* fn;
     Calls calls;
+    std::function<void()> run;
   };
   void loop();
   void takeError();  // throws and clears the kept error; call with mu_ held

@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cstring>
 #include <exception>
+#include <thread>
 
 #include "base/error.h"
 #include "base/host.h"
@@ -323,7 +324,14 @@ void Executor::block(milliseconds most) {
     }
   for (const Job& j : *jobs_)
     if (j.wakeFd >= 0) fds_.push_back(pollfd{j.wakeFd, POLLIN, 0});
-  if (sleep) pollFor(fds_.data(), fds_.size(), static_cast<int>(most.count()));
+  // A device engine's work finishes without a descriptor to wake this rank: look again soon.
+  const bool engineBusy = std::any_of(engines_.begin(), engines_.end(), [](ComputeEngine* e) { return e->busy(); });
+  if (sleep && engineBusy) {
+    pollFor(fds_.data(), fds_.size(), 0);
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  } else if (sleep) {
+    pollFor(fds_.data(), fds_.size(), static_cast<int>(most.count()));
+  }
   for (const Queue& q : queues_)
     if (q.conn->busy()) q.conn->disarmWakeup();
   disarmWaits();

@@ -1,11 +1,10 @@
-#include "core/cuda.h"
+#include "base/cuda.h"
 
 #include <chrono>
 #include <cstring>
 #include <thread>
 
 #include "base/error.h"
-#include "kernels/cuda/reduce.h"
 
 #if HORA_CUDA
 #include <cuda.h>
@@ -153,6 +152,15 @@ void streamDestroy(void* s) {
   if (s) cudaStreamDestroy(S(s));
 }
 void streamSync(void* s) { check(cudaStreamSynchronize(S(s)), "cudaStreamSynchronize"); }
+void streamSyncQuiet(void* s) {
+  if (cudaStreamSynchronize(S(s)) != cudaSuccess) cudaGetLastError();
+}
+bool streamDone(void* s) {
+  const cudaError_t r = cudaStreamQuery(S(s));
+  if (r == cudaErrorNotReady) return false;
+  check(r, "the stream's work (cudaStreamQuery)");
+  return true;
+}
 void* eventCreate() {
   cudaEvent_t e = nullptr;
   check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
@@ -203,63 +211,15 @@ bool canAccessPeer(int dev, int peer) {
   int ok = 0;
   return cudaDeviceCanAccessPeer(&ok, dev, peer) == cudaSuccess && ok;
 }
-
-Engine::Engine(int device) : device_(device) {
-  setDevice(device);
-  stream_ = streamCreate();
-}
-
-Engine::~Engine() {
-  if (stream_) cudaStreamSynchronize(S(stream_));
-  for (const InFlight& f : inFlight_) eventDestroy(f.event);
-  for (void* e : freeEvents_) eventDestroy(e);
-  streamDestroy(stream_);
-}
-
-void Engine::post(const core::Action& a, const core::Program& p, transport::Cookie cookie) {
-  if (a.active && a.count) {
-    const kernels::ReduceSpec& s = a.spec;
-    void* dsts[2] = {a.dst, a.dst2};
-    const int ndst = a.dst2 ? 2 : 1;
-    if (a.nsrcList) {
-      check(kernels::cuda::reduce(dsts, ndst, p.srcLists.data() + a.srcList, static_cast<int>(a.nsrcList), a.count, s,
-                                  stream_),
-            "the reduction kernel's launch");
-    } else if (!a.src1 && !s.premulFirst && !s.divide && !a.dst2) {
-      if (a.dst != a.src0) copyAsync(a.dst, a.src0, a.count * dataTypeSize(s.dtype), stream_);
-    } else {
-      const void* srcs[2] = {a.src0, a.src1};
-      check(kernels::cuda::reduce(dsts, ndst, srcs, a.src1 ? 2 : 1, a.count, s, stream_),
-            "the reduction kernel's launch");
-    }
+void enablePeer(int peer) {
+  int dev = -1;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev == peer) return;
+  const cudaError_t r = cudaDeviceEnablePeerAccess(peer, 0);
+  if (r == cudaErrorPeerAccessAlreadyEnabled) {
+    cudaGetLastError();
+    return;
   }
-  void* ev;
-  if (freeEvents_.empty()) {
-    ev = eventCreate();
-  } else {
-    ev = freeEvents_.back();
-    freeEvents_.pop_back();
-  }
-  eventRecord(ev, stream_);
-  inFlight_.push_back(InFlight{ev, cookie});
-}
-
-bool Engine::progress(std::vector<transport::Cookie>& completed) {
-  bool any = false;
-  while (!inFlight_.empty() && eventDone(inFlight_.front().event)) {
-    completed.push_back(inFlight_.front().cookie);
-    freeEvents_.push_back(inFlight_.front().event);
-    inFlight_.pop_front();
-    any = true;
-  }
-  return any;
-}
-
-void Engine::reset() {
-  cudaStreamSynchronize(S(stream_));
-  cudaGetLastError();
-  for (const InFlight& f : inFlight_) freeEvents_.push_back(f.event);
-  inFlight_.clear();
+  check(r, "cudaDeviceEnablePeerAccess");
 }
 
 #else  // no CUDA in this build
@@ -288,6 +248,8 @@ void copyAsync(void*, const void*, size_t, void*) { none(); }
 void* streamCreate() { none(); }
 void streamDestroy(void*) {}
 void streamSync(void*) { none(); }
+void streamSyncQuiet(void*) {}
+bool streamDone(void*) { none(); }
 void* eventCreate() { none(); }
 void eventDestroy(void*) {}
 void eventRecord(void*, void*) { none(); }
@@ -298,12 +260,7 @@ IpcHandle ipcHandle(void*) { none(); }
 void* ipcOpen(const IpcHandle&) { none(); }
 void ipcClose(void*) {}
 bool canAccessPeer(int, int) { return false; }
-Engine::Engine(int device) : device_(device) { none(); }
-Engine::~Engine() = default;
-void Engine::post(const core::Action&, const core::Program&, transport::Cookie) { none(); }
-bool Engine::progress(std::vector<transport::Cookie>&) { return false; }
-void Engine::reset() {}
-
+void enablePeer(int) { none(); }
 #endif
 
 }  // namespace hora::cuda

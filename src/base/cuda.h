@@ -10,11 +10,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <string>
-#include <vector>
 
-#include "core/compute.h"
 
 namespace hora::cuda {
 
@@ -48,6 +45,8 @@ void copyAsync(void* dst, const void* src, size_t bytes, void* stream);
 void* streamCreate();  // non-blocking (no implicit order with the legacy default stream)
 void streamDestroy(void* s);
 void streamSync(void* s);
+void streamSyncQuiet(void* s);  // ignoring (and clearing) any error
+bool streamDone(void* s);       // all its work finished (throws its error, if any)
 void* eventCreate();  // without timing
 void eventDestroy(void* e);
 void eventRecord(void* e, void* stream);
@@ -66,33 +65,7 @@ IpcHandle ipcHandle(void* devicePtr);
 void* ipcOpen(const IpcHandle& h);  // enables peer access if the memory is on another device
 void ipcClose(void* p);
 bool canAccessPeer(int dev, int peer);
-
-// The compute engine of device memory: each action (program.h) a kernel (kernels/cuda) or a
-// copy on its own stream, finished when the event recorded after it is. Actions complete in the
-// order they were posted (one stream).
-class Engine final : public core::ComputeEngine {
- public:
-  explicit Engine(int device);
-  ~Engine() override;
-  Engine(const Engine&) = delete;
-  Engine& operator=(const Engine&) = delete;
-  void post(const core::Action& a, const core::Program& p, transport::Cookie cookie) override;
-  bool progress(std::vector<transport::Cookie>& completed) override;
-  bool busy() const override { return !inFlight_.empty(); }
-  // Drops what a run that ended early left (waiting for the stream first).
-  void reset();
-  void* stream() const { return stream_; }
-  int device() const { return device_; }
-
- private:
-  struct InFlight {
-    void* event;
-    transport::Cookie cookie;
-  };
-  int device_;
-  void* stream_ = nullptr;
-  std::deque<InFlight> inFlight_;
-  std::vector<void*> freeEvents_;
-};
+// Lets the current device read and write `peer`'s memory (once; again is not an error).
+void enablePeer(int peer);
 
 }  // namespace hora::cuda

@@ -1,0 +1,457 @@
+#include "comm/device.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "base/cuda.h"
+#include "base/log.h"
+#include "core/device_engine.h"
+#include "transports/cuda_ipc/stage.h"
+
+namespace hora::device {
+
+namespace {
+
+// Each member's region of the CUDA IPC stage holds 4 slots (coll/stage.cc) of this many bytes:
+// a chunk of a large AllReduce. 8 MiB per slot keeps a kernel's launch small beside its work.
+constexpr size_t kIpcSlotBytes = size_t(8) << 20;
+
+enum class Ipc { Unknown, On, Off };
+
+// Makes `dev` the thread's device for a while (kernels go to the current device).
+struct OnDevice {
+  int prev;
+  int dev;
+  explicit OnDevice(int d) : prev(cuda::currentDevice()), dev(d) {
+    if (prev != dev) cuda::setDevice(dev);
+  }
+  ~OnDevice() {
+    if (prev >= 0 && prev != dev) {
+      try {
+        cuda::setDevice(prev);
+      } catch (const Error&) {
+      }
+    }
+  }
+};
+
+// The first unreported failure of the library's work on each CUDA stream.
+std::mutex gErrorsMu;
+std::unordered_map<void*, Error>& streamErrors() {
+  static auto* m = new std::unordered_map<void*, Error>();  // never destroyed: workers may outlive exit
+  return *m;
+}
+
+void noteStreamError(const std::vector<void*>& streams, const char* fn, const Error& e) {
+  std::lock_guard<std::mutex> lock(gErrorsMu);
+  for (void* s : streams)
+    streamErrors().emplace(s, Error(e.code(), format("%s (on CUDA stream %p): %s", fn, s, e.what())));
+}
+
+void takeStreamError(void* s) {
+  std::lock_guard<std::mutex> lock(gErrorsMu);
+  auto it = streamErrors().find(s);
+  if (it == streamErrors().end()) return;
+  Error e = it->second;
+  streamErrors().erase(it);
+  throw e;
+}
+
+}  // namespace
+
+struct CommState {
+  int device = -1;
+  std::mutex poolMu;
+  struct Block {
+    uint8_t* p;
+    size_t bytes;
+    bool taken;
+  };
+  std::vector<Block> pool;  // pinned host memory for staging
+  uint32_t* flag = nullptr; // pinned: the last stream call done (seq)
+  uint32_t seq = 0;
+  void* copyStream = nullptr;  // the worker's copies
+  Ipc ipc = Ipc::Unknown;
+  uint8_t* region = nullptr;
+  std::vector<void*> opened;
+  std::shared_ptr<transport::CudaIpcStage> stage;
+  std::unique_ptr<core::DeviceEngine> engine;
+  std::unique_ptr<HostStream> worker;  // last: drained and stopped first
+
+  uint8_t* take(size_t bytes) {
+    std::lock_guard<std::mutex> lock(poolMu);
+    for (Block& b : pool)
+      if (!b.taken && b.bytes >= bytes) {
+        b.taken = true;
+        return b.p;
+      }
+    size_t size = size_t(1) << 20;
+    while (size < bytes) size <<= 1;
+    pool.push_back(Block{static_cast<uint8_t*>(cuda::hostAlloc(size)), size, true});
+    return pool.back().p;
+  }
+  void give(uint8_t* p) {
+    std::lock_guard<std::mutex> lock(poolMu);
+    for (Block& b : pool)
+      if (b.p == p) b.taken = false;
+  }
+
+  ~CommState() {
+    worker.reset();
+    engine.reset();
+    stage.reset();
+    for (void* p : opened) cuda::ipcClose(p);
+    cuda::deviceFree(region);
+    for (Block& b : pool) cuda::hostFree(b.p);
+    cuda::hostFree(flag);
+    cuda::streamDestroy(copyStream);
+  }
+};
+
+void destroy(CommState* s) { delete s; }
+
+int commDevice(int given) {
+  if (given >= 0) return given;
+  return cuda::usable() ? cuda::currentDevice() : -1;
+}
+
+namespace {
+
+CommState& stateOf(horaComm* c) {
+  std::lock_guard<std::mutex> lock(c->deviceMu);
+  if (c->device) return *c->device;
+  if (c->opts.cudaDev < 0)
+    fail(Errc::InvalidUsage, "this communicator has no CUDA device (%s)",
+         cuda::usable() ? "it was made before one was current" : cuda::unusableWhy().c_str());
+  auto s = std::make_unique<CommState>();
+  s->device = c->opts.cudaDev;
+  OnDevice on(s->device);
+  s->flag = static_cast<uint32_t*>(cuda::hostAlloc(64));
+  __atomic_store_n(s->flag, 0u, __ATOMIC_RELEASE);
+  s->copyStream = cuda::streamCreate();
+  s->worker = std::make_unique<HostStream>(false);
+  c->device.reset(s.release());
+  return *c->device;
+}
+
+// What a call reads and writes, and which of those are device memory.
+struct Where {
+  const void* in = nullptr;
+  size_t inBytes = 0;
+  void* out = nullptr;
+  size_t outBytes = 0;
+  int inDev = -1, outDev = -1;
+  bool any() const { return inDev >= 0 || outDev >= 0; }
+};
+
+Where where(const horaComm* c, const coll::Args& a) {
+  Where w;
+  const size_t e = dataTypeSize(a.dtype), one = a.count * e, all = one * static_cast<size_t>(c->nranks);
+  switch (a.kind) {
+    case coll::Kind::AllReduce: w = {a.sendbuf, one, a.recvbuf, one}; break;
+    case coll::Kind::Broadcast: w = {c->rank == a.root ? a.sendbuf : nullptr, one, a.recvbuf, one}; break;
+    case coll::Kind::Reduce: w = {a.sendbuf, one, c->rank == a.root ? a.recvbuf : nullptr, one}; break;
+    case coll::Kind::AllGather: w = {a.sendbuf, one, a.recvbuf, all}; break;
+    case coll::Kind::ReduceScatter: w = {a.sendbuf, all, a.recvbuf, one}; break;
+    case coll::Kind::AllToAll: w = {a.sendbuf, all, a.recvbuf, all}; break;
+    case coll::Kind::Send: w = {a.sendbuf, one, nullptr, 0}; break;
+    case coll::Kind::Recv: w = {nullptr, 0, a.recvbuf, one}; break;
+    case coll::Kind::Barrier: return w;
+  }
+  if (!w.inBytes) w.in = nullptr;
+  if (!w.outBytes) w.out = nullptr;
+  w.inDev = cuda::deviceOf(w.in);
+  w.outDev = cuda::deviceOf(w.out);
+  for (int d : {w.inDev, w.outDev})
+    if (d >= 0 && d != c->opts.cudaDev)
+      fail(Errc::InvalidArgument, "a buffer of %s is on CUDA device %d, the communicator on device %d",
+           coll::describe(a).c_str(), d, c->opts.cudaDev);
+  return w;
+}
+
+bool anyOnDevice(const Calls& calls, std::vector<Where>& ws) {
+  ws.clear();
+  bool any = false;
+  for (const auto& [c, a] : calls) {
+    ws.push_back(where(c, a));
+    any |= ws.back().any();
+  }
+  return any;
+}
+
+// Whether a call goes through the CUDA IPC stage: the same answer on every rank that makes the
+// same call with device buffers.
+bool ipcFits(const horaComm* c, const coll::Args& a, const Where& w) {
+  return a.kind == coll::Kind::AllReduce && a.count > 0 && w.inDev >= 0 && w.outDev >= 0 && c->nranks > 1 &&
+         c->nranks <= kernels::kMaxSources && c->stage && c->stage->size() == c->nranks;
+}
+
+// Sets up the CUDA IPC stage: collective over the communicator (its first call that fits).
+void setupIpc(horaComm* c, CommState& st) {
+  struct Info {
+    unsigned char handle[64];
+    uint64_t region;
+    int32_t pid, device, ok, pad;
+  };
+  const size_t regionBytes = 4 * kIpcSlotBytes;
+  Info mine{};
+  std::string why;
+  mine.ok = 1;
+  try {
+    st.region = static_cast<uint8_t*>(cuda::deviceAlloc(regionBytes));
+    cuda::IpcHandle h = cuda::ipcHandle(st.region);
+    memcpy(mine.handle, h.bytes, sizeof mine.handle);
+  } catch (const Error& e) {
+    mine.ok = 0;
+    why = e.what();
+  }
+  mine.region = reinterpret_cast<uintptr_t>(st.region);
+  mine.pid = static_cast<int32_t>(getpid());
+  mine.device = st.device;
+  std::vector<Info> all(static_cast<size_t>(c->nranks));
+  coll::Args g;
+  g.kind = coll::Kind::AllGather;
+  g.sendbuf = &mine;
+  g.recvbuf = all.data();
+  g.count = sizeof(Info);
+  g.dtype = DataType::Uint8;
+  hora::runCalls(Calls{{c, g}});
+  std::vector<uint8_t*> regions(static_cast<size_t>(c->nranks));
+  int32_t ok = 1;
+  for (int j = 0; j < c->nranks && ok; ++j) {
+    const Info& p = all[static_cast<size_t>(j)];
+    if (!p.ok) {
+      ok = 0;
+      why = format("rank %d could not export its region", j);
+    } else if (j == c->rank) {
+      regions[static_cast<size_t>(j)] = st.region;
+    } else if (p.pid == mine.pid) {  // a rank of this process: its pointer, if this GPU reaches it
+      if (cuda::canAccessPeer(st.device, p.device)) {
+        cuda::enablePeer(p.device);
+        regions[static_cast<size_t>(j)] = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(p.region));
+      } else {
+        ok = 0;
+        why = format("device %d cannot reach device %d of rank %d", st.device, p.device, j);
+      }
+    } else {
+      try {
+        cuda::IpcHandle h;
+        memcpy(h.bytes, p.handle, sizeof h.bytes);
+        void* mapped = cuda::ipcOpen(h);
+        st.opened.push_back(mapped);
+        regions[static_cast<size_t>(j)] = static_cast<uint8_t*>(mapped);
+      } catch (const Error& e) {
+        ok = 0;
+        why = format("mapping rank %d's region: %s", j, e.what());
+      }
+    }
+  }
+  if (ok) {
+    try {
+      st.engine = std::make_unique<core::DeviceEngine>(st.device);
+    } catch (const Error& e) {
+      ok = 0;
+      why = e.what();
+    }
+  }
+  // Every rank goes the same way: the stage only if every one could map every region.
+  int32_t allOk = 0;
+  coll::Args m;
+  m.kind = coll::Kind::AllReduce;
+  m.sendbuf = &ok;
+  m.recvbuf = &allOk;
+  m.count = 1;
+  m.dtype = DataType::Int32;
+  m.op = RedOp::Min;
+  hora::runCalls(Calls{{c, m}});
+  if (allOk) {
+    st.stage = std::make_shared<transport::CudaIpcStage>(c->stage, std::move(regions), regionBytes);
+    st.ipc = Ipc::On;
+    HORA_INFO(log::kInit, "rank %d: device AllReduce through CUDA IPC between the %d ranks of this host (device %d, "
+              "%zu MiB slots)", c->rank, c->nranks, st.device, kIpcSlotBytes >> 20);
+    return;
+  }
+  st.ipc = Ipc::Off;
+  HORA_INFO(log::kInit, "rank %d: no CUDA IPC stage (%s); device buffers are staged through host memory", c->rank,
+            why.empty() ? "another rank could not map every region" : why.c_str());
+  st.engine.reset();
+  for (void* p : st.opened) cuda::ipcClose(p);
+  st.opened.clear();
+  cuda::deviceFree(st.region);
+  st.region = nullptr;
+}
+
+// Runs calls some of whose buffers are on the device: through the CUDA IPC stage, or staged
+// through pinned host memory with the copies on `stream` (null: the legacy default stream).
+void runOnDevice(const Calls& calls, const std::vector<Where>& ws, void* stream) {
+  CommState& st0 = stateOf(calls[0].first);
+  OnDevice on(st0.device);
+  if (calls.size() == 1 && ipcFits(calls[0].first, calls[0].second, ws[0])) {
+    horaComm* c = calls[0].first;
+    if (st0.ipc == Ipc::Unknown) setupIpc(c, st0);
+    if (st0.ipc == Ipc::On) {
+      coll::Args a = calls[0].second;
+      a.deviceIpc = true;
+      if (stream) cuda::streamSync(stream);  // (a worker's stream holds nothing; the legacy one may)
+      else cuda::streamSync(nullptr);
+      try {
+        hora::runOnStage(c, a, *st0.stage, *st0.engine);
+      } catch (...) {
+        st0.engine->reset();
+        throw;
+      }
+      return;
+    }
+  }
+  // Staging: pinned copies of the device inputs and outputs; the calls run on those.
+  struct Copy {
+    void* dst;
+    const void* src;
+    size_t bytes;
+  };
+  std::vector<Copy> ins, outs;
+  std::vector<std::pair<CommState*, uint8_t*>> taken;
+  Calls staged = calls;
+  try {
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const Where& w = ws[i];
+      if (!w.any()) continue;
+      CommState& st = stateOf(calls[i].first);
+      coll::Args& a = staged[i].second;
+      const auto lo = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+      const bool both = w.inDev >= 0 && w.outDev >= 0;
+      if (both && lo(w.in) < lo(w.out) + w.outBytes && lo(w.out) < lo(w.in) + w.inBytes) {
+        // In place (or a rank's slice of the other): one block for both, the same offsets.
+        const uintptr_t base = std::min(lo(w.in), lo(w.out));
+        const uintptr_t end = std::max(lo(w.in) + w.inBytes, lo(w.out) + w.outBytes);
+        uint8_t* b = st.take(end - base);
+        taken.emplace_back(&st, b);
+        a.sendbuf = b + (lo(w.in) - base);
+        a.recvbuf = b + (lo(w.out) - base);
+        ins.push_back(Copy{b + (lo(w.in) - base), w.in, w.inBytes});
+        outs.push_back(Copy{w.out, b + (lo(w.out) - base), w.outBytes});
+        continue;
+      }
+      if (w.inDev >= 0) {
+        uint8_t* b = st.take(w.inBytes);
+        taken.emplace_back(&st, b);
+        a.sendbuf = b;
+        ins.push_back(Copy{b, w.in, w.inBytes});
+      }
+      if (w.outDev >= 0) {
+        uint8_t* b = st.take(w.outBytes);
+        taken.emplace_back(&st, b);
+        a.recvbuf = b;
+        outs.push_back(Copy{w.out, b, w.outBytes});
+      }
+    }
+    for (const Copy& k : ins) cuda::copyAsync(k.dst, k.src, k.bytes, stream);
+    if (!ins.empty()) cuda::streamSync(stream);
+    hora::runCalls(staged);
+    for (const Copy& k : outs) cuda::copyAsync(k.dst, k.src, k.bytes, stream);
+    if (!outs.empty()) cuda::streamSync(stream);
+  } catch (...) {
+    for (auto& [st, b] : taken) st->give(b);
+    throw;
+  }
+  for (auto& [st, b] : taken) st->give(b);
+}
+
+// Waits for the work queued on the user's streams before a call (no deadline: it is the
+// caller's own work), giving up when the communicator is aborted.
+void awaitEvents(horaComm* c, const std::vector<void*>& events) {
+  for (void* e : events) {
+    unsigned idle = 0;
+    while (!cuda::eventDone(e)) {
+      if (c->aborting.load()) fail(Errc::InvalidUsage, "the communicator was aborted");
+      if (++idle < 64) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(idle < 1024 ? 10 : 200));
+    }
+  }
+}
+
+}  // namespace
+
+StreamRef resolve(const void* handle) {
+  StreamRef r;
+  if (!handle) return r;
+  if ((r.host = HostStream::find(handle))) return r;
+  if (cuda::usable() && cuda::isStream(handle)) {
+    r.cuda = const_cast<void*>(handle);
+    return r;
+  }
+  if (!cuda::usable())
+    fail(Errc::InvalidArgument, "stream %p is not a live host stream from horaStreamCreate, and it cannot be a "
+         "CUDA stream: %s (NULL means synchronous)", handle, cuda::unusableWhy().c_str());
+  fail(Errc::InvalidArgument, "stream %p is neither a live host stream from horaStreamCreate nor a CUDA stream "
+       "(NULL means synchronous)", handle);
+}
+
+void runCalls(const Calls& calls) {
+  if (!cuda::usable()) return hora::runCalls(calls);
+  thread_local std::vector<Where> ws;
+  if (!anyOnDevice(calls, ws)) return hora::runCalls(calls);
+  runOnDevice(calls, ws, nullptr);
+}
+
+void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& streams) {
+  std::vector<void*> distinct;
+  for (void* s : streams)
+    if (std::find(distinct.begin(), distinct.end(), s) == distinct.end()) distinct.push_back(s);
+  std::vector<horaComm*> comms;
+  for (const auto& call : calls)
+    if (std::find(comms.begin(), comms.end(), call.first) == comms.end()) comms.push_back(call.first);
+  for (horaComm* c : comms) stateOf(c);  // every one can take CUDA work before any is queued
+  for (horaComm* c : comms) {
+    CommState& st = stateOf(c);
+    Calls mine;
+    for (const auto& call : calls)
+      if (call.first == c) mine.push_back(call);
+    std::vector<void*> events;
+    for (void* s : distinct) {
+      events.push_back(cuda::eventCreate());
+      cuda::eventRecord(events.back(), s);
+    }
+    const uint32_t seq = ++st.seq;
+    st.worker->enqueue(fn, mine, [c, &st, mine, events, distinct, seq, fn] {
+      struct Done {  // whatever happens, the streams go on and the events go
+        CommState& st;
+        const std::vector<void*>& events;
+        uint32_t seq;
+        ~Done() {
+          for (void* e : events) cuda::eventDestroy(e);
+          __atomic_store_n(st.flag, seq, __ATOMIC_RELEASE);
+        }
+      } done{st, events, seq};
+      try {
+        OnDevice on(st.device);
+        awaitEvents(c, events);
+        std::vector<Where> ws;
+        if (anyOnDevice(mine, ws)) runOnDevice(mine, ws, st.copyStream);
+        else hora::runCalls(mine);
+      } catch (const Error& e) {
+        noteStreamError(distinct, fn, e);
+        throw;
+      }
+    });
+    for (void* s : distinct) cuda::streamWaitFlag(s, st.flag, seq);
+  }
+}
+
+void synchronize(void* stream) {
+  cuda::streamSync(stream);
+  takeStreamError(stream);
+}
+
+bool query(void* stream) {
+  if (!cuda::streamDone(stream)) return false;
+  takeStreamError(stream);
+  return true;
+}
+
+}  // namespace hora::device

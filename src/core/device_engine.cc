@@ -1,0 +1,62 @@
+#include "core/device_engine.h"
+
+#include "base/cuda.h"
+#include "kernels/cuda/reduce.h"
+
+namespace hora::core {
+
+DeviceEngine::DeviceEngine(int device) : device_(device) {
+  cuda::setDevice(device);
+  stream_ = cuda::streamCreate();
+}
+
+DeviceEngine::~DeviceEngine() {
+  cuda::streamSyncQuiet(stream_);
+  for (const InFlight& f : inFlight_) cuda::eventDestroy(f.event);
+  for (void* e : freeEvents_) cuda::eventDestroy(e);
+  cuda::streamDestroy(stream_);
+}
+
+void DeviceEngine::post(const Action& a, const Program& p, transport::Cookie cookie) {
+  if (a.active && a.count) {
+    const kernels::ReduceSpec& s = a.spec;
+    void* dsts[2] = {a.dst, a.dst2};
+    const void* pair[2] = {a.src0, a.src1};
+    const void* const* srcs = a.nsrcList ? p.srcLists.data() + a.srcList : pair;
+    const int nsrc = a.nsrcList ? static_cast<int>(a.nsrcList) : a.src1 ? 2 : 1;
+    if (!a.nsrcList && !a.src1 && !s.premulFirst && !s.divide && !a.dst2) {
+      if (a.dst != a.src0) cuda::copyAsync(a.dst, a.src0, a.count * dataTypeSize(s.dtype), stream_);
+    } else {
+      cuda::check(kernels::cuda::reduce(dsts, a.dst2 ? 2 : 1, srcs, nsrc, a.count, s, stream_),
+                  "the reduction kernel's launch");
+    }
+  }
+  void* ev;
+  if (freeEvents_.empty()) {
+    ev = cuda::eventCreate();
+  } else {
+    ev = freeEvents_.back();
+    freeEvents_.pop_back();
+  }
+  cuda::eventRecord(ev, stream_);
+  inFlight_.push_back(InFlight{ev, cookie});
+}
+
+bool DeviceEngine::progress(std::vector<transport::Cookie>& completed) {
+  bool any = false;
+  while (!inFlight_.empty() && cuda::eventDone(inFlight_.front().event)) {
+    completed.push_back(inFlight_.front().cookie);
+    freeEvents_.push_back(inFlight_.front().event);
+    inFlight_.pop_front();
+    any = true;
+  }
+  return any;
+}
+
+void DeviceEngine::reset() {
+  cuda::streamSyncQuiet(stream_);
+  for (const InFlight& f : inFlight_) freeEvents_.push_back(f.event);
+  inFlight_.clear();
+}
+
+}  // namespace hora::core
