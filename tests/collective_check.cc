@@ -1,7 +1,9 @@
 #include "collective_check.h"
 
 #include <cstring>
+#include <functional>
 
+#include "base/cuda.h"
 #include "harness.h"
 
 namespace hora::test {
@@ -44,9 +46,74 @@ struct Guarded {
     return true;
   }
 };
+// A device copy of a guarded buffer's whole image (guards included), freed on the way out.
+struct DeviceImage {
+  uint8_t* p = nullptr;
+  size_t bytes = 0;
+  explicit DeviceImage(size_t b) : p(static_cast<uint8_t*>(hora::cuda::deviceAlloc(b))), bytes(b) {}
+  ~DeviceImage() { hora::cuda::deviceFree(p); }
+  DeviceImage(const DeviceImage&) = delete;
+  DeviceImage& operator=(const DeviceImage&) = delete;
+};
+
+// A kernel that copies bytes on the stream (the reduction kernel with one source).
+void copyKernel(void* dst, const void* src, size_t bytes, void* stream) {
+  hora::kernels::ReduceSpec s;
+  s.dtype = hora::DataType::Uint8;
+  void* d[1] = {dst};
+  const void* in[1] = {src};
+  hora::cuda::reduceAsync(d, 1, in, 1, bytes, s, stream);
+}
+
+// Runs the call with copies of the two guarded buffers in device memory: uploads their images,
+// calls `call` with the device addresses of sbuf and rbuf, downloads the images again.
+std::string onDevice(Guarded& send, Guarded& recv, uint8_t* sbuf, void* rbuf, const Memory& mem,
+                     const std::function<horaResult_t(const void*, void*, void*)>& call, horaResult_t* res) {
+  namespace cu = hora::cuda;
+  try {
+    DeviceImage ds(send.mem.size()), dr(recv.mem.size());
+    const auto translate = [&](const void* p) -> uint8_t* {
+      const uint8_t* q = static_cast<const uint8_t*>(p);
+      if (q >= send.mem.data() && q <= send.mem.data() + send.mem.size()) return ds.p + (q - send.mem.data());
+      return dr.p + (q - recv.mem.data());
+    };
+    if (!mem.stream) {
+      cu::copyAsync(ds.p, send.mem.data(), send.mem.size(), nullptr);
+      cu::copyAsync(dr.p, recv.mem.data(), recv.mem.size(), nullptr);
+      cu::streamSync(nullptr);
+      *res = call(translate(sbuf), translate(rbuf), nullptr);
+      cu::copyAsync(send.mem.data(), ds.p, send.mem.size(), nullptr);
+      cu::copyAsync(recv.mem.data(), dr.p, recv.mem.size(), nullptr);
+      cu::streamSync(nullptr);
+      return "";
+    }
+    // On a stream: the inputs reach the call's buffers by kernels queued just before it, and the
+    // results leave them by kernels queued just after it.
+    DeviceImage is(send.mem.size()), ir(recv.mem.size()), os(send.mem.size()), orr(recv.mem.size());
+    cu::copyAsync(is.p, send.mem.data(), send.mem.size(), nullptr);
+    cu::copyAsync(ir.p, recv.mem.data(), recv.mem.size(), nullptr);
+    cu::streamSync(nullptr);
+    copyKernel(ds.p, is.p, send.mem.size(), mem.stream);
+    copyKernel(dr.p, ir.p, recv.mem.size(), mem.stream);
+    *res = call(translate(sbuf), translate(rbuf), mem.stream);
+    if (*res != horaSuccess) {
+      cu::streamSync(mem.stream);
+      return "";
+    }
+    copyKernel(os.p, ds.p, send.mem.size(), mem.stream);
+    copyKernel(orr.p, dr.p, recv.mem.size(), mem.stream);
+    cu::copyAsync(send.mem.data(), os.p, send.mem.size(), mem.stream);
+    cu::copyAsync(recv.mem.data(), orr.p, recv.mem.size(), mem.stream);
+    if (horaStreamSynchronize(static_cast<horaStream_t>(mem.stream)) != horaSuccess)
+      return std::string("horaStreamSynchronize: ") + horaGetLastError(nullptr);
+    return "";
+  } catch (const std::exception& e) {
+    return std::string("device memory: ") + e.what();
+  }
+}
 }  // namespace
 
-std::string runCase(horaComm_t comm, int rank, int n, const Case& c) {
+std::string runCase(horaComm_t comm, int rank, int n, const Case& c, const Memory& mem) {
   const horaDataType_t t = c.dtype;
   const size_t E = typeSize(t), N = c.count;
   const bool premul = c.op == horaNumOps;
@@ -81,14 +148,24 @@ std::string runCase(horaComm_t comm, int rank, int n, const Case& c) {
     }
   std::vector<uint8_t> sendCopy(sbuf, sbuf + sendElems * E);
   horaResult_t res = horaSuccess;
-  switch (c.coll) {
-    case Coll::AllReduce: res = horaAllReduce(sbuf, rbuf, N, t, op, comm, nullptr); break;
-    case Coll::Broadcast: res = horaBroadcast(sbuf, rbuf, N, t, c.root, comm, nullptr); break;
-    case Coll::Reduce: res = horaReduce(sbuf, rbuf, N, t, op, c.root, comm, nullptr); break;
-    case Coll::AllGather: res = horaAllGather(sbuf, rbuf, N, t, comm, nullptr); break;
-    case Coll::ReduceScatter: res = horaReduceScatter(sbuf, rbuf, N, t, op, comm, nullptr); break;
-    case Coll::AllToAll: res = horaAllToAll(sbuf, rbuf, N, t, comm, nullptr); break;
-    case Coll::Barrier: res = horaBarrier(comm, nullptr); break;
+  const auto call = [&](const void* s, void* r, void* stream) {
+    horaStream_t st = static_cast<horaStream_t>(stream);
+    switch (c.coll) {
+      case Coll::AllReduce: return horaAllReduce(s, r, N, t, op, comm, st);
+      case Coll::Broadcast: return horaBroadcast(s, r, N, t, c.root, comm, st);
+      case Coll::Reduce: return horaReduce(s, r, N, t, op, c.root, comm, st);
+      case Coll::AllGather: return horaAllGather(s, r, N, t, comm, st);
+      case Coll::ReduceScatter: return horaReduceScatter(s, r, N, t, op, comm, st);
+      case Coll::AllToAll: return horaAllToAll(s, r, N, t, comm, st);
+      case Coll::Barrier: return horaBarrier(comm, st);
+    }
+    return horaInternalError;
+  };
+  if (mem.device) {
+    const std::string e = onDevice(send, recv, sbuf, rbuf, mem, call, &res);
+    if (!e.empty()) return describe(c) + ": " + e;
+  } else {
+    res = call(sbuf, rbuf, nullptr);
   }
   if (premul) horaRedOpDestroy(op, comm);
   if (res != horaSuccess) return describe(c) + ": " + horaGetErrorString(res) + ": " + horaGetLastError(comm);

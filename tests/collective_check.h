@@ -27,8 +27,17 @@ struct Case {
 };
 std::string describe(const Case& c);
 
+// Where a case's buffers are: host memory (the default), or device memory (base/cuda.h: a GPU,
+// or the emulated one), with the call on `stream` (null: synchronous). On a stream, a kernel
+// writes the inputs just before the call and another reads the results just after it, all on
+// the same stream, and the host looks only after synchronizing the stream.
+struct Memory {
+  bool device = false;
+  void* stream = nullptr;
+};
+
 // Runs c on this rank; returns "" or what went wrong.
-std::string runCase(horaComm_t comm, int rank, int nranks, const Case& c);
+std::string runCase(horaComm_t comm, int rank, int nranks, const Case& c, const Memory& mem = {});
 
 // The sweep used by the threads and processes tests: every collective x dtype x op x count x
 // in-place, with big counts for a few dtype/op pairs only.

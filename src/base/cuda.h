@@ -7,20 +7,34 @@
 // The runtime is linked statically (libcudart_static) and loads the driver when first asked:
 // libhora loads on any machine, and only a communicator that meets a device pointer or a CUDA
 // stream asks.
+//
+// Behind these functions is one of two backends (cuda_backend.h): the CUDA runtime, or, for
+// testing the library's device paths on machines without a GPU (HORA_CUDA=emulate), an emulated
+// device: one "GPU" whose memory is shared host memory (so that CUDA IPC works between
+// processes), whose streams are threads that run their work in order, a little late, and whose
+// kernels are the CPU kernels.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "kernels/cpu/reduce.h"
 
 namespace hora::cuda {
 
-// Built with CUDA, a driver, and at least one device (asked once, then remembered).
+// HORA_CUDA: auto (the runtime where it is usable), off (never: every pointer is host memory and
+// no driver is loaded), emulate (the emulated device). Set before the first use (config()).
+enum class Mode { Auto, Off, Emulate };
+void configure(Mode m);
+Mode mode();
+
+// A backend is there: built with CUDA, a driver and a device (or emulated). Asked once.
 bool usable();
 // Why not, when !usable(): "this build has no CUDA (meson option cuda)", "no CUDA driver on this
 // machine (cudaErrorInsufficientDriver: ...)", ...
 const std::string& unusableWhy();
-bool built();
+bool built();  // this build has the CUDA runtime and kernels
+bool emulated();
 
 // The device of a device (or managed) allocation p points into, else -1: host memory, memory
 // CUDA does not know, or CUDA unusable. Pinned host memory is host memory.
@@ -29,9 +43,6 @@ int deviceOf(const void* p);
 bool isStream(const void* s);
 int currentDevice();  // -1 when unusable
 void setDevice(int dev);
-
-// Throws Errc::Cuda for a runtime error `err` (a cudaError_t) of `what`; nothing for 0.
-void check(int err, const char* what);
 
 // Memory.
 void* hostAlloc(size_t bytes);  // pinned, portable, mapped
@@ -56,6 +67,9 @@ void streamWaitEvent(void* stream, void* e);
 // host memory from hostAlloc) is at least `value`, in wrap-around order (stream memory
 // operations; where the driver has none, a host function on the stream that waits for it).
 void streamWaitFlag(void* stream, const volatile uint32_t* flag, uint32_t value);
+// Queues kernels::reduce on device memory (kernels/cuda) in `stream`'s order.
+void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
+                 const kernels::ReduceSpec& spec, void* stream);
 
 // CUDA IPC.
 struct IpcHandle {

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "base/error.h"
+#include "base/cuda.h"
 #include "build_info.h"
 #include "kernels/cpu/reduce.h"
 #include "transports/registry.h"
@@ -43,6 +44,8 @@ const Variable kVariables[] = {
     {"HORA_IB_QPS_PER_PEER", "1", "queue pairs per peer for the ib transport, 1..16; large messages are striped across them"},
     {"HORA_CHUNK_BYTES", "524288", "pipeline chunk in bytes, 4096..64M (K, M suffixes)"},
     {"HORA_KERNEL_ISA", "auto", "reduction kernels: auto, scalar, avx2 or avx512"},
+    {"HORA_CUDA", "auto", "device buffers and CUDA streams: auto (where a driver and a GPU are), off (every pointer is host memory; no driver loaded), emulate (an emulated GPU in host memory, for tests)"},
+    {"HORA_CUDA_IPC", "1", "0: device buffers between the ranks of one host are staged through host memory instead of going through CUDA IPC"},
     {"HORA_TOPO_FILE", "", "hwloc XML file to read the topology from instead of this machine"},
     {"HORA_RANK", "", "this rank (set by hora-run)"},
     {"HORA_SIZE", "", "number of ranks (set by hora-run)"},
@@ -67,8 +70,10 @@ const Variable kVariables[] = {
 std::string bannerFor(const Config& c) {
   std::string transports;
   for (const std::string& t : c.transports) transports += (transports.empty() ? "" : ",") + t;
-  return format("Hora %s (%s, kernels: %s, transports: %s)", HORA_VERSION_STRING, HORA_BUILD_TYPE,
-                kernels::isaName(kernels::activeIsa()), transports.c_str());
+  return format("Hora %s (%s, kernels: %s, cuda: %s, transports: %s)", HORA_VERSION_STRING, HORA_BUILD_TYPE,
+                kernels::isaName(kernels::activeIsa()),
+                c.cuda == "emulate" ? "emulated" : !cuda::built() ? "not built" : c.cuda == "off" ? "off" : "built",
+                transports.c_str());
 }
 
 [[noreturn]] void bad(const char* name, const std::string& value, const char* expected) {
@@ -264,6 +269,12 @@ Config parseConfig(const EnvLookup& env) {
     c.ibGidIndex = static_cast<int>(parseIntVariable("HORA_IB_GID_INDEX", *v, 0, 255, "an integer from 0 to 255"));
   if (auto v = env("HORA_IB_QPS_PER_PEER"))
     c.ibQpsPerPeer = static_cast<int>(parseIntVariable("HORA_IB_QPS_PER_PEER", *v, 1, 16, "an integer from 1 to 16"));
+  if (auto v = env("HORA_CUDA")) {
+    const std::string m = trimBlanks(*v);
+    if (m != "auto" && m != "off" && m != "emulate") bad("HORA_CUDA", *v, "auto, off or emulate");
+    c.cuda = m;
+  }
+  if (auto v = env("HORA_CUDA_IPC")) c.cudaIpc = parseIntVariable("HORA_CUDA_IPC", *v, 0, 1, "0 or 1") != 0;
   if (auto v = env("HORA_TOPO_FILE")) {
     if (trimBlanks(*v).empty()) bad("HORA_TOPO_FILE", *v, "the path of an hwloc XML file");
     c.topoFile = *v;
@@ -309,6 +320,7 @@ const Config& config() {
           fail(Errc::InvalidArgument, "HORA_KERNEL_ISA='%s' is invalid: this CPU or build does not support it",
                cfg.kernelIsa.c_str());
       }
+      cuda::configure(cfg.cuda == "off" ? cuda::Mode::Off : cfg.cuda == "emulate" ? cuda::Mode::Emulate : cuda::Mode::Auto);
       log::setBanner(bannerFor(cfg));
       std::vector<std::string> names;
       for (char** e = environ; e && *e; ++e) {

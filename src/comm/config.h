@@ -34,6 +34,8 @@ struct Config {
   bool hierStage = true;  // HORA_HIER_STAGE
   bool callCheck = true;  // HORA_CALL_CHECK
   std::string kernelIsa = "auto";
+  std::string cuda = "auto";  // HORA_CUDA: auto, off, emulate
+  bool cudaIpc = true;        // HORA_CUDA_IPC
   std::string topoFile;  // HORA_TOPO_FILE: an hwloc XML file; empty: this machine
 };
 

@@ -10,6 +10,7 @@
 
 #include "base/cuda.h"
 #include "base/log.h"
+#include "comm/config.h"
 #include "core/device_engine.h"
 #include "transports/cuda_ipc/stage.h"
 
@@ -187,7 +188,7 @@ bool anyOnDevice(const Calls& calls, std::vector<Where>& ws) {
 // Whether a call goes through the CUDA IPC stage: the same answer on every rank that makes the
 // same call with device buffers.
 bool ipcFits(const horaComm* c, const coll::Args& a, const Where& w) {
-  return a.kind == coll::Kind::AllReduce && a.count > 0 && w.inDev >= 0 && w.outDev >= 0 && c->nranks > 1 &&
+  return config().cudaIpc && a.kind == coll::Kind::AllReduce && a.count > 0 && w.inDev >= 0 && w.outDev >= 0 && c->nranks > 1 &&
          c->nranks <= kernels::kMaxSources && c->stage && c->stage->size() == c->nranks;
 }
 
@@ -441,6 +442,11 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
     });
     for (void* s : distinct) cuda::streamWaitFlag(s, st.flag, seq);
   }
+}
+
+bool ipcActive(horaComm* c) {
+  std::lock_guard<std::mutex> lock(c->deviceMu);
+  return c->device && c->device->ipc == Ipc::On;
 }
 
 void synchronize(void* stream) {

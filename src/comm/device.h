@@ -54,6 +54,9 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
 void synchronize(void* stream);
 bool query(void* stream);
 
+// Whether c's device AllReduces go through its CUDA IPC stage (set up by the first that fits).
+bool ipcActive(horaComm* c);
+
 // Per communicator: its worker, pinned staging and CUDA IPC stage (comm.h holds one).
 struct CommState;
 void destroy(CommState* s);  // drains the worker first

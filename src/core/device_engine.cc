@@ -1,7 +1,6 @@
 #include "core/device_engine.h"
 
 #include "base/cuda.h"
-#include "kernels/cuda/reduce.h"
 
 namespace hora::core {
 
@@ -27,8 +26,7 @@ void DeviceEngine::post(const Action& a, const Program& p, transport::Cookie coo
     if (!a.nsrcList && !a.src1 && !s.premulFirst && !s.divide && !a.dst2) {
       if (a.dst != a.src0) cuda::copyAsync(a.dst, a.src0, a.count * dataTypeSize(s.dtype), stream_);
     } else {
-      cuda::check(kernels::cuda::reduce(dsts, a.dst2 ? 2 : 1, srcs, nsrc, a.count, s, stream_),
-                  "the reduction kernel's launch");
+      cuda::reduceAsync(dsts, a.dst2 ? 2 : 1, srcs, nsrc, a.count, s, stream_);
     }
   }
   void* ev;

@@ -1,0 +1,47 @@
+// The two implementations behind base/cuda.h: the CUDA runtime (cuda_runtime.cc) and the
+// emulated device (cuda_emulated.cc). Internal to src/base/cuda*.cc.
+#pragma once
+#include <string>
+
+#include "base/cuda.h"
+
+namespace hora::cuda {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual int deviceOf(const void* p) = 0;
+  virtual bool isStream(const void* s) = 0;
+  virtual int currentDevice() = 0;
+  virtual void setDevice(int dev) = 0;
+  virtual void* hostAlloc(size_t bytes) = 0;
+  virtual void hostFree(void* p) = 0;
+  virtual void* deviceAlloc(size_t bytes) = 0;
+  virtual void deviceFree(void* p) = 0;
+  virtual void copyAsync(void* dst, const void* src, size_t bytes, void* stream) = 0;
+  virtual void* streamCreate() = 0;
+  virtual void streamDestroy(void* s) = 0;
+  virtual void streamSync(void* s) = 0;
+  virtual void streamSyncQuiet(void* s) = 0;
+  virtual bool streamDone(void* s) = 0;
+  virtual void* eventCreate() = 0;
+  virtual void eventDestroy(void* e) = 0;
+  virtual void eventRecord(void* e, void* stream) = 0;
+  virtual bool eventDone(void* e) = 0;
+  virtual void streamWaitEvent(void* stream, void* e) = 0;
+  virtual void streamWaitFlag(void* stream, const volatile uint32_t* flag, uint32_t value) = 0;
+  virtual void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
+                           const kernels::ReduceSpec& spec, void* stream) = 0;
+  virtual IpcHandle ipcHandle(void* devicePtr) = 0;
+  virtual void* ipcOpen(const IpcHandle& h) = 0;
+  virtual void ipcClose(void* p) = 0;
+  virtual bool canAccessPeer(int dev, int peer) = 0;
+  virtual void enablePeer(int peer) = 0;
+};
+
+// The CUDA runtime's backend, or null with the reason (no CUDA in this build, no driver, no
+// device).
+Backend* runtimeBackend(std::string* why);
+Backend* emulatedBackend();
+
+}  // namespace hora::cuda

@@ -1,0 +1,267 @@
+// The emulated device of base/cuda.h (HORA_CUDA=emulate): the library's device paths (staging,
+// stream order, the CUDA IPC stage, their failures) run for real on a machine without a GPU.
+//
+//   - one device, 0. Its memory is shared host memory (a memfd per allocation), so that an IPC
+//     handle (the owner's pid and descriptor) opens in another process through /proc, as CUDA IPC
+//     opens device memory; pointers into it, and into mappings of it, are device pointers;
+//   - a stream is a thread that runs its work in order, each piece a little late (kLag), so that
+//     work the library forgets to wait for is still undone when it looks; the legacy default
+//     stream (null) runs each piece at once in the caller's thread;
+//   - kernels are the CPU kernels, run by the stream.
+// Nothing here is used unless HORA_CUDA=emulate; the tests use it (tests/test_device.cc).
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "base/cuda_backend.h"
+#include "base/error.h"
+
+namespace hora::cuda {
+
+namespace {
+
+constexpr std::chrono::microseconds kLag{200};
+constexpr uint32_t kHandleMagic = 0x554d4548;  // "HEMU"
+
+struct IpcBytes {
+  uint32_t magic;
+  int32_t pid, fd;
+  uint64_t bytes;
+};
+
+class EmuStream {
+ public:
+  EmuStream() : thread_([this] { loop(); }) {}
+  ~EmuStream() {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      idle_.wait(lock, [this] { return q_.empty() && !running_; });
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  void push(std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      q_.push_back(std::move(fn));
+    }
+    wake_.notify_one();
+  }
+  void sync() {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [this] { return q_.empty() && !running_; });
+  }
+  bool done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return q_.empty() && !running_;
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      wake_.wait(lock, [this] { return stop_ || !q_.empty(); });
+      if (q_.empty()) return;
+      std::function<void()> fn = std::move(q_.front());
+      q_.pop_front();
+      running_ = true;
+      lock.unlock();
+      std::this_thread::sleep_for(kLag);
+      fn();
+      lock.lock();
+      running_ = false;
+      if (q_.empty()) idle_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable wake_, idle_;
+  std::deque<std::function<void()>> q_;
+  bool running_ = false, stop_ = false;
+  std::thread thread_;
+};
+
+struct EmuEvent {
+  std::atomic<uint64_t> recorded{0}, reached{0};
+};
+
+class Emulated final : public Backend {
+ public:
+  int deviceOf(const void* p) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    auto it = mem_.upper_bound(at);
+    if (it == mem_.begin()) return -1;
+    --it;
+    return at < it->first + it->second.bytes ? 0 : -1;
+  }
+  bool isStream(const void* s) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return streams_.count(s) != 0;
+  }
+  int currentDevice() override { return 0; }
+  void setDevice(int dev) override {
+    if (dev != 0) fail(Errc::Cuda, "cudaSetDevice failed: the emulated machine has one device, 0 (not %d)", dev);
+  }
+  void* hostAlloc(size_t bytes) override {
+    void* p = calloc(1, bytes ? bytes : 1);
+    if (!p) fail(Errc::System, "out of host memory (%zu bytes)", bytes);
+    return p;
+  }
+  void hostFree(void* p) override { free(p); }
+  void* deviceAlloc(size_t bytes) override {
+    bytes = bytes ? bytes : 1;
+    const int fd = memfd_create("hora-emulated-device", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      const int err = errno;
+      if (fd >= 0) close(fd);
+      fail(Errc::Cuda, "cudaMalloc failed (emulated): %s", errnoText(err).c_str());
+    }
+    return add(fd, bytes, true);
+  }
+  void deviceFree(void* p) override { drop(p); }
+  void copyAsync(void* dst, const void* src, size_t bytes, void* stream) override {
+    run(stream, [dst, src, bytes] { memmove(dst, src, bytes); });
+  }
+  void* streamCreate() override {
+    auto* s = new EmuStream();
+    std::lock_guard<std::mutex> lock(mu_);
+    streams_.insert(s);
+    return s;
+  }
+  void streamDestroy(void* s) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      streams_.erase(s);
+    }
+    delete static_cast<EmuStream*>(s);
+  }
+  void streamSync(void* s) override {
+    if (s) stream(s).sync();
+  }
+  void streamSyncQuiet(void* s) override { streamSync(s); }
+  bool streamDone(void* s) override { return !s || stream(s).done(); }
+  void* eventCreate() override { return new EmuEvent(); }
+  void eventDestroy(void* e) override { delete static_cast<EmuEvent*>(e); }
+  void eventRecord(void* e, void* s) override {
+    EmuEvent* ev = static_cast<EmuEvent*>(e);
+    const uint64_t gen = ++ev->recorded;
+    run(s, [ev, gen] { ev->reached.store(gen); });
+  }
+  bool eventDone(void* e) override {
+    EmuEvent* ev = static_cast<EmuEvent*>(e);
+    return ev->reached.load() >= ev->recorded.load();
+  }
+  void streamWaitEvent(void* s, void* e) override {
+    EmuEvent* ev = static_cast<EmuEvent*>(e);
+    const uint64_t gen = ev->recorded.load();
+    run(s, [ev, gen] {
+      while (ev->reached.load() < gen) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    });
+  }
+  void streamWaitFlag(void* s, const volatile uint32_t* flag, uint32_t value) override {
+    run(s, [flag, value] {
+      while (static_cast<int32_t>(__atomic_load_n(flag, __ATOMIC_ACQUIRE) - value) < 0)
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+    });
+  }
+  void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
+                   const kernels::ReduceSpec& spec, void* s) override {
+    std::vector<void*> d(dsts, dsts + ndst);
+    std::vector<const void*> in(srcs, srcs + nsrc);
+    run(s, [d, in, count, spec] {
+      kernels::reduce(d.data(), static_cast<int>(d.size()), in.data(), static_cast<int>(in.size()), count, spec);
+    });
+  }
+  IpcHandle ipcHandle(void* p) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = mem_.find(reinterpret_cast<uintptr_t>(p));
+    if (it == mem_.end() || !it->second.owned)
+      fail(Errc::Cuda, "cudaIpcGetMemHandle failed (emulated): %p is not the start of an allocation", p);
+    IpcBytes b{kHandleMagic, static_cast<int32_t>(getpid()), it->second.fd, it->second.bytes};
+    IpcHandle h{};
+    memcpy(h.bytes, &b, sizeof b);
+    return h;
+  }
+  void* ipcOpen(const IpcHandle& h) override {
+    IpcBytes b;
+    memcpy(&b, h.bytes, sizeof b);
+    if (b.magic != kHandleMagic) fail(Errc::Cuda, "cudaIpcOpenMemHandle failed (emulated): not a handle");
+    if (b.pid == static_cast<int32_t>(getpid()))
+      fail(Errc::Cuda, "cudaIpcOpenMemHandle failed (emulated): a handle of this very process");
+    const std::string path = format("/proc/%d/fd/%d", b.pid, b.fd);
+    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) fail(Errc::Cuda, "cudaIpcOpenMemHandle failed (emulated): %s: %s", path.c_str(), errnoText(errno).c_str());
+    return add(fd, b.bytes, false);
+  }
+  void ipcClose(void* p) override { drop(p); }
+  bool canAccessPeer(int, int) override { return true; }
+  void enablePeer(int) override {}
+
+ private:
+  struct Mem {
+    size_t bytes;
+    int fd;
+    bool owned;  // allocated here (else a mapping of a peer's)
+  };
+  EmuStream& stream(void* s) {
+    if (!isStream(s)) fail(Errc::Cuda, "invalid resource handle (emulated stream %p)", s);
+    return *static_cast<EmuStream*>(s);
+  }
+  void run(void* s, std::function<void()> fn) {
+    if (!s) return fn();
+    stream(s).push(std::move(fn));
+  }
+  void* add(int fd, size_t bytes, bool owned) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      close(fd);
+      fail(Errc::Cuda, "mapping emulated device memory: %s", errnoText(err).c_str());
+    }
+    if (!owned) {
+      close(fd);
+      fd = -1;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    mem_[reinterpret_cast<uintptr_t>(p)] = Mem{bytes, fd, owned};
+    return p;
+  }
+  void drop(void* p) {
+    Mem m;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = mem_.find(reinterpret_cast<uintptr_t>(p));
+      if (it == mem_.end()) return;
+      m = it->second;
+      mem_.erase(it);
+    }
+    munmap(p, m.bytes);
+    if (m.fd >= 0) close(m.fd);
+  }
+
+  std::mutex mu_;
+  std::map<uintptr_t, Mem> mem_;
+  std::set<const void*> streams_;
+};
+
+}  // namespace
+
+Backend* emulatedBackend() {
+  static Emulated* e = new Emulated();  // never destroyed: streams may outlive exit
+  return e;
+}
+
+}  // namespace hora::cuda

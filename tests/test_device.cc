@@ -1,0 +1,320 @@
+// Device buffers and CUDA streams (comm/device.h), on whatever device base/cuda.h offers:
+//   - HORA_CUDA=emulate (the multirank suite, every machine): the emulated GPU, so that staging,
+//     stream order, the CUDA IPC stage and their failures run everywhere;
+//   - otherwise (the gpu suite): the real GPU; without one the program prints why and exits 77
+//     (skipped). One GPU hosts every rank.
+// No test lets this process start CUDA before it forks its ranks (a child of a process that has
+// started CUDA cannot use it): what needs CUDA here runs in a child of its own.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+
+#include "base/cuda.h"
+#include "collective_check.h"
+#include "comm/comm.h"
+#include "comm/config.h"
+#include "comm/device.h"
+#include "harness.h"
+#include "kernels/cpu/reduce.h"
+#include "unit_kernels.h"
+
+using namespace hora::test;
+namespace cu = hora::cuda;
+
+namespace {
+
+bool emulating() {
+  const char* m = getenv("HORA_CUDA");
+  return m && std::string(m) == "emulate";
+}
+
+// Every collective x dtype with a few ops and counts (0, 1, odd, several chunks of a small
+// pipeline), in and out of place.
+std::vector<Case> deviceSweep(int n) {
+  const horaDataType_t types[] = {horaInt8,    horaUint8,    horaInt32,      horaUint32,    horaInt64,   horaUint64,
+                                  horaFloat16, horaFloat32,  horaFloat64,    horaBfloat16,  horaFloat8e4m3, horaFloat8e5m2};
+  std::vector<Case> out;
+  out.push_back(Case{Coll::Barrier, horaUint8, horaSum, 0, false, 0});
+  for (Coll c : allColls()) {
+    if (c == Coll::Barrier) continue;
+    const bool reduces = c == Coll::AllReduce || c == Coll::Reduce || c == Coll::ReduceScatter;
+    const bool rooted = c == Coll::Broadcast || c == Coll::Reduce;
+    for (horaDataType_t t : types)
+      for (horaRedOp_t op : {horaSum, horaMax, horaAvg, horaNumOps}) {
+        if (!reduces && op != horaSum) continue;
+        for (size_t count : {size_t(0), size_t(1), size_t(1000) + static_cast<size_t>(n)})
+          for (bool inPlace : {false, true}) out.push_back(Case{c, t, op, count, inPlace, rooted ? (n - 1) / 2 : 0});
+      }
+  }
+  // Large: several 8 MiB slots of the IPC stage, and several staging blocks.
+  out.push_back(Case{Coll::AllReduce, horaFloat32, horaSum, (5u << 20) + 3, false, 0});
+  out.push_back(Case{Coll::AllReduce, horaBfloat16, horaNumOps, (3u << 20) + 1, true, 0});
+  out.push_back(Case{Coll::AllGather, horaFloat32, horaSum, (1u << 20) + 7, false, 0});
+  out.push_back(Case{Coll::ReduceScatter, horaInt32, horaMax, (1u << 20) + 5, true, 0});
+  return out;
+}
+
+std::string runSweep(horaComm_t comm, int rank, int n, const std::vector<Case>& cases, const Memory& mem) {
+  for (const Case& c : cases) {
+    std::string e = runCase(comm, rank, n, c, mem);
+    if (!e.empty()) return e;
+  }
+  return "";
+}
+
+// Runs fn in a child process (which may start CUDA), and returns what it returned.
+std::string inChild(const std::function<std::string()>& fn) {
+  auto r = runRawProcesses(1, [&](const horaUniqueId&, int, int) -> std::string {
+    hora::config();
+    return fn();
+  });
+  return r[0].ok() ? "" : describe(r);
+}
+
+}  // namespace
+
+// Run twice by the suite: as it is, and with HORA_CUDA_IPC=0 HORA_TRANSPORTS=tcp (every call
+// staged through host memory, the links TCP).
+TEST_CASE("device buffers without a stream: every collective at 1, 2, 3, 5 and 8 ranks", "[device][sweep]") {
+  for (int n : {1, 2, 3, 5, 8}) {
+    auto results = runProcesses(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
+      std::string e = runSweep(comm, rank, nranks, deviceSweep(nranks), Memory{true, nullptr});
+      if (!e.empty()) return e;
+      // Every rank on this host, every buffer on the device: the AllReduces went through CUDA IPC
+      // (unless it is off).
+      const bool ipc = hora::device::ipcActive(reinterpret_cast<horaComm*>(comm));
+      if (nranks > 1 && ipc != hora::config().cudaIpc)
+        return ipc ? "an IPC stage with HORA_CUDA_IPC=0" : "the device AllReduces did not go through the CUDA IPC stage";
+      return "";
+    });
+    INFO("nranks " << n << "\n" << describe(results));
+    for (const auto& r : results) CHECK(r.ok());
+  }
+}
+
+TEST_CASE("CUDA streams: a kernel writes the input just before the call, another reads the result just after",
+          "[device][stream]") {
+  for (int n : {2, 3}) {
+    auto results = runProcesses(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
+      void* stream = cu::streamCreate();
+      std::string e = runSweep(comm, rank, nranks, deviceSweep(nranks), Memory{true, stream});
+      // Host buffers on a CUDA stream: ordered the same way.
+      for (Coll c : {Coll::AllReduce, Coll::AllGather})
+        if (e.empty()) e = runCase(comm, rank, nranks, Case{c, horaFloat32, horaSum, 4099, false, 0}, Memory{false, nullptr});
+      cu::streamDestroy(stream);
+      return e;
+    });
+    INFO("nranks " << n << "\n" << describe(results));
+    for (const auto& r : results) CHECK(r.ok());
+  }
+}
+
+TEST_CASE("a group over two CUDA streams waits for both and both wait for it", "[device][stream]") {
+  auto results = runProcesses(3, [](horaComm_t comm, int rank, int nranks) -> std::string {
+    const size_t count = 300001;
+    void* s1 = cu::streamCreate();
+    void* s2 = cu::streamCreate();
+    std::vector<float> a(count), b(count);
+    for (size_t i = 0; i < count; ++i) {
+      a[i] = static_cast<float>(rank + 1);
+      b[i] = static_cast<float>(i % 1000);
+    }
+    float* da = static_cast<float*>(cu::deviceAlloc(count * 4));
+    float* db = static_cast<float*>(cu::deviceAlloc(count * 4));
+    // Each input reaches the device on its own stream, just before the group.
+    cu::copyAsync(da, a.data(), count * 4, s1);
+    cu::copyAsync(db, rank == 0 ? b.data() : a.data(), count * 4, s2);
+    horaGroupStart();
+    horaAllReduce(da, da, count, horaFloat32, horaSum, comm, static_cast<horaStream_t>(s1));
+    horaBroadcast(db, db, count, horaFloat32, 0, comm, static_cast<horaStream_t>(s2));
+    if (horaGroupEnd() != horaSuccess) return std::string("horaGroupEnd: ") + horaGetLastError(comm);
+    std::vector<float> ra(count), rb(count);
+    cu::copyAsync(ra.data(), da, count * 4, s2);  // crosses: s2 reads what the group left on s1's behalf
+    cu::copyAsync(rb.data(), db, count * 4, s1);
+    if (horaStreamSynchronize(static_cast<horaStream_t>(s1)) != horaSuccess ||
+        horaStreamSynchronize(static_cast<horaStream_t>(s2)) != horaSuccess)
+      return std::string("horaStreamSynchronize: ") + horaGetLastError(nullptr);
+    const float want = static_cast<float>(nranks * (nranks + 1) / 2);
+    for (size_t i = 0; i < count; ++i) {
+      if (ra[i] != want) return "AllReduce element " + std::to_string(i) + ": " + std::to_string(ra[i]);
+      if (rb[i] != b[i]) return "Broadcast element " + std::to_string(i) + ": " + std::to_string(rb[i]);
+    }
+    cu::deviceFree(da);
+    cu::deviceFree(db);
+    cu::streamDestroy(s1);
+    cu::streamDestroy(s2);
+    return "";
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+TEST_CASE("a rank killed mid-call: the others' streams go on and report it", "[device][fault]") {
+  ProcessOptions o;
+  o.timeoutMs = 20000;
+  auto results = runProcesses(3, [](horaComm_t comm, int rank, int) -> std::string {
+    const size_t count = 1 << 20;
+    float* d = static_cast<float*>(cu::deviceAlloc(count * 4));
+    void* stream = cu::streamCreate();
+    // One AllReduce that works, so the IPC stage is up, then rank 2 dies.
+    if (horaAllReduce(d, d, count, horaFloat32, horaSum, comm, nullptr) != horaSuccess)
+      return std::string("first AllReduce: ") + horaGetLastError(comm);
+    if (rank == 2) raise(SIGKILL);
+    const horaResult_t r = horaAllReduce(d, d, count, horaFloat32, horaSum, comm, static_cast<horaStream_t>(stream));
+    if (r != horaSuccess) return std::string("the call on a stream failed at once: ") + horaGetLastError(comm);
+    const horaResult_t s = horaStreamSynchronize(static_cast<horaStream_t>(stream));  // returns: the stream went on
+    const std::string streamText = horaGetLastError(nullptr);
+    if (s == horaSuccess) return "horaStreamSynchronize succeeded after rank 2 died";
+    if (streamText.find("rank 2") == std::string::npos) return "the stream's error does not name rank 2: " + streamText;
+    horaResult_t async = horaSuccess;
+    horaCommGetAsyncError(comm, &async);
+    if (async == horaSuccess) return "no async error on the communicator";
+    const std::string commText = horaGetLastError(comm);
+    if (commText.find("rank 2") == std::string::npos) return "the communicator's error does not name rank 2: " + commText;
+    // Synchronous device calls fail at once on the failed communicator.
+    if (horaAllGather(d, d, 1, horaFloat32, comm, nullptr) == horaSuccess) return "a later call succeeded";
+    return "";
+  }, o);
+  INFO(describe(results));
+  REQUIRE(results.size() == 3);
+  CHECK(results[0].ok());
+  CHECK(results[1].ok());
+  CHECK(WIFSIGNALED(results[2].status));
+}
+
+TEST_CASE("ranks as threads of one process share one device", "[device][threads]") {
+  const std::string e = inChild([] {
+    auto failures = runThreads(4, [](horaComm_t comm, int rank, int nranks) -> std::string {
+      std::string e = runSweep(comm, rank, nranks, deviceSweep(nranks), Memory{true, nullptr});
+      if (!e.empty()) return e;
+      if (!hora::device::ipcActive(reinterpret_cast<horaComm*>(comm))) return "no IPC stage between threads";
+      return "";
+    });
+    return joinAll(failures);
+  });
+  CHECK(e == "");
+}
+
+TEST_CASE("stream and buffer errors are arguments' errors, and the communicator stays usable", "[device][args]") {
+  auto results = runProcesses(2, [](horaComm_t comm, int, int) -> std::string {
+    float x[4] = {1, 2, 3, 4};
+    int bogus = 0;
+    if (horaAllReduce(x, x, 4, horaFloat32, horaSum, comm, reinterpret_cast<horaStream_t>(&bogus)) != horaInvalidArgument)
+      return "a stream that is none was accepted";
+    if (std::string(horaGetLastError(comm)).find("neither a live host stream") == std::string::npos)
+      return std::string("unclear text: ") + horaGetLastError(comm);
+    void* s = cu::streamCreate();
+    horaGroupStart();
+    horaAllReduce(x, x, 4, horaFloat32, horaSum, comm, static_cast<horaStream_t>(s));
+    const horaResult_t mixed = horaAllReduce(x, x, 4, horaFloat32, horaSum, comm, nullptr);
+    horaGroupEnd();
+    if (mixed != horaInvalidUsage) return "a group mixing a CUDA stream and none was accepted";
+    cu::streamSync(s);
+    // Still usable.
+    if (horaAllReduce(x, x, 4, horaFloat32, horaSum, comm, static_cast<horaStream_t>(s)) != horaSuccess ||
+        horaStreamSynchronize(static_cast<horaStream_t>(s)) != horaSuccess)
+      return std::string("after the errors: ") + horaGetLastError(comm);
+    cu::streamDestroy(s);
+    return x[0] == 4 ? "" : "wrong result " + std::to_string(x[0]);  // 1+1 twice (the group ran once)
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+TEST_CASE("the reduction kernels on the device give the CPU kernels' bits, aligned or not", "[device][kernels]") {
+  const std::string e = inChild([]() -> std::string {
+    std::mt19937_64 rng(7);
+    const size_t count = 100003;
+    for (int t = 0; t < hora::kNumDataTypes; ++t) {
+      const auto dt = static_cast<hora::DataType>(t);
+      const size_t esz = hora::dataTypeSize(dt);
+      for (hora::RedOp op : {hora::RedOp::Sum, hora::RedOp::Prod, hora::RedOp::Max, hora::RedOp::Min, hora::RedOp::Avg,
+                             hora::RedOp::PreMulSum})
+        for (int nsrc : {1, 2, 5, 16})
+          for (size_t shift : {size_t(0), esz, size_t(3) * esz, size_t(1)}) {  // same offset mod 16, other, unaligned
+            hora::kernels::ReduceSpec s;
+            s.dtype = dt;
+            s.op = op;
+            if (op == hora::RedOp::PreMulSum) {
+              s.premulFirst = true;
+              if (hora::isFloating(dt)) s.scalar.f = 1.5;
+              else s.scalar.i = 3;
+            }
+            if (op == hora::RedOp::Avg) {
+              s.divide = true;
+              s.divisor = 3;
+            }
+            const size_t bytes = count * esz;
+            std::vector<std::vector<uint8_t>> in(static_cast<size_t>(nsrc), std::vector<uint8_t>(bytes));
+            std::vector<const void*> hs, ds;
+            std::vector<uint8_t*> allocs;
+            for (int k = 0; k < nsrc; ++k) {
+              for (auto& byte : in[static_cast<size_t>(k)]) byte = static_cast<uint8_t>(rng());
+              hs.push_back(in[static_cast<size_t>(k)].data());
+              // Source k at an offset of k*shift bytes from a 256-byte boundary.
+              uint8_t* d = static_cast<uint8_t*>(cu::deviceAlloc(bytes + 64));
+              allocs.push_back(d);
+              uint8_t* at = d + (static_cast<size_t>(k) * shift) % 32;
+              cu::copyAsync(at, hs.back(), bytes, nullptr);
+              ds.push_back(at);
+            }
+            uint8_t* dout = static_cast<uint8_t*>(cu::deviceAlloc(2 * bytes + 64));
+            allocs.push_back(dout);
+            void* dd[2] = {dout + shift % 32, dout + bytes + 32};
+            cu::streamSync(nullptr);
+            cu::reduceAsync(dd, 2, ds.data(), nsrc, count, s, nullptr);
+            std::vector<uint8_t> want(bytes), got(bytes), got2(bytes);
+            void* w[1] = {want.data()};
+            hora::kernels::reduce(w, 1, hs.data(), nsrc, count, s);
+            cu::copyAsync(got.data(), dd[0], bytes, nullptr);
+            cu::copyAsync(got2.data(), dd[1], bytes, nullptr);
+            cu::streamSync(nullptr);
+            for (uint8_t* p : allocs) cu::deviceFree(p);
+            for (size_t i = 0; i < count; ++i)
+              if (!unit::sameElement(dt, got.data(), want.data(), i) || !unit::sameElement(dt, got2.data(), want.data(), i))
+                return std::string(hora::dataTypeName(dt)) + " " + hora::redOpName(op) + " nsrc " + std::to_string(nsrc) +
+                       " shift " + std::to_string(shift) + " element " + std::to_string(i) + ": device " +
+                       unit::elementHex(dt, got.data(), i) + ", CPU " + unit::elementHex(dt, want.data(), i);
+          }
+    }
+    return "";
+  });
+  CHECK(e == "");
+}
+
+int main(int argc, char** argv) {
+  if (!emulating()) {
+    // Ask a child whether there is a GPU: this process must not start CUDA before it forks.
+    int fds[2];
+    if (pipe(fds) != 0) return 1;
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      std::string why;
+      try {
+        hora::config();
+        why = cu::usable() ? "" : cu::unusableWhy();
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+      if (write(fds[1], why.data(), why.size()) < 0) _exit(2);
+      _exit(why.empty() ? 0 : 1);
+    }
+    close(fds[1]);
+    char buf[512];
+    const ssize_t got = read(fds[0], buf, sizeof buf - 1);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      printf("SKIP: no GPU for the device tests: %s\n", got > 0 ? std::string(buf, static_cast<size_t>(got)).c_str() : "?");
+      return 77;
+    }
+  }
+  return Catch::Session().run(argc, argv);
+}
