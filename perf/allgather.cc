@@ -11,7 +11,7 @@ class AllGather : public hperf::BlockCollective {
   const char* name() const override { return "allgather"; }
 
   horaResult_t run(const hperf::TestCase& tc, const void* send, void* recv, horaComm_t comm) const override {
-    return horaAllGather(send, recv, tc.counts.param, tc.type, comm, nullptr);
+    return horaAllGather(send, recv, tc.counts.param, tc.type, comm, tc.stream);
   }
   // Indices are global, so that every block of the result differs from every other.
   void fillInput(const hperf::TestCase& tc, void* send) const override {

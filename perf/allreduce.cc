@@ -16,7 +16,7 @@ class AllReduce : public hperf::Collective {
   }
 
   horaResult_t run(const hperf::TestCase& tc, const void* send, void* recv, horaComm_t comm) const override {
-    return horaAllReduce(send, recv, tc.counts.param, tc.type, tc.op, comm, nullptr);
+    return horaAllReduce(send, recv, tc.counts.param, tc.type, tc.op, comm, tc.stream);
   }
   void fillInput(const hperf::TestCase& tc, void* send) const override {
     tc.pattern->fill(send, tc.counts.send, tc.rank, 0);

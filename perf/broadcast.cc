@@ -13,7 +13,7 @@ class Broadcast : public hperf::Collective {
   bool hasRoot() const override { return true; }
 
   horaResult_t run(const hperf::TestCase& tc, const void* send, void* recv, horaComm_t comm) const override {
-    return horaBroadcast(send, recv, tc.counts.param, tc.type, tc.root, comm, nullptr);
+    return horaBroadcast(send, recv, tc.counts.param, tc.type, tc.root, comm, tc.stream);
   }
   // Only the root's sendbuff is read; the others' stay poisoned in place, so that a rank
   // the data never reached is counted wrong.

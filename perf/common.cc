@@ -1,6 +1,7 @@
 // The harness of Hora's benchmark tools: options, communicators, buffers, the timing
 // loop, checking, the nccl-tests table and the JSON file (see common.h).
 #include "common.h"
+#include "device.h"
 
 #include <getopt.h>
 #include <unistd.h>
@@ -68,6 +69,7 @@ struct Options {
   std::vector<horaRedOp_t> ops{horaSum};
   std::string json;
   std::vector<size_t> sizes;
+  int device = -1;  // -M: 1 device buffers on a CUDA stream, 0 host; -1 device where there is a GPU
 };
 
 #ifdef HORA_PERF_MPI
@@ -96,6 +98,8 @@ void usage(FILE* out) {
       "  -z, --blocking <0/1>        accepted for compatibility; no effect\n"
       "  -a, --average <0/1/2/3>     time reported: rank 0's, average, min or max over ranks (default 1)\n"
       "  -J, --output_file <file>    also write the results as JSON (schema hora-perf/1: perf/common.h)\n"
+      "  -M, --memory <host/device>  the buffers: host memory, or device memory with the calls on a CUDA\n"
+      "                              stream (default: device where there is a GPU, else host)\n"
       "  -N, --nranks <n>            run n ranks as threads of this process (horaCommInitAll);\n"
       "                              without it, ranks come from the launcher (mpirun, srun, hora-run),\n"
       "                              else 1 rank\n"
@@ -159,10 +163,11 @@ Options parseOptions(int argc, char** argv) {
       {"average", required_argument, nullptr, 'a'}, {"output_file", required_argument, nullptr, 'J'},
       {"nranks", required_argument, nullptr, 'N'}, {"ngpus", required_argument, nullptr, 'g'},
       {"nthreads", required_argument, nullptr, 't'}, {"help", no_argument, nullptr, 'h'},
-      {"mpi", required_argument, nullptr, kMpiOption}, {nullptr, 0, nullptr, 0}};
+      {"mpi", required_argument, nullptr, kMpiOption}, {"memory", required_argument, nullptr, 'M'},
+      {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
-  while ((c = getopt_long(argc, argv, ":b:e:f:i:n:S:w:m:c:o:d:r:z:a:J:N:g:t:h", longOpts, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, ":b:e:f:i:n:S:w:m:c:o:d:r:z:a:J:N:g:t:M:h", longOpts, nullptr)) != -1) {
     switch (c) {
       case 'b': o.minBytes = sizeOption(optarg, "-b"); break;
       case 'e': o.maxBytes = sizeOption(optarg, "-e"); break;
@@ -180,6 +185,12 @@ Options parseOptions(int argc, char** argv) {
       case 'g': intOption(optarg, 1, 1, "-g"); break;
       case 't': intOption(optarg, 1, 1, "-t"); break;
       case kMpiOption: o.mpi = intOption(optarg, 0, 1, "--mpi"); break;
+      case 'M': {
+        const std::string v = optarg;
+        if (v != "host" && v != "device") badUsage("bad value for -M '%s' (expected host or device)", optarg);
+        o.device = v == "device";
+        break;
+      }
       case 'J': o.json = optarg; if (o.json.empty()) badUsage("%s", "empty file name for -J"); break;
       case 'o': {
         std::string v = optarg;
@@ -244,8 +255,13 @@ struct Rank {
   int rank = 0, nranks = 1;
   bool threads = false;
   const std::string& from;  // where the ranks came from, for the header
-  char* sendBuf = nullptr;
+  char* sendBuf = nullptr;  // the calls' buffers (device memory with -M device)
   char* recvBuf = nullptr;
+  bool device = false;
+  horaStream_t stream = nullptr;  // with device buffers
+  char* sendHost = nullptr;       // the host side of the check: sendBuf itself, or its copy
+  char* recvHost = nullptr;
+  size_t sendBytes = 0, recvBytes = 0;
   uint32_t seed = 0;
   std::vector<Row> rows;  // rank 0 only
   double wrongTotal = 0, bwSum = 0;
@@ -280,7 +296,15 @@ struct Rank {
       sendMax = std::max(sendMax, c.send * ts);
       recvMax = std::max(recvMax, std::max(c.recv, inPlaceEnd) * ts);
     }
-    for (auto [buf, bytes] : {std::pair<char**, size_t>{&sendBuf, sendMax}, {&recvBuf, recvMax}}) {
+    device = opt.device == 1 || (opt.device == -1 && dev::gpus() > 0);
+    if (device && dev::gpus() == 0) {
+      std::fprintf(stderr, "%s: rank %d: -M device: no GPU here (%s)\n", gProgram, rank, dev::why().c_str());
+      std::fflush(nullptr);
+      _exit(2);
+    }
+    sendBytes = std::max<size_t>(sendMax, 64);
+    recvBytes = std::max<size_t>(recvMax, 64);
+    for (auto [buf, bytes] : {std::pair<char**, size_t>{&sendHost, sendMax}, {&recvHost, recvMax}}) {
       void* p = nullptr;
       if (posix_memalign(&p, 4096, std::max<size_t>(bytes, 64)) != 0) {
         std::fprintf(stderr, "%s: rank %d: cannot allocate %zu bytes\n", gProgram, rank, bytes);
@@ -290,6 +314,20 @@ struct Rank {
       std::memset(p, 0, std::max<size_t>(bytes, 64));  // first touch, by the thread that uses it
       *buf = static_cast<char*>(p);
     }
+    sendBuf = sendHost;
+    recvBuf = recvHost;
+    if (device) {
+      sendBuf = static_cast<char*>(dev::alloc(sendBytes));
+      recvBuf = static_cast<char*>(dev::alloc(recvBytes));
+      stream = dev::newStream();
+    }
+  }
+
+  // The host side of a buffer pointer: itself, or its place in the host copy.
+  char* hostOf(char* p) const {
+    if (!device) return p;
+    if (p >= sendBuf && p < sendBuf + sendBytes) return sendHost + (p - sendBuf);
+    return recvHost + (p - recvBuf);
   }
 
   // Everyone's pid and host, for the header.
@@ -326,6 +364,7 @@ struct Rank {
     std::printf(" warmup iters: %d iters: %d agg iters: %d validation: %d average: %d\n", opt.warmup,
                 opt.iters, opt.aggIters, opt.check, opt.average);
     std::printf("# nranks %d\n", nranks);
+    std::printf("# buffers in %s\n", device ? "device memory, calls on a CUDA stream" : "host memory");
   }
 
   void printTableHeader() {
@@ -372,10 +411,13 @@ struct Rank {
     const size_t r = static_cast<size_t>(rank);
     char* send = inPlace ? recvBuf + c.sendInplaceOffset * r * ts : sendBuf;
     char* recv = inPlace ? recvBuf + c.recvInplaceOffset * r * ts : recvBuf;
+    tc.stream = stream;
     for (int i = 0; i < opt.warmup; ++i) call(tc, send, recv, opt.aggIters);
+    if (device) dev::sync(stream);
     const int iters = itersFor(c.send * ts);
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) call(tc, send, recv, opt.aggIters);
+    if (device) dev::sync(stream);
     auto t1 = std::chrono::steady_clock::now();
     double sec = std::chrono::duration<double>(t1 - t0).count() / (static_cast<double>(iters) * opt.aggIters);
     if (opt.average != 0) {
@@ -391,10 +433,18 @@ struct Rank {
     if (opt.check) {
       Pattern pattern(tc.type, tc.op, nranks, ++seed);
       tc.pattern = &pattern;
-      poison(recv, c.recv, tc.type);
-      coll.fillInput(tc, send);
+      poison(hostOf(recv), c.recv, tc.type);
+      coll.fillInput(tc, hostOf(send));
+      if (device) {
+        dev::toDevice(sendBuf, sendHost, sendBytes);
+        dev::toDevice(recvBuf, recvHost, recvBytes);
+      }
       call(tc, send, recv, 1);  // a single call, so that in place means one reduction
-      uint64_t wrong = coll.checkOutput(tc, recv);
+      if (device) {
+        dev::sync(stream);
+        dev::toHost(recvHost, recvBuf, recvBytes);
+      }
+      uint64_t wrong = coll.checkOutput(tc, hostOf(recv));
       tc.pattern = nullptr;
       check(horaAllReduce(&wrong, &wrong, 1, horaUint64, horaSum, comm, nullptr), "horaAllReduce (#wrong)");
       res.wrong = static_cast<double>(wrong);
@@ -548,8 +598,13 @@ int Rank::main(FILE* json) {
       return 1;
     }
   }
-  std::free(sendBuf);
-  std::free(recvBuf);
+  if (device) {
+    dev::release(sendBuf);
+    dev::release(recvBuf);
+    dev::destroyStream(stream);
+  }
+  std::free(sendHost);
+  std::free(recvHost);
   check(horaCommDestroy(comm), "horaCommDestroy");
   comm = nullptr;
   return wrongTotal > 0 ? 1 : 0;

@@ -98,6 +98,7 @@ struct TestCase {
   int nranks = 1;
   Counts counts;
   const Pattern* pattern = nullptr;
+  horaStream_t stream = nullptr;  // -M device: the CUDA stream of the calls
 };
 
 // A collective as a tool sees it. The defaults describe the simplest shape (every rank

@@ -13,7 +13,7 @@ class Reduce : public hperf::Collective {
   bool hasRoot() const override { return true; }
 
   horaResult_t run(const hperf::TestCase& tc, const void* send, void* recv, horaComm_t comm) const override {
-    return horaReduce(send, recv, tc.counts.param, tc.type, tc.op, tc.root, comm, nullptr);
+    return horaReduce(send, recv, tc.counts.param, tc.type, tc.op, tc.root, comm, tc.stream);
   }
   void fillInput(const hperf::TestCase& tc, void* send) const override {
     tc.pattern->fill(send, tc.counts.send, tc.rank, 0);

@@ -13,7 +13,7 @@ class ReduceScatter : public hperf::BlockCollective {
   bool hasOp() const override { return true; }
 
   horaResult_t run(const hperf::TestCase& tc, const void* send, void* recv, horaComm_t comm) const override {
-    return horaReduceScatter(send, recv, tc.counts.param, tc.type, tc.op, comm, nullptr);
+    return horaReduceScatter(send, recv, tc.counts.param, tc.type, tc.op, comm, tc.stream);
   }
   void fillInput(const hperf::TestCase& tc, void* send) const override {
     tc.pattern->fill(send, tc.counts.send, tc.rank, 0);

@@ -14,8 +14,8 @@ class SendRecv : public hperf::Collective {
   horaResult_t run(const hperf::TestCase& tc, const void* send, void* recv, horaComm_t comm) const override {
     horaResult_t r = horaGroupStart();
     if (r != horaSuccess) return r;
-    const horaResult_t s = horaSend(send, tc.counts.param, tc.type, next(tc), comm, nullptr);
-    const horaResult_t v = horaRecv(recv, tc.counts.param, tc.type, prev(tc), comm, nullptr);
+    const horaResult_t s = horaSend(send, tc.counts.param, tc.type, next(tc), comm, tc.stream);
+    const horaResult_t v = horaRecv(recv, tc.counts.param, tc.type, prev(tc), comm, tc.stream);
     r = horaGroupEnd();  // always, so that a failed call leaves no group open
     return s != horaSuccess ? s : v != horaSuccess ? v : r;
   }
