@@ -93,6 +93,13 @@ struct CommState {
       }
     size_t size = size_t(1) << 20;
     while (size < bytes) size <<= 1;
+    // The free blocks too small for this are too small for what comes (sizes grow as a perf
+    // sweep's do): give their pinned memory back rather than keep every size.
+    for (size_t i = pool.size(); i-- > 0;)
+      if (!pool[i].taken && pool[i].bytes < size) {
+        cuda::hostFree(pool[i].p);
+        pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(i));
+      }
     pool.push_back(Block{static_cast<uint8_t*>(cuda::hostAlloc(size)), size, true});
     return pool.back().p;
   }
@@ -287,6 +294,21 @@ void setupIpc(horaComm* c, CommState& st) {
   st.region = nullptr;
 }
 
+// Waits for everything queued before now on the legacy default stream, which waits for the
+// work of every blocking stream queued before it: what a synchronous call with device buffers
+// must see.
+void awaitLegacyStream() {
+  void* ev = cuda::eventCreate();
+  try {
+    cuda::eventRecord(ev, nullptr);
+    while (!cuda::eventDone(ev)) std::this_thread::yield();
+  } catch (...) {
+    cuda::eventDestroy(ev);
+    throw;
+  }
+  cuda::eventDestroy(ev);
+}
+
 // Runs calls some of whose buffers are on the device: through the CUDA IPC stage, or staged
 // through pinned host memory with the copies on `stream` (null: the legacy default stream).
 void runOnDevice(const Calls& calls, const std::vector<Where>& ws, void* stream) {
@@ -298,8 +320,7 @@ void runOnDevice(const Calls& calls, const std::vector<Where>& ws, void* stream)
     if (st0.ipc == Ipc::On) {
       coll::Args a = calls[0].second;
       a.deviceIpc = true;
-      if (stream) cuda::streamSync(stream);  // (a worker's stream holds nothing; the legacy one may)
-      else cuda::streamSync(nullptr);
+      if (!stream) awaitLegacyStream();  // (a worker has waited for the streams' events)
       try {
         hora::runOnStage(c, a, *st0.stage, *st0.engine);
       } catch (...) {
