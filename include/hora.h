@@ -11,13 +11,21 @@
  * in an error state that every later call on it and horaCommGetAsyncError() report until
  * it is aborted or destroyed.
  *
- * Streams: a NULL stream means "host buffers, synchronous": the call completes before
- * it returns (after any work already enqueued on that communicator through a host stream).
+ * Buffers are host memory or, in a CUDA build on a machine with a GPU, device memory of the
+ * communicator's device (horaCommCuDevice), told apart per call; the two may be mixed.
+ *
+ * Streams: a NULL stream means "synchronous": the call completes before it returns (after any
+ * work already enqueued on that communicator through a stream; with device buffers, after the
+ * work queued before it on the legacy default stream, and so on every blocking stream).
  * A stream made by horaStreamCreate is a host stream: a call on it checks its arguments
  * (a bad one, or a communicator already in its error state, fails at once and queues
  * nothing), enqueues the work and returns; the work runs in order on the stream's progress
  * thread. The buffers must stay valid until horaStreamSynchronize (or a horaStreamQuery that
- * returns horaSuccess) says the work is done. CUDA streams are not supported by this build.
+ * returns horaSuccess) says the work is done. A CUDA stream (a cudaStream_t, in a CUDA build)
+ * orders the call as NCCL does: it returns at once, its work starts after the work queued on
+ * the stream before it, and the work queued after it waits for its result; a group may name
+ * several CUDA streams. An error of that work is reported by the next call on the
+ * communicator, horaCommGetAsyncError, and horaStreamSynchronize/horaStreamQuery on the stream.
  */
 #ifndef HORA_H_
 #define HORA_H_
@@ -97,7 +105,7 @@ typedef enum {
 
 /* Where the scalar of horaRedOpCreatePreMulSum lives. */
 typedef enum {
-  horaScalarDevice = 0,       /* device memory: not supported by this build */
+  horaScalarDevice = 0,       /* device memory: not supported (pass the value itself) */
   horaScalarHostImmediate = 1 /* host memory, read when the op is created */
 } horaScalarResidence_t;
 
@@ -245,7 +253,7 @@ horaResult_t horaRecv(void* recvbuff, size_t count, horaDataType_t datatype, int
 horaResult_t horaGroupStart(void);
 horaResult_t horaGroupEnd(void);
 
-/* ---- host streams --------------------------------------------------------------- */
+/* ---- host streams (and, for Synchronize and Query, CUDA streams) ----------------- */
 
 /* Creates a host stream: an in-order queue of work with its own progress thread. Work on
  * one stream runs in the order it was enqueued; work on different streams may overlap

@@ -414,8 +414,8 @@ HORA_API horaResult_t horaRedOpCreatePreMulSum(horaRedOp_t* op, void* scalar, ho
     DataType dt = api::checkType(api::rawInt(datatype));
     const int where = api::rawInt(residence);
     if (where == horaScalarDevice)
-      fail(Errc::InvalidArgument, "horaScalarDevice needs device memory, which this build does not support; "
-           "use horaScalarHostImmediate");
+      fail(Errc::InvalidArgument, "horaScalarDevice (a scalar read from device memory when the call runs) is not "
+           "supported; use horaScalarHostImmediate with the value");
     if (where != horaScalarHostImmediate) fail(Errc::InvalidArgument, "invalid residence %d", where);
     PreMulOp p;
     p.dtype = dt;
