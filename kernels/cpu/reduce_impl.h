@@ -37,9 +37,15 @@ void reduceBf16(void* const* dsts, int ndst, const void* const* srcs, int nsrc, 
 
 // The Avg division of an integer: the truncated quotient (toward zero) of the value, as
 // its type's signedness reads it. A divisor of 0 (rejected by callers) leaves the value
-// as it is rather than trapping. Internal linkage: see convert_inl.h.
+// as it is rather than trapping. Internal linkage: see convert_inl.h. The CUDA kernels'
+// element functions (kernels/cuda/element.h) use it too, compiled for the device.
+#if defined(__CUDACC__)
+#define HORA_DIVIDE_HD __host__ __device__
+#else
+#define HORA_DIVIDE_HD
+#endif
 template <class T>
-static inline T divideInt(T v, uint64_t d) {
+HORA_DIVIDE_HD static inline T divideInt(T v, uint64_t d) {
   if (d == 0) return v;
   if constexpr (std::is_signed_v<T>) {
     const int64_t x = v;

@@ -12,7 +12,8 @@
 // as unsigned, their Avg is the truncated quotient; float and double are IEEE in the type, each
 // operation rounded on its own (no fused multiply-add: the device code uses the _rn intrinsics,
 // which the compiler never contracts); the narrow floating types are widened to float,
-// combined in float and rounded once (kernels/cpu/convert_inl.h, the CPU's own conversions);
+// combined in float and rounded once (kernels/cpu/convert_inl.h, the CPU's own conversions,
+// and the CPU's integer division, reduce_impl.h);
 // max/min return the accumulator if it is NaN, else the new value if it is NaN, else the
 // larger/smaller, and the new value when they compare equal.
 #pragma once
@@ -20,6 +21,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/convert_inl.h"
+#include "kernels/cpu/reduce_impl.h"
 
 #if defined(__CUDACC__)
 #define HORA_HD __host__ __device__ __forceinline__
@@ -50,18 +52,7 @@ struct Int {
   HORA_HD static C max(C a, C b) { return a > b ? a : b; }
   HORA_HD static C min(C a, C b) { return a < b ? a : b; }
   HORA_HD static C premul(C a, const Params& p) { return mul(a, static_cast<T>(p.mulI)); }
-  HORA_HD static C divide(C a, const Params& p) {
-    const uint64_t d = p.divisor;
-    if (d == 0) return a;
-    if constexpr (std::is_signed_v<T>) {
-      const int64_t x = a;
-      const uint64_t mag = x < 0 ? 0 - static_cast<uint64_t>(x) : static_cast<uint64_t>(x);
-      const uint64_t q = mag / d;
-      return static_cast<T>(x < 0 ? 0 - q : q);
-    } else {
-      return static_cast<T>(static_cast<uint64_t>(a) / d);
-    }
-  }
+  HORA_HD static C divide(C a, const Params& p) { return divideInt<T>(a, p.divisor); }
 };
 
 // IEEE arithmetic in T, each operation rounded to nearest on its own.

@@ -2,6 +2,7 @@
 // arithmetic element.h's.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -90,7 +91,7 @@ __device__ __forceinline__ void onePack(const Args& a, size_t off) {
 }
 
 template <class D, class Op>
-__global__ void __launch_bounds__(kThreads) reduceKernel(const Args a) {
+__global__ void __launch_bounds__(kThreads) reduceKernel(const __grid_constant__ Args a) {
   using E = typename D::E;
   constexpr size_t V = kPack / sizeof(E);
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -99,6 +100,13 @@ __global__ void __launch_bounds__(kThreads) reduceKernel(const Args a) {
   const size_t body = a.head * sizeof(E);
   for (size_t k = tid; k < a.packs; k += stride) onePack<D, Op>(a, body + k * kPack);
   for (size_t i = a.head + a.packs * V + tid; i < a.count; i += stride) oneElement<D, Op>(a, i);
+}
+
+// Polls the host's word, sleeping a little between reads (it crosses the bus), then makes what
+// the host wrote before it visible to the work after it.
+__global__ void waitFlagKernel(const volatile uint32_t* flag, uint32_t value) {
+  while (static_cast<int32_t>(*flag - value) < 0) __nanosleep(1000);
+  __threadfence_system();
 }
 
 struct Launch {
@@ -115,12 +123,13 @@ struct Launch {
 
 // Enough blocks to fill the device several times over; the grid-stride loop does the rest.
 unsigned blocksFor(size_t items) {
-  static int sms[64] = {};
+  static std::atomic<int> sms[64] = {};
   int dev = 0;
   int n = 0;
   if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64) {
-    if (!sms[dev]) cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev);
-    n = sms[dev];
+    n = sms[dev].load(std::memory_order_relaxed);
+    if (!n && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
+      sms[dev].store(n, std::memory_order_relaxed);
   }
   if (n <= 0) n = 108;
   const size_t most = static_cast<size_t>(n) * 4;
@@ -176,6 +185,11 @@ int reduce(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_
   Launch l{&a, static_cast<cudaStream_t>(stream), blocksFor(a.packs + (a.head > rest ? a.head : rest))};
   if (!el::dispatch(static_cast<int>(spec.dtype), static_cast<int>(spec.op), l)) return cudaErrorInvalidValue;
   return l.result;
+}
+
+int waitFlag(const volatile uint32_t* flag, uint32_t value, void* stream) {
+  waitFlagKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(flag, value);
+  return cudaGetLastError();
 }
 
 }  // namespace hora::kernels::cuda

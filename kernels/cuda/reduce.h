@@ -13,6 +13,7 @@
 // this build has CUDA (kernels/cuda/none.cc answers when it has not).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/cpu/reduce.h"
 
@@ -26,5 +27,11 @@ bool built();
 // cudaErrorInvalidValue), which cudaGetErrorString explains.
 int reduce(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count, const ReduceSpec& spec,
            void* stream);
+
+// Queues on `stream` a one-thread kernel that returns once the 32-bit word at `flag` (host
+// memory mapped for the device, its device address) is at least `value`, in wrap-around order:
+// the work queued after it waits for the host (the stream-order wait of src/comm/device.h).
+// Returns 0 or the cudaError_t of the launch.
+int waitFlag(const volatile uint32_t* flag, uint32_t value, void* stream);
 
 }  // namespace hora::kernels::cuda

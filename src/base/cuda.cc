@@ -75,6 +75,7 @@ void eventDestroy(void* e) {
 void eventRecord(void* e, void* stream) { b().eventRecord(e, stream); }
 bool eventDone(void* e) { return b().eventDone(e); }
 void streamWaitEvent(void* stream, void* e) { b().streamWaitEvent(stream, e); }
+int streamDevice(void* stream) { return stream ? b().streamDevice(stream) : b().currentDevice(); }
 void streamWaitFlag(void* stream, const volatile uint32_t* flag, uint32_t value) {
   b().streamWaitFlag(stream, flag, value);
 }

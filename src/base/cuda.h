@@ -63,9 +63,11 @@ void eventDestroy(void* e);
 void eventRecord(void* e, void* stream);
 bool eventDone(void* e);  // throws the error of the work before it, if any
 void streamWaitEvent(void* stream, void* e);
+int streamDevice(void* stream);  // the device of a CUDA stream (null: the current device)
 // Makes the work queued on `stream` after this wait until the 32-bit word at `flag` (pinned
-// host memory from hostAlloc) is at least `value`, in wrap-around order (stream memory
-// operations; where the driver has none, a host function on the stream that waits for it).
+// host memory from hostAlloc) is at least `value`, in wrap-around order: a one-thread kernel on
+// the stream that polls the word (as NCCL's kernels wait on flags), so that the wait holds no
+// hardware queue and no driver thread.
 void streamWaitFlag(void* stream, const volatile uint32_t* flag, uint32_t value);
 // Queues kernels::reduce on device memory (kernels/cuda) in `stream`'s order.
 void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,

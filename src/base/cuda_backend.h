@@ -29,6 +29,7 @@ class Backend {
   virtual void eventRecord(void* e, void* stream) = 0;
   virtual bool eventDone(void* e) = 0;
   virtual void streamWaitEvent(void* stream, void* e) = 0;
+  virtual int streamDevice(void* stream) = 0;
   virtual void streamWaitFlag(void* stream, const volatile uint32_t* flag, uint32_t value) = 0;
   virtual void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
                            const kernels::ReduceSpec& spec, void* stream) = 0;

@@ -108,7 +108,7 @@ class Emulated final : public Backend {
     return at < it->first + it->second.bytes ? 0 : -1;
   }
   bool isStream(const void* s) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(streamsMu_);
     return streams_.count(s) != 0;
   }
   int currentDevice() override { return 0; }
@@ -120,7 +120,12 @@ class Emulated final : public Backend {
     if (!p) fail(Errc::System, "out of host memory (%zu bytes)", bytes);
     return p;
   }
-  void hostFree(void* p) override { free(p); }
+  // As cudaFreeHost and cudaFree may: wait for every stream's work first (a free on a thread that
+  // a stream waits for then hangs here as it would on a GPU).
+  void hostFree(void* p) override {
+    idleAll();
+    free(p);
+  }
   void* deviceAlloc(size_t bytes) override {
     bytes = bytes ? bytes : 1;
     const int fd = memfd_create("hora-emulated-device", MFD_CLOEXEC);
@@ -131,22 +136,25 @@ class Emulated final : public Backend {
     }
     return add(fd, bytes, true);
   }
-  void deviceFree(void* p) override { drop(p); }
+  void deviceFree(void* p) override {
+    idleAll();
+    drop(p);
+  }
   void copyAsync(void* dst, const void* src, size_t bytes, void* stream) override {
     run(stream, [dst, src, bytes] { memmove(dst, src, bytes); });
   }
   void* streamCreate() override {
     auto* s = new EmuStream();
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(streamsMu_);
     streams_.insert(s);
     return s;
   }
   void streamDestroy(void* s) override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<std::mutex> lock(streamsMu_);
       streams_.erase(s);
     }
-    delete static_cast<EmuStream*>(s);
+    delete static_cast<EmuStream*>(s);  // (after its work, as cudaStreamDestroy lets it finish)
   }
   void streamSync(void* s) override {
     if (s) stream(s).sync();
@@ -163,6 +171,10 @@ class Emulated final : public Backend {
   bool eventDone(void* e) override {
     EmuEvent* ev = static_cast<EmuEvent*>(e);
     return ev->reached.load() >= ev->recorded.load();
+  }
+  int streamDevice(void* s) override {
+    stream(s);
+    return 0;
   }
   void streamWaitEvent(void* s, void* e) override {
     EmuEvent* ev = static_cast<EmuEvent*>(e);
@@ -216,6 +228,10 @@ class Emulated final : public Backend {
     int fd;
     bool owned;  // allocated here (else a mapping of a peer's)
   };
+  void idleAll() {
+    std::lock_guard<std::mutex> lock(streamsMu_);  // no stream goes meanwhile
+    for (const void* s : streams_) static_cast<EmuStream*>(const_cast<void*>(s))->sync();
+  }
   EmuStream& stream(void* s) {
     if (!isStream(s)) fail(Errc::Cuda, "invalid resource handle (emulated stream %p)", s);
     return *static_cast<EmuStream*>(s);
@@ -252,8 +268,9 @@ class Emulated final : public Backend {
     if (m.fd >= 0) close(m.fd);
   }
 
-  std::mutex mu_;
+  std::mutex mu_;  // mem_
   std::map<uintptr_t, Mem> mem_;
+  std::mutex streamsMu_;  // streams_, and their lives
   std::set<const void*> streams_;
 };
 

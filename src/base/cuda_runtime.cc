@@ -1,8 +1,6 @@
 // The CUDA runtime's backend of base/cuda.h (a CUDA build; elsewhere runtimeBackend() says why
 // there is none).
-#include <chrono>
 #include <cstring>
-#include <thread>
 
 #include "base/cuda_backend.h"
 #include "base/error.h"
@@ -30,32 +28,25 @@ void check(cudaError_t e, const char* what) {
 cudaStream_t S(void* s) { return static_cast<cudaStream_t>(s); }
 cudaEvent_t E(void* e) { return static_cast<cudaEvent_t>(e); }
 
-// The host function that stands in for a stream wait where the driver has no memory operations.
-struct FlagWait {
-  const volatile uint32_t* flag;
-  uint32_t value;
-};
-void CUDART_CB waitOnHost(void* arg) {
-  FlagWait* w = static_cast<FlagWait*>(arg);
-  while (static_cast<int32_t>(*w->flag - w->value) < 0) std::this_thread::sleep_for(std::chrono::microseconds(20));
-  delete w;
-}
-
-using WaitValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
-using DeviceAttribute = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+using PointerGetAttributes = CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
 
 class Runtime final : public Backend {
  public:
-  // cuStreamWaitValue32 from the driver, where it has stream memory operations.
-  WaitValue32 waitValue32 = nullptr;
+  // cuPointerGetAttributes from the driver: unlike cudaPointerGetAttributes it makes no
+  // context, so a process that only ever passes host memory never gets one.
+  PointerGetAttributes pointerAttributes = nullptr;
 
   int deviceOf(const void* p) override {
-    cudaPointerAttributes a{};
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-      cudaGetLastError();
-      return -1;
-    }
-    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? a.device : -1;
+    CUpointer_attribute which[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                    CU_POINTER_ATTRIBUTE_IS_MANAGED};
+    unsigned type = 0;
+    int ordinal = -1;
+    int managed = 0;  // (a bool in the driver's ABI; read as its first byte below)
+    void* data[3] = {&type, &ordinal, &managed};
+    managed = 0;
+    if (pointerAttributes(3, which, data, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) return -1;
+    const bool isManaged = (managed & 0xff) != 0;
+    return type == CU_MEMORYTYPE_DEVICE || isManaged ? ordinal : -1;
   }
   bool isStream(const void* s) override {
     unsigned flags = 0;
@@ -117,14 +108,17 @@ class Runtime final : public Backend {
   void streamWaitEvent(void* stream, void* e) override {
     check(cudaStreamWaitEvent(S(stream), E(e), 0), "cudaStreamWaitEvent");
   }
+  int streamDevice(void* stream) override {
+    int dev = -1;
+    check(cudaStreamGetDevice(S(stream), &dev), "cudaStreamGetDevice");
+    return dev;
+  }
   void streamWaitFlag(void* stream, const volatile uint32_t* flag, uint32_t value) override {
-    if (waitValue32) {
-      const CUresult r = waitValue32(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(flag), value,
-                                     CU_STREAM_WAIT_VALUE_GEQ);
-      if (r == CUDA_SUCCESS) return;
-      fail(Errc::Cuda, "cuStreamWaitValue32 failed: CUresult %d", static_cast<int>(r));
-    }
-    check(cudaLaunchHostFunc(S(stream), waitOnHost, new FlagWait{flag, value}), "cudaLaunchHostFunc");
+    void* onDevice = nullptr;
+    check(cudaHostGetDevicePointer(&onDevice, const_cast<uint32_t*>(flag), 0), "cudaHostGetDevicePointer");
+    check(static_cast<cudaError_t>(
+              kernels::cuda::waitFlag(static_cast<const volatile uint32_t*>(onDevice), value, stream)),
+          "the wait kernel's launch");
   }
   void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
                    const kernels::ReduceSpec& spec, void* stream) override {
@@ -180,22 +174,16 @@ Backend* runtimeBackend(std::string* why) {
     *why = "no CUDA device on this machine";
     return nullptr;
   }
-  static Runtime* rt = new Runtime();  // never destroyed: streams may outlive exit
   void* fn = nullptr;
-  void* attrFn = nullptr;
   cudaDriverEntryPointQueryResult q{};
-  int dev = 0, nor = 0, memops = 0;
-  cudaGetDevice(&dev);
-  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-      q == cudaDriverEntryPointSuccess && fn &&
-      cudaGetDriverEntryPointByVersion("cuDeviceGetAttribute", &attrFn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-      attrFn) {
-    const auto attr = reinterpret_cast<DeviceAttribute>(attrFn);
-    attr(&nor, CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR, dev);
-    attr(&memops, CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1, dev);
-    if (nor || memops) rt->waitValue32 = reinterpret_cast<WaitValue32>(fn);
+  if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess || !fn) {
+    cudaGetLastError();
+    *why = "the CUDA driver has no cuPointerGetAttributes";
+    return nullptr;
   }
-  cudaGetLastError();
+  static Runtime* rt = new Runtime();  // never destroyed: streams may outlive exit
+  rt->pointerAttributes = reinterpret_cast<PointerGetAttributes>(fn);
   return rt;
 }
 

@@ -21,22 +21,25 @@ namespace {
 // Each member's region of the CUDA IPC stage holds 4 slots (coll/stage.cc) of this many bytes:
 // a chunk of a large AllReduce. 8 MiB per slot keeps a kernel's launch small beside its work.
 constexpr size_t kIpcSlotBytes = size_t(8) << 20;
+// coll/stage.cc's counter that a member posts once it has read the others' out-slots of a chunk.
+constexpr int kOutFreeCounter = 3;
 
 enum class Ipc { Unknown, On, Off };
 
-// Makes `dev` the thread's device for a while (kernels go to the current device).
+// Makes `dev` the thread's device for a while (kernels go to the current device); the caller's
+// device comes back after, where `restore` (a worker keeps its device).
 struct OnDevice {
   int prev;
   int dev;
-  explicit OnDevice(int d) : prev(cuda::currentDevice()), dev(d) {
+  bool restore;
+  explicit OnDevice(int d, bool r = true) : prev(cuda::currentDevice()), dev(d), restore(r) {
     if (prev != dev) cuda::setDevice(dev);
   }
   ~OnDevice() {
-    if (prev >= 0 && prev != dev) {
-      try {
-        cuda::setDevice(prev);
-      } catch (const Error&) {
-      }
+    if (!restore || prev < 0 || prev == dev) return;
+    try {
+      cuda::setDevice(prev);
+    } catch (const Error&) {
     }
   }
 };
@@ -73,14 +76,22 @@ struct CommState {
     size_t bytes;
     bool taken;
   };
-  std::vector<Block> pool;  // pinned host memory for staging
-  uint32_t* flag = nullptr; // pinned: the last stream call done (seq)
+  // Pinned host memory for staging. Blocks are taken and given back, and freed only with the
+  // communicator: a free of pinned memory may wait for the whole device, and a stream may be
+  // waiting for this communicator's worker.
+  std::vector<Block> pool;
+  // The last stream call done (seq), in pinned memory that the streams' wait kernels read. Never
+  // freed: a stream may reach its wait after the communicator is gone (the word then holds the
+  // last seq, so the wait passes).
+  uint32_t* flag = nullptr;
+  std::mutex enqueueMu;  // seq and the worker's queue move together
   uint32_t seq = 0;
   void* copyStream = nullptr;  // the worker's copies
   Ipc ipc = Ipc::Unknown;
   uint8_t* region = nullptr;
   std::vector<void*> opened;
   std::shared_ptr<transport::CudaIpcStage> stage;
+  uint64_t lastIpcChunk = 0;  // the stage sequence of the last chunk through it
   std::unique_ptr<core::DeviceEngine> engine;
   std::unique_ptr<HostStream> worker;  // last: drained and stopped first
 
@@ -93,13 +104,6 @@ struct CommState {
       }
     size_t size = size_t(1) << 20;
     while (size < bytes) size <<= 1;
-    // The free blocks too small for this are too small for what comes (sizes grow as a perf
-    // sweep's do): give their pinned memory back rather than keep every size.
-    for (size_t i = pool.size(); i-- > 0;)
-      if (!pool[i].taken && pool[i].bytes < size) {
-        cuda::hostFree(pool[i].p);
-        pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(i));
-      }
     pool.push_back(Block{static_cast<uint8_t*>(cuda::hostAlloc(size)), size, true});
     return pool.back().p;
   }
@@ -109,15 +113,35 @@ struct CommState {
       if (b.p == p) b.taken = false;
   }
 
+  // The peers may still be reading this rank's region for the last chunk (their copies out of
+  // its out-slots): wait, a while at most, until each has said it is done with it, or is gone.
+  void awaitPeersDone() {
+    if (!stage || !lastIpcChunk) return;
+    const auto until = Clock::now() + std::chrono::seconds(5);
+    std::vector<pollfd> fds;
+    while (Clock::now() < until && !stage->reached(kOutFreeCounter, lastIpcChunk)) {
+      Errc relayed = Errc::Success;
+      fds.clear();
+      const std::string gone = stage->arm(-1, &relayed, fds);
+      stage->disarm();
+      if (!gone.empty()) return;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
   ~CommState() {
     worker.reset();
-    engine.reset();
-    stage.reset();
-    for (void* p : opened) cuda::ipcClose(p);
-    cuda::deviceFree(region);
-    for (Block& b : pool) cuda::hostFree(b.p);
-    cuda::hostFree(flag);
-    cuda::streamDestroy(copyStream);
+    try {
+      engine.reset();
+      awaitPeersDone();
+      stage.reset();
+      for (void* p : opened) cuda::ipcClose(p);
+      cuda::deviceFree(region);
+      for (Block& b : pool) cuda::hostFree(b.p);
+      cuda::streamDestroy(copyStream);
+    } catch (const std::exception& e) {
+      HORA_WARN(log::kColl, "freeing the communicator's device resources: %s", e.what());
+    }
   }
 };
 
@@ -195,11 +219,13 @@ bool anyOnDevice(const Calls& calls, std::vector<Where>& ws) {
 // Whether a call goes through the CUDA IPC stage: the same answer on every rank that makes the
 // same call with device buffers.
 bool ipcFits(const horaComm* c, const coll::Args& a, const Where& w) {
-  return config().cudaIpc && a.kind == coll::Kind::AllReduce && a.count > 0 && w.inDev >= 0 && w.outDev >= 0 && c->nranks > 1 &&
-         c->nranks <= kernels::kMaxSources && c->stage && c->stage->size() == c->nranks;
+  return config().cudaIpc && a.kind == coll::Kind::AllReduce && a.count > 0 && w.inDev >= 0 && w.outDev >= 0 &&
+         c->nranks > 1 && c->nranks <= kernels::kMaxSources && c->stage && c->stage->size() == c->nranks;
 }
 
-// Sets up the CUDA IPC stage: collective over the communicator (its first call that fits).
+// Sets up the CUDA IPC stage: collective over the communicator (its first call that fits), in
+// the caller's thread, with no stream waiting on this communicator's worker (a CUDA allocation
+// or free may wait for the whole device).
 void setupIpc(horaComm* c, CommState& st) {
   struct Info {
     unsigned char handle[64];
@@ -211,7 +237,7 @@ void setupIpc(horaComm* c, CommState& st) {
   std::string why;
   mine.ok = 1;
   try {
-    st.region = static_cast<uint8_t*>(cuda::deviceAlloc(regionBytes));
+    if (!st.region) st.region = static_cast<uint8_t*>(cuda::deviceAlloc(regionBytes));
     cuda::IpcHandle h = cuda::ipcHandle(st.region);
     memcpy(mine.handle, h.bytes, sizeof mine.handle);
   } catch (const Error& e) {
@@ -289,9 +315,7 @@ void setupIpc(horaComm* c, CommState& st) {
             why.empty() ? "another rank could not map every region" : why.c_str());
   st.engine.reset();
   for (void* p : st.opened) cuda::ipcClose(p);
-  st.opened.clear();
-  cuda::deviceFree(st.region);
-  st.region = nullptr;
+  st.opened.clear();  // (the region itself goes with the communicator)
 }
 
 // Waits for everything queued before now on the legacy default stream, which waits for the
@@ -309,79 +333,117 @@ void awaitLegacyStream() {
   cuda::eventDestroy(ev);
 }
 
-// Runs calls some of whose buffers are on the device: through the CUDA IPC stage, or staged
-// through pinned host memory with the copies on `stream` (null: the legacy default stream).
-void runOnDevice(const Calls& calls, const std::vector<Where>& ws, void* stream) {
-  CommState& st0 = stateOf(calls[0].first);
-  OnDevice on(st0.device);
-  if (calls.size() == 1 && ipcFits(calls[0].first, calls[0].second, ws[0])) {
-    horaComm* c = calls[0].first;
-    if (st0.ipc == Ipc::Unknown) setupIpc(c, st0);
-    if (st0.ipc == Ipc::On) {
-      coll::Args a = calls[0].second;
-      a.deviceIpc = true;
-      if (!stream) awaitLegacyStream();  // (a worker has waited for the streams' events)
-      try {
-        hora::runOnStage(c, a, *st0.stage, *st0.engine);
-      } catch (...) {
-        st0.engine->reset();
-        throw;
-      }
-      return;
-    }
-  }
-  // Staging: pinned copies of the device inputs and outputs; the calls run on those.
+// How calls with device buffers will run, settled in the caller's thread (where a collective
+// set-up and CUDA allocations are safe): through the IPC stage, or staged through pinned blocks
+// taken here and given back when it goes.
+struct Plan {
   struct Copy {
     void* dst;
     const void* src;
     size_t bytes;
   };
+  Calls calls;  // pinned buffers in place of the device ones
   std::vector<Copy> ins, outs;
   std::vector<std::pair<CommState*, uint8_t*>> taken;
-  Calls staged = calls;
-  try {
-    for (size_t i = 0; i < calls.size(); ++i) {
-      const Where& w = ws[i];
-      if (!w.any()) continue;
-      CommState& st = stateOf(calls[i].first);
-      coll::Args& a = staged[i].second;
-      const auto lo = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
-      const bool both = w.inDev >= 0 && w.outDev >= 0;
-      if (both && lo(w.in) < lo(w.out) + w.outBytes && lo(w.out) < lo(w.in) + w.inBytes) {
-        // In place (or a rank's slice of the other): one block for both, the same offsets.
-        const uintptr_t base = std::min(lo(w.in), lo(w.out));
-        const uintptr_t end = std::max(lo(w.in) + w.inBytes, lo(w.out) + w.outBytes);
-        uint8_t* b = st.take(end - base);
-        taken.emplace_back(&st, b);
-        a.sendbuf = b + (lo(w.in) - base);
-        a.recvbuf = b + (lo(w.out) - base);
-        ins.push_back(Copy{b + (lo(w.in) - base), w.in, w.inBytes});
-        outs.push_back(Copy{w.out, b + (lo(w.out) - base), w.outBytes});
-        continue;
-      }
-      if (w.inDev >= 0) {
-        uint8_t* b = st.take(w.inBytes);
-        taken.emplace_back(&st, b);
-        a.sendbuf = b;
-        ins.push_back(Copy{b, w.in, w.inBytes});
-      }
-      if (w.outDev >= 0) {
-        uint8_t* b = st.take(w.outBytes);
-        taken.emplace_back(&st, b);
-        a.recvbuf = b;
-        outs.push_back(Copy{w.out, b, w.outBytes});
-      }
-    }
-    for (const Copy& k : ins) cuda::copyAsync(k.dst, k.src, k.bytes, stream);
-    if (!ins.empty()) cuda::streamSync(stream);
-    hora::runCalls(staged);
-    for (const Copy& k : outs) cuda::copyAsync(k.dst, k.src, k.bytes, stream);
-    if (!outs.empty()) cuda::streamSync(stream);
-  } catch (...) {
+  bool ipc = false;
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
     for (auto& [st, b] : taken) st->give(b);
+  }
+};
+
+// `lone`: the calls are the whole of what the caller submitted (not one communicator's part of
+// a group over several, whose other parts may be this very thread's to submit: a collective
+// set-up here would wait for them).
+std::unique_ptr<Plan> plan(const Calls& calls, const std::vector<Where>& ws, bool lone) {
+  auto p = std::make_unique<Plan>();
+  p->calls = calls;
+  if (calls.size() == 1 && ipcFits(calls[0].first, calls[0].second, ws[0])) {
+    horaComm* c = calls[0].first;
+    CommState& st = stateOf(c);
+    if (st.ipc == Ipc::Unknown && lone) {
+      awaitStreamWork(c);  // the worker idle: nothing of this communicator's is queued on a stream
+      OnDevice on(st.device);
+      setupIpc(c, st);
+    }
+    if (st.ipc == Ipc::On) {
+      p->calls[0].second.deviceIpc = true;
+      p->ipc = true;
+      return p;
+    }
+  }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const Where& w = ws[i];
+    if (!w.any()) continue;
+    CommState& st = stateOf(calls[i].first);
+    coll::Args& a = p->calls[i].second;
+    const auto lo = [](const void* q) { return reinterpret_cast<uintptr_t>(q); };
+    const bool both = w.inDev >= 0 && w.outDev >= 0;
+    if (both && lo(w.in) < lo(w.out) + w.outBytes && lo(w.out) < lo(w.in) + w.inBytes) {
+      // In place (or a rank's slice of the other): one block for both, the same offsets.
+      const uintptr_t base = std::min(lo(w.in), lo(w.out));
+      const uintptr_t end = std::max(lo(w.in) + w.inBytes, lo(w.out) + w.outBytes);
+      uint8_t* b = st.take(end - base);
+      p->taken.emplace_back(&st, b);
+      a.sendbuf = b + (lo(w.in) - base);
+      a.recvbuf = b + (lo(w.out) - base);
+      p->ins.push_back(Plan::Copy{b + (lo(w.in) - base), w.in, w.inBytes});
+      p->outs.push_back(Plan::Copy{w.out, b + (lo(w.out) - base), w.outBytes});
+      continue;
+    }
+    if (w.inDev >= 0) {
+      uint8_t* b = st.take(w.inBytes);
+      p->taken.emplace_back(&st, b);
+      a.sendbuf = b;
+      p->ins.push_back(Plan::Copy{b, w.in, w.inBytes});
+    }
+    if (w.outDev >= 0) {
+      uint8_t* b = st.take(w.outBytes);
+      p->taken.emplace_back(&st, b);
+      a.recvbuf = b;
+      p->outs.push_back(Plan::Copy{w.out, b, w.outBytes});
+    }
+  }
+  return p;
+}
+
+// Runs a plan, its copies on `stream` (null: the legacy default stream, after waiting for it).
+// Nothing of it is in flight when this returns or throws.
+void execute(Plan& p, void* stream) {
+  if (p.ipc) {
+    horaComm* c = p.calls[0].first;
+    CommState& st = stateOf(c);
+    if (!stream) awaitLegacyStream();  // (a worker has waited for the streams' events)
+    try {
+      hora::runOnStage(c, p.calls[0].second, *st.stage, *st.engine);
+    } catch (...) {
+      st.engine->reset();
+      throw;
+    }
+    st.lastIpcChunk = c->stageSeq;
+    return;
+  }
+  try {
+    for (const Plan::Copy& k : p.ins) cuda::copyAsync(k.dst, k.src, k.bytes, stream);
+    if (!p.ins.empty()) cuda::streamSync(stream);
+    hora::runCalls(p.calls);
+    for (const Plan::Copy& k : p.outs) cuda::copyAsync(k.dst, k.src, k.bytes, stream);
+    if (!p.outs.empty()) cuda::streamSync(stream);
+  } catch (...) {
+    cuda::streamSyncQuiet(stream);  // no copy may still touch a block given back
     throw;
   }
-  for (auto& [st, b] : taken) st->give(b);
+}
+
+// A call on CUDA streams failed: before the streams go on (whoever looks once they have must see
+// it), the failure becomes the streams' (horaStreamSynchronize), the communicator's (its error
+// state: every later call, horaCommGetAsyncError; the peers hear of it) and its last error.
+void failed(horaComm* c, const std::vector<void*>& streams, const char* fn, const Error& e) {
+  noteStreamError(streams, fn, e);
+  if (!c->aborting.load()) c->fail(e);
+  c->setLastError(std::string(fn) + " (on a CUDA stream): " + e.what());
 }
 
 // Waits for the work queued on the user's streams before a call (no deadline: it is the
@@ -418,7 +480,9 @@ void runCalls(const Calls& calls) {
   if (!cuda::usable()) return hora::runCalls(calls);
   thread_local std::vector<Where> ws;
   if (!anyOnDevice(calls, ws)) return hora::runCalls(calls);
-  runOnDevice(calls, ws, nullptr);
+  OnDevice on(stateOf(calls[0].first).device);
+  std::unique_ptr<Plan> p = plan(calls, ws, true);
+  execute(*p, nullptr);
 }
 
 void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& streams) {
@@ -428,19 +492,50 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
   std::vector<horaComm*> comms;
   for (const auto& call : calls)
     if (std::find(comms.begin(), comms.end(), call.first) == comms.end()) comms.push_back(call.first);
-  for (horaComm* c : comms) stateOf(c);  // every one can take CUDA work before any is queued
-  for (horaComm* c : comms) {
-    CommState& st = stateOf(c);
-    Calls mine;
-    for (const auto& call : calls)
-      if (call.first == c) mine.push_back(call);
+  // First, everything that may fail or wait (arguments, set-up, staging memory), before any
+  // stream is touched.
+  struct Item {
+    horaComm* c;
+    CommState* st;
+    Calls calls;
+    std::shared_ptr<Plan> plan;  // null: host buffers only
     std::vector<void*> events;
-    for (void* s : distinct) {
-      events.push_back(cuda::eventCreate());
-      cuda::eventRecord(events.back(), s);
+  };
+  std::vector<Item> items;
+  for (horaComm* c : comms) {
+    Item it{c, &stateOf(c), {}, nullptr, {}};
+    for (const auto& call : calls)
+      if (call.first == c) it.calls.push_back(call);
+    std::vector<Where> ws;
+    if (anyOnDevice(it.calls, ws)) {
+      OnDevice on(it.st->device);
+      it.plan = plan(it.calls, ws, comms.size() == 1);
     }
+    items.push_back(std::move(it));
+  }
+  // Then one event per stream and communicator, recorded under the stream's device; then every
+  // worker's work; then the streams' waits, only once every worker has its work (a stream of a
+  // group over several communicators must not wait for one before the others' events exist).
+  try {
+    for (Item& it : items)
+      for (void* s : distinct) {
+        OnDevice on(cuda::streamDevice(s));
+        it.events.push_back(cuda::eventCreate());
+        cuda::eventRecord(it.events.back(), s);
+      }
+  } catch (...) {
+    for (Item& it : items)
+      for (void* e : it.events) cuda::eventDestroy(e);
+    throw;
+  }
+  std::vector<uint32_t> seqs;
+  for (Item& it : items) {
+    CommState& st = *it.st;
+    std::lock_guard<std::mutex> lock(st.enqueueMu);
     const uint32_t seq = ++st.seq;
-    st.worker->enqueue(fn, mine, [c, &st, mine, events, distinct, seq, fn] {
+    seqs.push_back(seq);
+    horaComm* c = it.c;
+    st.worker->enqueue(fn, it.calls, [c, &st, calls = it.calls, plan = it.plan, events = it.events, distinct, seq, fn] {
       struct Done {  // whatever happens, the streams go on and the events go
         CommState& st;
         const std::vector<void*>& events;
@@ -451,18 +546,27 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
         }
       } done{st, events, seq};
       try {
-        OnDevice on(st.device);
+        OnDevice on(st.device, false);
         awaitEvents(c, events);
-        std::vector<Where> ws;
-        if (anyOnDevice(mine, ws)) runOnDevice(mine, ws, st.copyStream);
-        else hora::runCalls(mine);
+        for (const auto& call : calls)
+          if (call.first->aborting.load()) fail(Errc::InvalidUsage, "the communicator was aborted");
+        if (plan) execute(*plan, st.copyStream);
+        else hora::runCalls(calls);
+        return;
       } catch (const Error& e) {
-        noteStreamError(distinct, fn, e);
-        throw;
+        failed(c, distinct, fn, e);
+      } catch (const std::bad_alloc&) {
+        failed(c, distinct, fn, Error(Errc::System, "out of memory"));
+      } catch (const std::exception& e) {
+        failed(c, distinct, fn, Error(Errc::Internal, std::string("internal error: ") + e.what()));
       }
     });
-    for (void* s : distinct) cuda::streamWaitFlag(s, st.flag, seq);
   }
+  for (size_t i = 0; i < items.size(); ++i)
+    for (void* s : distinct) {
+      OnDevice on(cuda::streamDevice(s));
+      cuda::streamWaitFlag(s, items[i].st->flag, seqs[i]);
+    }
 }
 
 bool ipcActive(horaComm* c) {

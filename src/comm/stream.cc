@@ -90,10 +90,13 @@ void HostStream::loop() {
     Errc code = Errc::Success;
     std::string text;
     try {
-      for (const auto& call : w.calls)
-        if (call.first->aborting.load()) fail(Errc::InvalidUsage, "the communicator was aborted");
-      if (w.run) w.run();
-      else device::runCalls(w.calls);
+      if (w.run) {
+        w.run();  // it looks at the abort flag itself, and always lets its streams go on
+      } else {
+        for (const auto& call : w.calls)
+          if (call.first->aborting.load()) fail(Errc::InvalidUsage, "the communicator was aborted");
+        device::runCalls(w.calls);
+      }
     } catch (const Error& e) {
       code = e.code();
       text = std::string(w.fn) + " (on a stream): " + e.what();

@@ -35,6 +35,9 @@ incs="-I$src/include -I$build/include -I$src/src -I$build/src -I$src -I$build -I
 libs="$(pkg-config --libs libsodium hwloc) -lpthread"
 # The ib transport (in the archive where libibverbs was found) needs libibverbs and libdl.
 ! pkg-config --exists libibverbs || libs="$libs $(pkg-config --libs libibverbs) -ldl"
+# A CUDA build's archive holds the CUDA kernels and the runtime's callers: the static runtime
+# (meson passes where it is).
+libs="$libs ${FUZZ_CUDA_LIBS:-}"
 {
   echo "cxx = $CXX"
   echo "flags = $flags $incs"
