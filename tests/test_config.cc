@@ -265,3 +265,15 @@ TEST_CASE("config: the ib transport's variables", "[config]") {
   for (const char* bad : {"-1", "256", "x", "", "1.5"}) expectInvalid("HORA_IB_GID_INDEX", bad);
   for (const char* bad : {"0", "17", "two", ""}) expectInvalid("HORA_IB_QPS_PER_PEER", bad);
 }
+
+TEST_CASE("config: HORA_CUDA and HORA_CUDA_IPC", "[config]") {
+  const Config d = parse({});
+  CHECK(d.cuda == "auto");
+  CHECK(d.cudaIpc);
+  for (const char* m : {"auto", "off", "emulate"}) CHECK(parse({{"HORA_CUDA", m}}).cuda == m);
+  CHECK(parse({{"HORA_CUDA", " off "}}).cuda == "off");
+  CHECK_FALSE(parse({{"HORA_CUDA_IPC", "0"}}).cudaIpc);
+  CHECK(parse({{"HORA_CUDA", "Emulate"}}).cuda == "emulate");
+  for (const char* bad : {"on", "1", "", "emulated", "gpu"}) expectInvalid("HORA_CUDA", bad);
+  for (const char* bad : {"2", "yes", "", "-1"}) expectInvalid("HORA_CUDA_IPC", bad);
+}

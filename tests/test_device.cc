@@ -84,6 +84,9 @@ std::string inChild(const std::function<std::string()>& fn) {
 TEST_CASE("device buffers without a stream: every collective at 1, 2, 3, 5 and 8 ranks", "[device][sweep]") {
   for (int n : {1, 2, 3, 5, 8}) {
     auto results = runProcesses(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
+      int dev = -1;
+      if (horaCommCuDevice(comm, &dev) != horaSuccess || dev != 0)
+        return "horaCommCuDevice says " + std::to_string(dev) + ", not the current device 0";
       std::string e = runSweep(comm, rank, nranks, deviceSweep(nranks), Memory{true, nullptr});
       if (!e.empty()) return e;
       // Every rank on this host, every buffer on the device: the AllReduces went through CUDA IPC

@@ -270,7 +270,8 @@ Config parseConfig(const EnvLookup& env) {
   if (auto v = env("HORA_IB_QPS_PER_PEER"))
     c.ibQpsPerPeer = static_cast<int>(parseIntVariable("HORA_IB_QPS_PER_PEER", *v, 1, 16, "an integer from 1 to 16"));
   if (auto v = env("HORA_CUDA")) {
-    const std::string m = trimBlanks(*v);
+    std::string m = trimBlanks(*v);
+    for (char& ch : m) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
     if (m != "auto" && m != "off" && m != "emulate") bad("HORA_CUDA", *v, "auto, off or emulate");
     c.cuda = m;
   }
