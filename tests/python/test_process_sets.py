@@ -85,7 +85,7 @@ for ps in (pre, b):
         got = hvd.broadcast(data(R, (4,)), root, process_set=ps)
         check(torch.equal(got, data(root, (4,))), "%s broadcast from global rank %d" % (tag, root))
     outside = [r for r in range(N) if r not in m][0]
-    e = check.raises_(ValueError, lambda: hvd.broadcast(torch.ones(2), outside, process_set=ps),
+    e = check.raises_(hvd.HorovodInternalError, lambda: hvd.broadcast(torch.ones(2), outside, process_set=ps),
                       "%s broadcast from rank %d, outside the set" % (tag, outside))
     check(e is not None and "not a member" in str(e), "the message says the root is outside")
     # alltoall with uneven splits

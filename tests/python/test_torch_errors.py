@@ -2,9 +2,11 @@
 
 1. Mismatches (at 2 and 3 ranks under hora-run): shapes, dtypes, ops, scale factors, kinds of
    operation, broadcast roots (out of range, or different per rank), allgather's trailing
-   dimensions, a local argument error on one rank (its peers' matching operation fails too),
-   Adasum, a name used twice while in flight, calls before init(). After each, the engine still
-   works, and unnamed operations stay aligned across ranks.
+   dimensions raise HorovodInternalError (a RuntimeError, as Horovod) on every rank; a local
+   argument error on one rank raises ValueError or TypeError there, and its peers' matching
+   operation fails with HorovodInternalError; Adasum, a name used twice while in flight, calls
+   before init(). After each, the engine still works, and unnamed operations stay aligned
+   across ranks.
 2. A rank dies (os._exit in the middle of an allreduce loop, 3 ranks, a communicator with a
    5 s timeout): the survivors raise HorovodInternalError from the pending operation and from
    every later one; shutdown() then init() over a fresh communicator works.
@@ -91,35 +93,35 @@ if MODE == "mismatch":
           "stalled operations are cancelled after %g s by default (HORA_TIMEOUT_MS), the "
           "warning comes no later (%g s)" % (eng.shutdown_s, eng.stall_s))
 
-    raises_all(ValueError, lambda: hvd.allreduce(torch.ones(R + 1), name="shape"),
+    raises_all(hvd.HorovodInternalError, lambda: hvd.allreduce(torch.ones(R + 1), name="shape"),
                "allreduce with a different shape on every rank", "mismatched shapes")
     healthy("shape")
-    raises_all(ValueError, lambda: hvd.allreduce(
+    raises_all(hvd.HorovodInternalError, lambda: hvd.allreduce(
         torch.ones(4, dtype=torch.float32 if R % 2 == 0 else torch.int32), name="dtype"),
         "allreduce float32 on even ranks, int32 on odd", "mismatched dtypes")
     healthy("dtype")
-    raises_all(ValueError, lambda: hvd.allreduce(torch.ones(4), op=hvd.Sum if R == 0 else hvd.Max,
+    raises_all(hvd.HorovodInternalError, lambda: hvd.allreduce(torch.ones(4), op=hvd.Sum if R == 0 else hvd.Max,
                                                  name="op"),
                "allreduce Sum on rank 0, Max elsewhere", "mismatched reduction ops")
-    raises_all(ValueError, lambda: hvd.allreduce(torch.ones(4), prescale_factor=1.0 + R,
+    raises_all(hvd.HorovodInternalError, lambda: hvd.allreduce(torch.ones(4), prescale_factor=1.0 + R,
                                                  name="prescale"),
                "different prescale factors", "prescale")
-    raises_all(ValueError, lambda: (hvd.allreduce(torch.ones(4), name="kind") if R == 0
+    raises_all(hvd.HorovodInternalError, lambda: (hvd.allreduce(torch.ones(4), name="kind") if R == 0
                                     else hvd.broadcast(torch.ones(4), 0, name="kind")),
                "allreduce on rank 0, broadcast elsewhere, same name", "mismatched operations")
     healthy("kind")
-    raises_all(ValueError, lambda: hvd.broadcast(torch.ones(2), N, name="root.range"),
+    raises_all(hvd.HorovodInternalError, lambda: hvd.broadcast(torch.ones(2), N, name="root.range"),
                "broadcast from root %d of %d ranks" % (N, N), "out of range")
-    raises_all(ValueError, lambda: hvd.broadcast(torch.ones(2), -1, name="root.negative"),
+    raises_all(hvd.HorovodInternalError, lambda: hvd.broadcast(torch.ones(2), -1, name="root.negative"),
                "broadcast from root -1", "out of range")
-    raises_all(ValueError, lambda: hvd.broadcast_(torch.ones(2), R, name="root.differs"),
+    raises_all(hvd.HorovodInternalError, lambda: hvd.broadcast_(torch.ones(2), R, name="root.differs"),
                "broadcast with a different root on every rank", "mismatched root ranks")
-    raises_all(ValueError, lambda: hvd.broadcast(torch.ones(R + 2), 0, name="bcast.shape"),
+    raises_all(hvd.HorovodInternalError, lambda: hvd.broadcast(torch.ones(R + 2), 0, name="bcast.shape"),
                "broadcast with different shapes", "mismatched shapes")
     healthy("broadcast")
-    raises_all(ValueError, lambda: hvd.allgather(torch.ones(2, R + 1), name="gather.trailing"),
+    raises_all(hvd.HorovodInternalError, lambda: hvd.allgather(torch.ones(2, R + 1), name="gather.trailing"),
                "allgather with different trailing dimensions", "all dimensions but the first")
-    raises_all(ValueError, lambda: hvd.reducescatter(torch.ones(N * (R + 1)), name="rs.shape"),
+    raises_all(hvd.HorovodInternalError, lambda: hvd.reducescatter(torch.ones(N * (R + 1)), name="rs.shape"),
                "reducescatter with different shapes", "mismatched shapes")
     # A local argument error on rank 0 only: it raises at once, its peers from the operation.
     if R == 0:
@@ -129,9 +131,9 @@ if MODE == "mismatch":
         raises_all(TypeError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.complex64)),
                    "rank 0: allreduce of complex64 (unnamed)", "complex64")
     else:
-        raises_all(ValueError, lambda: hvd.alltoall(torch.ones(N), name="a2a.splits"),
+        raises_all(hvd.HorovodInternalError, lambda: hvd.alltoall(torch.ones(N), name="a2a.splits"),
                    "alltoall whose rank 0 passed bad splits", "failed on rank 0")
-        raises_all(ValueError, lambda: hvd.allreduce(torch.ones(2)),
+        raises_all(hvd.HorovodInternalError, lambda: hvd.allreduce(torch.ones(2)),
                    "unnamed allreduce whose rank 0 passed complex64", "failed on rank 0")
     got = hvd.allreduce(torch.ones(2) * (R + 1), op=hvd.Sum)
     check(torch.equal(got, torch.full((2,), float(N * (N + 1) // 2))),
@@ -140,7 +142,7 @@ if MODE == "mismatch":
                "Adasum", "Adasum")
     healthy("adasum")
     xs = [torch.ones(2), torch.ones(R + 1)]
-    raises_all(ValueError, lambda: hvd.grouped_allreduce(xs, name="group.bad"),
+    raises_all(hvd.HorovodInternalError, lambda: hvd.grouped_allreduce(xs, name="group.bad"),
                "grouped allreduce with one mismatched member", "mismatched shapes")
     # A name reused while its operation is in flight. The operation must still be pending when
     # the second call comes, so some rank must not have submitted it yet: ranks other than 0

@@ -26,7 +26,8 @@ a silent peer would; 0: wait forever) it is cancelled on every rank of its proce
 whose timer expires first names it in its next round's payload, and since every rank reads the
 same payloads in the same round, every rank drops it from its table in that round (a later
 request of that name starts afresh) and fails its pending request of that name, if it has one,
-with ValueError (as for the other disagreements between ranks: the engine keeps working),
+with ValueError (the engine keeps working, as after a disagreement between ranks, which fails
+the operation with HorovodInternalError on every rank, as Horovod does),
 saying which ranks submitted it and which did not. join() is exempt: a rank may legitimately
 wait there for the others to run out of data.
 
@@ -423,12 +424,12 @@ class Engine(Execution):
             missing = [r for r in info.ranks if r not in e.descs]
             if all(r in joined for r in missing):
                 kind = next(iter(e.descs.values()))[D_KIND]
-                if key[0] == 0 and kind in (ALLREDUCE, ALLGATHER):
+                if key[0] == 0 and kind == ALLREDUCE:
                     ready.append((e, None))
                 else:
                     ready.append((e, "%s %r cannot complete: rank(s) %s called join() (only "
-                                     "allreduce and allgather of the global process set "
-                                     "proceed past joined ranks)"
+                                     "allreduce of the global process set proceeds past "
+                                     "joined ranks, as in Horovod)"
                                   % (KIND_NAMES[kind], key[1], missing)))
         for e, _ in ready:
             del self._table[e.key]
@@ -476,16 +477,19 @@ class Engine(Execution):
                        "" if set_id == 0 else " (process set %d)" % set_id, sorted(e.descs),
                        missing, self.shutdown_s))
             if self.rank in e.descs:
-                self._fail_entry(e, text)
+                self._fail_entry(e, text, ValueError)
             # else a request of that name that this rank has not announced yet (it was
             # submitted during this round) is not this one: it starts afresh next round.
 
     # ---- agreement -------------------------------------------------------------------------
 
-    def _fail_entry(self, e, text):
+    def _fail_entry(self, e, text, exc_type=None):
+        """Fails this rank's request of entry e, if it has one: with HorovodInternalError (a
+        RuntimeError) where the ranks disagree about the operation, as Horovod raises, or
+        exc_type."""
         r = self._take(e.key)
         if r is not None:
-            r.fail(ValueError(text))
+            r.fail((exc_type or HorovodInternalError)(text))
 
     def _take(self, key):
         with self._cv:

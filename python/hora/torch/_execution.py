@@ -23,12 +23,18 @@ def _numel(shape):
     return n
 
 
+_NARROW = (torch.float16, torch.bfloat16)
+
+
 def scale_(t, factor):
-    """t *= factor in place. Integer tensors are scaled in float64 and truncated toward zero,
-    as Horovod's CPU scaling does."""
+    """t *= factor in place, as Horovod's CPU scaling does: integer tensors in float64,
+    truncated toward zero; float16 and bfloat16 in float32, rounded once (torch's own
+    mul of a half tensor by a Python float rounds the factor to half first)."""
     if factor == 1.0 or t.numel() == 0:
         return
-    if t.is_floating_point():
+    if t.dtype in _NARROW:
+        t.copy_(t.to(torch.float32).mul_(factor))
+    elif t.is_floating_point():
         t.mul_(factor)
     else:
         t.copy_(t.to(torch.float64).mul_(factor).trunc_())
@@ -53,6 +59,8 @@ def scaled_copy(dst, src, factor):
     """dst = src * factor (dst and src of one dtype and shape)."""
     if factor == 1.0:
         dst.copy_(src)
+    elif src.dtype in _NARROW:
+        dst.copy_(src.to(torch.float32).mul_(factor))
     elif src.is_floating_point():
         torch.mul(src, factor, out=dst)
     else:
@@ -110,7 +118,7 @@ class Execution:
             kind = entries[0].descs[min(entries[0].descs)][D_KIND]
             if info is None:
                 for e in entries:
-                    self._fail_entry(e, "process set %d was removed" % e.key[0])
+                    self._fail_entry(e, "process set %d was removed" % e.key[0], ValueError)
                 continue
             if kind not in (ADD_SET, REMOVE_SET, JOIN, BARRIER) and info.index < 0:
                 continue  # a process set this rank is not in
@@ -225,12 +233,12 @@ class Execution:
         elif kind == ADD_SET:
             result = self._add_set(e)
             if isinstance(result, str):
-                self._fail_entry(e, result)
+                self._fail_entry(e, result, ValueError)
                 return
         elif kind == REMOVE_SET:
             result = self._remove_set(e)
             if isinstance(result, str):
-                self._fail_entry(e, result)
+                self._fail_entry(e, result, ValueError)
                 return
         if tl is not None and kind not in (JOIN, BARRIER):
             tl.complete(key[1], KIND_NAMES[kind].upper(), t0, time.perf_counter())

@@ -101,9 +101,11 @@ def poll(handle):
 
 def synchronize(handle):
     """Waits for the operation of handle and returns its output (None for an unknown handle).
-    Raises HorovodInternalError if communication failed, ValueError/TypeError if the ranks
-    disagreed about the operation, ValueError if some ranks of its process set did not submit it
-    within HORA_STALL_SHUTDOWN_TIME_SECONDS (then it is cancelled on every rank)."""
+    Raises HorovodInternalError if communication failed or the ranks disagreed about the
+    operation (shapes, dtypes, ops, roots: as Horovod), ValueError/TypeError for a bad argument
+    on some rank (there; its peers get HorovodInternalError), ValueError if some ranks of its
+    process set did not submit it within HORA_STALL_SHUTDOWN_TIME_SECONDS (then it is cancelled
+    on every rank)."""
     h = _handles.pop(handle, None)
     if h is None:
         return None
@@ -303,8 +305,10 @@ class _AllgatherFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        # Horovod's convention: the gradient averaged over the ranks (each rank's loss is one
+        # rank's share of the job's), then this rank's rows.
         ps = ctx.process_set
-        g = synchronize(_allreduce_async(grad, False, None, Sum, 1.0, 1.0, ps))
+        g = synchronize(_allreduce_async(grad, False, None, Average, 1.0, 1.0, ps))
         rows = _gather_rows(ctx.dim0, ps)
         me, _ = _set_rank_and_size(ps)
         return g.narrow(0, sum(rows[:me]), ctx.dim0), None, None
@@ -338,7 +342,7 @@ class _GroupedAllgatherFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         ps = ctx.process_set
-        gs = synchronize(_grouped_allreduce_async(grads, False, None, Sum, 1.0, 1.0, ps))
+        gs = synchronize(_grouped_allreduce_async(grads, False, None, Average, 1.0, 1.0, ps))
         me, _ = _set_rank_and_size(ps)
         out = []
         for g, d in zip(gs, ctx.dims):
@@ -390,7 +394,8 @@ class _BroadcastFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        g = synchronize(_allreduce_async(grad, False, None, Sum, 1.0, 1.0, ctx.process_set))
+        # As Horovod: the averaged gradient on the root, zeros elsewhere.
+        g = synchronize(_allreduce_async(grad, False, None, Average, 1.0, 1.0, ctx.process_set))
         if rank() != ctx.root_rank:
             g = g * 0
         return g, None, None, None
@@ -428,8 +433,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         else:
             if isinstance(splits, torch.Tensor):
                 if splits.dtype.is_floating_point or splits.dtype.is_complex:
-                    raise TypeError("alltoall: splits must hold integers, not %s"
-                                    % splits.dtype)
+                    raise ValueError("alltoall: splits must hold integers, not %s"
+                                     % splits.dtype)
                 sp = [int(x) for x in splits.reshape(-1).tolist()]
             else:
                 try:
@@ -508,6 +513,16 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     return _enqueue(E.REDUCESCATTER, "reducescatter", name, process_set, b)
 
 
+def _reducescatter_grad_factor(op, process_set, prescale, postscale):
+    """The factor of a reduce-scatter's gradient (the allgather of the output's), as Horovod has
+    it: the set's size for Sum, 1 for Average (under its convention that the job's loss is the
+    ranks' average, the Average's 1/size and the averaging cancel), times the scale factors."""
+    f = prescale * postscale
+    if op == Sum:
+        f *= _set_rank_and_size(process_set)[1]
+    return f
+
+
 class _ReducescatterFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale, postscale):
@@ -519,9 +534,7 @@ class _ReducescatterFn(torch.autograd.Function):
     def backward(ctx, grad):
         op, ps, prescale, postscale = ctx.saved
         g = synchronize(allgather_async(grad.contiguous(), None, ps))
-        f = prescale * postscale
-        if op == Average:
-            f /= _set_rank_and_size(ps)[1]
+        f = _reducescatter_grad_factor(op, ps, prescale, postscale)
         if f != 1.0:
             g = g * f
         return g, None, None, None, None, None
@@ -560,9 +573,7 @@ class _GroupedReducescatterFn(torch.autograd.Function):
     def backward(ctx, *grads):
         op, ps, prescale, postscale = ctx.saved
         gs = synchronize(grouped_allgather_async([g.contiguous() for g in grads], None, ps))
-        f = prescale * postscale
-        if op == Average:
-            f /= _set_rank_and_size(ps)[1]
+        f = _reducescatter_grad_factor(op, ps, prescale, postscale)
         return (None,) * 5 + tuple(g * f if f != 1.0 else g for g in gs)
 
 

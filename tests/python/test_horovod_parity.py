@@ -1,0 +1,130 @@
+"""Where hora.torch follows Horovod's behaviour because Horovod's users' code expects it, at 2 and
+3 ranks under hora-run, each against values computed here:
+1. gradients: allgather's and broadcast's backward average the gradient over the ranks (the
+   root keeps it, the others get zeros, for broadcast); reducescatter's is the allgather of the
+   output's gradient, times the set's size for Sum and 1 for Average, times the scale factors;
+   the grouped forms alike;
+2. float16 and bfloat16 prescale and postscale factors multiply in float32 and round once (a
+   half tensor times a Python float in torch rounds the factor to half first: 1 to 2 units in
+   the last place apart), for allreduce and reducescatter;
+3. exception classes: ranks that disagree (shapes, dtypes, roots) raise HorovodInternalError, a
+   RuntimeError, on every rank; float alltoall splits raise ValueError;
+4. after a rank has joined, only allreduce proceeds: an allgather raises HorovodInternalError.
+Run from the repository root: /usr/bin/python3 tests/python/test_horovod_parity.py
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+torch = harness.require_torch()
+if not harness.in_rank():
+    sys.exit(harness.launch_self(__file__, [2, 3], timeout=120))
+
+torch.set_num_threads(1)
+import hora.torch as hvd  # noqa: E402
+
+check = harness.Checker()
+hvd.init()
+R, N = hvd.rank(), hvd.size()
+
+
+def data(rank, shape, dtype=torch.float32):
+    n = 1
+    for s in shape:
+        n *= s
+    return ((torch.arange(n) * 3 + rank * 7) % 11 - 5).reshape(shape).to(dtype)
+
+
+# ---- 1. gradients
+x = data(R, (R + 1, 3), torch.float64).requires_grad_()
+y = hvd.allgather(x, name="grad.allgather")
+w = data(R + 5, tuple(y.shape), torch.float64)  # each rank weights the gathered rows its own way
+(y * w).sum().backward()
+rows = sum(r + 1 for r in range(R))
+want = torch.stack([data(r + 5, tuple(y.shape), torch.float64) for r in range(N)]).mean(0)
+check(torch.allclose(x.grad, want[rows:rows + R + 1]),
+      "allgather's gradient: the ranks' gradients of the gathered tensor averaged, this rank's rows")
+
+xs = [data(R, (2, 2), torch.float64).requires_grad_() for _ in range(2)]
+ys = hvd.grouped_allgather(xs, name="grad.grouped_allgather")
+sum((yy * (k + 1) * (R + 1)).sum() for k, yy in enumerate(ys)).backward()
+mean_r = sum(r + 1 for r in range(N)) / N
+check(all(torch.allclose(t.grad, torch.full((2, 2), (k + 1) * mean_r, dtype=torch.float64))
+          for k, t in enumerate(xs)), "grouped_allgather's gradients: averaged too")
+
+for root in range(N):
+    x = data(R, (4,), torch.float64).requires_grad_()
+    y = hvd.broadcast(x, root, name="grad.broadcast.%d" % root)
+    (y * (R + 1)).sum().backward()
+    want = torch.full((4,), mean_r if R == root else 0.0, dtype=torch.float64)
+    check(torch.allclose(x.grad, want),
+          "broadcast's gradient from root %d: the average on the root, zeros elsewhere" % root)
+
+for op, name, factor in ((hvd.Sum, "Sum", N), (hvd.Average, "Average", 1)):
+    for pre, post in ((1.0, 1.0), (0.5, 3.0)):
+        x = data(R, (N * 2, 3), torch.float64).requires_grad_()
+        y = hvd.reducescatter(x, op=op, prescale_factor=pre, postscale_factor=post,
+                              name="grad.rs.%s.%g" % (name, pre))
+        (y * (R + 1)).sum().backward()
+        want = torch.cat([torch.full((2, 3), float(r + 1), dtype=torch.float64) for r in range(N)])
+        want = want * factor * pre * post
+        check(torch.allclose(x.grad, want),
+              "reducescatter %s (scaled %g, %g): its gradient is the allgather times %d" %
+              (name, pre, post, factor))
+    xs = [data(R, (N, 2), torch.float64).requires_grad_() for _ in range(2)]
+    ys = hvd.grouped_reducescatter(xs, op=op, name="grad.grs.%s" % name)
+    sum(yy.sum() for yy in ys).backward()
+    check(all(torch.allclose(t.grad, torch.full((N, 2), float(factor), dtype=torch.float64)) for t in xs),
+          "grouped_reducescatter %s: times %d too" % (name, factor))
+
+# ---- 2. float16 and bfloat16 scale factors: float32 arithmetic, one rounding
+factor = 0.1915194503788923  # not a half: rounding it to half first changes results
+for dtype in (torch.float16, torch.bfloat16):
+    base = torch.arange(-40, 40, dtype=torch.float32).to(dtype)  # integers: exact in both
+    # Prescale: only rank 0's input is not zero, so the sum is its scaled input exactly.
+    t = base if R == 0 else torch.zeros_like(base)
+    got = hvd.allreduce(t, op=hvd.Sum, prescale_factor=factor, name="pre.%s" % dtype)
+    check(torch.equal(got, (base.float() * factor).to(dtype)),
+          "allreduce %s prescale: the input times the factor in float32, rounded once" % dtype)
+    # Postscale: the sum of small integers is exact, then scaled.
+    t = base * (R + 1)
+    got = hvd.allreduce(t, op=hvd.Sum, postscale_factor=factor, name="post.%s" % dtype)
+    summed = sum(base.float() * (r + 1) for r in range(N)).to(dtype)
+    check(torch.equal(got, (summed.float() * factor).to(dtype)),
+          "allreduce %s postscale: the sum times the factor in float32, rounded once" % dtype)
+    rs = hvd.reducescatter(torch.cat([t] * N), op=hvd.Sum, postscale_factor=factor,
+                           name="rs.post.%s" % dtype)
+    check(torch.equal(rs, (summed.float() * factor).to(dtype)),
+          "reducescatter %s postscale: float32, rounded once" % dtype)
+
+# ---- 3. exception classes
+e = check.raises_(hvd.HorovodInternalError, lambda: hvd.allreduce(torch.ones(R + 1), name="cls.shape"),
+                  "allreduce with a different shape on every rank")
+check(isinstance(e, RuntimeError) and "mismatched shapes" in str(e),
+      "a RuntimeError that names the mismatch")
+check.raises_(hvd.HorovodInternalError,
+              lambda: hvd.allgather(torch.ones(2, dtype=torch.float32 if R else torch.float64),
+                                    name="cls.dtype"), "allgather with different dtypes")
+check.raises_(hvd.HorovodInternalError, lambda: hvd.broadcast(torch.ones(3), R, name="cls.root"),
+              "broadcast with a different root on every rank")
+check.raises_(ValueError, lambda: hvd.alltoall(torch.ones(N), splits=torch.ones(N)),
+              "alltoall with float splits")
+check(torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(N))),
+      "the engine works after each")
+
+# ---- 4. join, then an allgather
+if R == 0:
+    last = hvd.join()
+else:
+    check.raises_(hvd.HorovodInternalError,
+                  lambda: hvd.allgather(torch.ones(1, 2), name="join.gather"),
+                  "an allgather while rank 0 has joined")
+    last = hvd.join()
+check(last == N - 1 or last in range(1, N), "join returns a rank that joined last (%d)" % last)
+check(torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(N))),
+      "allreduce after join as usual")
+
+hvd.shutdown()
+sys.exit(check.finish())
