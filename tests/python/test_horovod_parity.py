@@ -9,7 +9,12 @@
    the last place apart), for allreduce and reducescatter;
 3. exception classes: ranks that disagree (shapes, dtypes, roots) raise HorovodInternalError, a
    RuntimeError, on every rank; float alltoall splits raise ValueError;
-4. after a rank has joined, only allreduce proceeds: an allgather raises HorovodInternalError.
+4. after a rank has joined, only allreduce proceeds: an allgather raises HorovodInternalError;
+   allgather_object meets its peers although that allgather shifted this rank's count of
+   unnamed operations;
+5. sparse_allreduce_async (an allgather of indices and values) equals the dense allreduce;
+   DistributedOptimizer(sparse_as_dense=True) hands a sparse gradient back (SparseAdam steps);
+   broadcast_optimizer_state on a fresh optimizer leaves zero gradients where none were.
 Run from the repository root: /usr/bin/python3 tests/python/test_horovod_parity.py
 """
 import os
@@ -122,9 +127,36 @@ else:
                   lambda: hvd.allgather(torch.ones(1, 2), name="join.gather"),
                   "an allgather while rank 0 has joined")
     last = hvd.join()
-check(last == N - 1 or last in range(1, N), "join returns a rank that joined last (%d)" % last)
-check(torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(N))),
+check(0 <= last < N, "join returns the rank that joined last (%d)" % last)
+check(hvd.allgather_object(R) == list(range(N)),
+      "allgather_object after one rank's extra (failed) unnamed allgather")
+check(torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after.join"), torch.full((2,), float(N))),
       "allreduce after join as usual")
+
+# ---- 5. sparse gradients and fresh optimizers
+g = torch.Generator().manual_seed(7 + R)
+dense = torch.rand(9, 4, generator=g)
+dense[dense < 0.7] = 0
+for op, name in ((hvd.Sum, "Sum"), (hvd.Average, "Average")):
+    got = hvd.sparse_allreduce_async(dense.to_sparse(), name="sparse.%s" % name, op=op)()
+    want = hvd.allreduce(dense, op=op, name="dense.%s" % name)
+    check(got.is_sparse and torch.allclose(got.to_dense(), want),
+          "sparse_allreduce_async %s equals the dense allreduce" % name)
+emb = torch.nn.Embedding(10, 3, sparse=True)
+hvd.broadcast_parameters(emb.state_dict(), root_rank=0)
+opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(list(emb.parameters()), lr=0.1),
+                               named_parameters=emb.named_parameters(), sparse_as_dense=True)
+emb(torch.tensor([[1, 2, 4], [4, 3, 9]]) if R == 0 else torch.tensor([[1, 7]])).sum().backward()
+opt.step()  # SparseAdam refuses a dense gradient
+check(emb.weight.grad.is_sparse, "sparse_as_dense=True: the optimizer gets a sparse gradient back")
+
+model = torch.nn.Linear(3, 2)
+frozen = torch.nn.Parameter(torch.ones(2), requires_grad=False)
+sgd = hvd.DistributedOptimizer(torch.optim.SGD(list(model.parameters()) + [frozen], lr=0.1, momentum=0.9),
+                               named_parameters=list(model.named_parameters()) + [("frozen", frozen)])
+hvd.broadcast_optimizer_state(sgd, root_rank=0)
+check(all(p.grad is not None and not p.grad.any() for p in model.parameters()) and frozen.grad is None,
+      "broadcast_optimizer_state on a fresh optimizer: zero gradients where one is wanted")
 
 hvd.shutdown()
 sys.exit(check.finish())

@@ -25,7 +25,7 @@ from hora.torch.mpi_ops import (  # noqa: F401
     grouped_reducescatter, grouped_reducescatter_async, init, is_homogeneous, is_initialized,
     join, local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
     poll, rank, reducescatter, reducescatter_async, remove_process_set, rocm_built, shutdown,
-    size, start_timeline, stop_timeline, synchronize,
+    size, sparse_allreduce_async, start_timeline, stop_timeline, synchronize,
 )
 from hora.torch.optimizer import DistributedOptimizer  # noqa: F401
 from hora.torch.functions import (  # noqa: F401

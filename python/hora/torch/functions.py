@@ -59,15 +59,31 @@ def _pickle(obj):
         return None, e
 
 
+_object_calls = collections.Counter()
+
+
+def _object_names(what, name, process_set):
+    """The names of the two operations of a broadcast_object or allgather_object: from name, or
+    without one from the count of such unnamed calls on the process set. Their own count, not
+    the one every unnamed operation shares: a rank that made an operation its peers did not (an
+    allgather while a peer had joined, as Horovod's programs do) shifts the shared count, and
+    Horovod, which names these calls after the object's type, still meets its peers here."""
+    if name is None:
+        key = (what, process_set.process_set_id)
+        _object_calls[key] += 1
+        name = "%s.%d" % (what, _object_calls[key])
+    return name + ".sz", name + ".t"
+
+
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Serialize obj with pickle on root_rank and return root_rank's object on every rank.
 
     The byte length is broadcast first, then the bytes (a uint8 tensor). If the root cannot
     pickle obj it sends the length -1 instead, and every rank raises. Without a name the two
-    broadcasts are named by call order (so every rank must make its unnamed calls in the same
-    order); a name derived from obj would differ between the root and the others, whose obj is
-    usually None."""
-    sz_name, t_name = (None, None) if name is None else (name + ".sz", name + ".t")
+    broadcasts are named by the count of unnamed broadcast_object calls on the set (_object_name;
+    a name derived from obj would differ between the root and the others, whose obj is usually
+    None)."""
+    sz_name, t_name = _object_names("broadcast_object", name, process_set)
     if _is_root(root_rank):
         payload, error = _pickle(obj)
         length = torch.tensor([-1 if error else len(payload)], dtype=torch.int64)
@@ -91,8 +107,9 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Return the list of every rank's obj (pickled), in rank order of process_set. A rank that
     cannot pickle its obj announces the length -1, and every rank raises. Without a name the
-    two allgathers are named by call order, as in broadcast_object."""
-    sz_name, t_name = (None, None) if name is None else (name + ".sz", name + ".t")
+    two allgathers are named by the count of unnamed allgather_object calls on the set, as in
+    broadcast_object."""
+    sz_name, t_name = _object_names("allgather_object", name, process_set)
     payload, error = _pickle(obj)
     sizes = allgather(torch.tensor([-1 if error else len(payload)], dtype=torch.int64),
                       name=sz_name, process_set=process_set).tolist()
@@ -151,10 +168,21 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     lacks an entry the root has creates it, and entries the root lacks are removed, so after
     the call every rank holds exactly the root's state. Every rank's optimizer must have the
     same parameter groups with the same numbers of parameters (checked: a mismatch raises
-    ValueError on every rank)."""
+    ValueError on every rank). On a fresh optimizer, the parameters that require a gradient and
+    have none get zeros, as after the step with zero gradients that Horovod takes there."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("broadcast_optimizer_state: torch.optim.LBFGS keeps state that is not "
                          "per parameter and cannot be broadcast")
+    if not optimizer.state:
+        # A fresh optimizer: Horovod takes a step with zero gradients to make its state, and
+        # programs written for it find those gradients there afterwards (zeros, sparse for
+        # SparseAdam). The state itself needs no step here (entries are made as the root's).
+        for g in optimizer.param_groups:
+            for p in g["params"]:
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                    if isinstance(optimizer, torch.optim.SparseAdam):
+                        p.grad = p.grad.to_sparse()
     is_root = _is_root(root_rank)
     desc = _describe_state(optimizer) if is_root else None
     desc = broadcast_object(desc, root_rank, name="broadcast_optimizer_state.desc",

@@ -47,7 +47,7 @@ __all__ = [
     "grouped_allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
     "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
     "grouped_reducescatter", "grouped_reducescatter_async", "barrier", "join", "poll",
-    "synchronize", "ProcessSet", "global_process_set", "add_process_set",
+    "synchronize", "sparse_allreduce_async", "ProcessSet", "global_process_set", "add_process_set",
     "remove_process_set",
 ]
 
@@ -354,6 +354,36 @@ class _GroupedAllgatherFn(torch.autograd.Function):
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """The allgather of each tensor of a list; returns the list of results."""
     return list(_GroupedAllgatherFn.apply(name, process_set, *tensors))
+
+
+# ---- sparse allreduce ---------------------------------------------------------------------------
+
+def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_process_set):
+    """Starts the reduction (Average or Sum) of a sparse COO tensor over process_set as Horovod
+    does it: one allgather of its indices and one of its values. Returns a function that waits
+    and returns the result, a sparse tensor of the same shape whose index list is every rank's
+    in turn (an index several ranks hold appears once per rank; coalesce() sums them)."""
+    if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.sparse_coo:
+        raise TypeError("sparse_allreduce_async takes a sparse COO tensor, not %s"
+                        % (tensor.layout if isinstance(tensor, torch.Tensor) else type(tensor)))
+    if op not in (Average, Sum):
+        raise ValueError("sparse_allreduce_async: op must be Average or Sum, not %s"
+                         % E.OP_NAMES.get(op, op))
+    t = tensor.coalesce()
+    hi = allgather_async(t.indices().t().contiguous(),
+                         name=None if name is None else "%s.indices" % name, process_set=process_set)
+    hv = allgather_async(t.values().contiguous(),
+                         name=None if name is None else "%s.values" % name, process_set=process_set)
+    n = _set_rank_and_size(process_set)[1]
+    shape = t.shape
+
+    def handle():
+        values = synchronize(hv)
+        indices = synchronize(hi)
+        if op == Average:
+            values = values / n
+        return torch.sparse_coo_tensor(indices.t(), values, shape)
+    return handle
 
 
 # ---- broadcast ----------------------------------------------------------------------------------

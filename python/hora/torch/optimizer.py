@@ -211,8 +211,10 @@ class _DistributedOptimizerMixin:
             # Not produced this step on this rank (an unused parameter), but other ranks may
             # have one: contribute zeros so that every rank submits the same tensors.
             p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        # sparse_as_dense: a dense copy is reduced, and the optimizer gets a sparse gradient
+        # back (_write_grad), as Horovod does: optimizers such as SparseAdam take only those.
         if p.grad.is_sparse and self.sparse_as_dense:
-            p.grad = p.grad.to_dense()
+            return p.grad.to_dense()
         return p.grad
 
     def _allreduce_grad_async(self, p):
@@ -339,7 +341,9 @@ class _DistributedOptimizerMixin:
         if output is None:
             output = compressed
         result = self._compression.decompress(output, ctx)
-        if result is not p.grad:
+        if p.grad.is_sparse:  # reduced dense (sparse_as_dense): handed back sparse
+            p.grad = result.to_sparse()
+        elif result is not p.grad:
             with torch.no_grad():
                 p.grad.copy_(result)
 
