@@ -14,7 +14,9 @@
    and 3 ranks): different names on different ranks, and one rank skipping one call of a
    sequence of named allreduces. Every rank raises ValueError naming the ranks that submitted
    the operation and those that did not; then the engine still works, and the name can be used
-   again.
+   again. And ranks out of step for good (one made unnamed calls the others did not, then
+   waits in a barrier): after the cancellation they realign their automatic names, and every
+   later unnamed call completes.
 4. A rank falls silent (SIGSTOP, 2 ranks started without hora-run, a communicator with a 3 s
    timeout): the other raises HorovodInternalError, then kills it.
 The short timeouts are set on a communicator made once all ranks run (not through
@@ -207,6 +209,33 @@ if MODE == "stall":
         check(repr(stuck) in text and "ranks %s submitted it, ranks %s did not" % who in text,
               "the message names the operation and the ranks")
     healthy("a skipped call")
+
+    # (c) Out of step for good, as a test file that fails on one rank leaves its ranks: rank 0
+    # makes an unnamed allreduce its peers never make. The others wait for it to be cancelled
+    # outside the engine (a file rank 0 writes then: an operation of theirs would wait as long,
+    # and be cancelled with it). Then every rank makes the same unnamed calls: they meet,
+    # because the cancellation realigned the ranks' automatic names (their counts would
+    # otherwise stay one apart for good, and every unnamed call stall in turn).
+    flag = "/tmp/hora-test-realign-%d" % os.getppid()  # hora-run's pid: one file per job
+    if R == 0:
+        check.raises_(ValueError, lambda: hvd.allreduce(torch.ones(2)),
+                      "rank 0's extra unnamed allreduce is cancelled")
+        open(flag, "w").close()
+    else:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(flag) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    hvd.barrier()
+    if R == 0:
+        os.unlink(flag)
+    ok = True
+    for i in range(3):
+        got = hvd.allreduce(torch.ones(2) * (R + 1), op=hvd.Sum)
+        ok &= torch.equal(got, torch.full((2,), float(N * (N + 1) // 2)))
+        g = hvd.allgather(torch.full((1,), float(R)))
+        ok &= torch.equal(g, torch.arange(N, dtype=torch.float32))
+    check(ok, "after the realignment, unnamed allreduces and allgathers meet on every rank")
+    check(hvd.broadcast_object("after", root_rank=0) == "after", "and so does broadcast_object")
     hvd.shutdown()
     sys.exit(check.finish())
 

@@ -143,6 +143,10 @@ class Engine(Execution):
         self._waiters = 0         # callers blocked in wait(): rounds need not wait the cycle
         self._local = {}          # (set id, name) -> Request, submitted and not completed
         self._announced = 0       # how many of _local were announced
+        # Automatic names (make_name) not yet submitted, with their set's epoch then; a set's
+        # epoch grows each time the ranks realign its automatic names (_realign).
+        self._auto = {}
+        self._epochs = collections.defaultdict(int)
         self._counters = collections.Counter()
         self._sets = {0: SetInfo(0, list(range(self.size)), comm, self.rank)}
         self._next_set_id = 1
@@ -212,13 +216,24 @@ class Engine(Execution):
         with self._cv:
             self._counters[(set_id, label)] += 1
             n = self._counters[(set_id, label)]
-        return "%s.noname.%d" % (label, n)
+            name = "%s.noname.%d" % (label, n)
+            self._auto[(set_id, name)] = self._epochs[set_id]
+        return name
 
     def submit(self, reqs):
         """Hands requests to the engine, all in the same round."""
         now = time.perf_counter()
         with self._cv:
             self._check_usable()
+            for r in reqs:
+                # An automatic name given before the ranks realigned after a stall (_realign)
+                # belongs to the old count: it would meet no peer.
+                epoch = self._auto_epoch(r)
+                if epoch is not None and epoch != self._epochs[r.set_id]:
+                    raise ValueError(
+                        "%s %r was named before the ranks realigned their automatic names "
+                        "after a stalled operation was cancelled; submit it again"
+                        % (KIND_NAMES[r.kind], r.name))
             for r in reqs:
                 if (r.set_id, r.name) in self._local:
                     raise ValueError(
@@ -231,6 +246,14 @@ class Engine(Execution):
             self._incoming.extend(reqs)
             if self._announced == 0:
                 self._cv.notify()
+
+    def _auto_epoch(self, r):
+        """The epoch of r's automatic name (a group's members share their base's), or None for
+        a name the caller gave; forgets it. Call with _cv held."""
+        key = (r.set_id, r.name)
+        if key not in self._auto and ".noname." in r.name:
+            key = (r.set_id, r.name.rsplit(".", 1)[0])
+        return self._auto.pop(key, None)
 
     @contextlib.contextmanager
     def hold(self):
@@ -388,6 +411,8 @@ class Engine(Execution):
             ready = self._collect_ready()
             if flagged:
                 self._cancel_stalled(flagged)
+                # The flags are in every rank's payloads: every rank realigns in this round.
+                self._realign(sorted({f[0] for f in flagged}), {e.key for e, _ in ready})
             if ready:
                 tl = self.timeline
                 if tl is not None and tl.mark_cycles:
@@ -479,7 +504,40 @@ class Engine(Execution):
             if self.rank in e.descs:
                 self._fail_entry(e, text, ValueError)
             # else a request of that name that this rank has not announced yet (it was
-            # submitted during this round) is not this one: it starts afresh next round.
+            # submitted during this round) is not this one: _realign renames it.
+
+    def _realign(self, set_ids, keep):
+        """After a stalled operation of these sets was cancelled: forgets their automatically
+        named entries still waiting, restarts their automatic names from 1, and renames this
+        rank's own waiting requests that have one, in the order it submitted them, to be
+        announced again (but not those of `keep`, which run in this round). Ranks whose calls
+        drifted apart (one made a call the others did not, or failed before one) so meet again
+        on the calls they make alike from then on, where every later unnamed call would
+        otherwise stall in turn."""
+        with self._cv:
+            for key in [k for k in self._table if k[0] in set_ids and ".noname." in k[1]]:
+                del self._table[key]
+            for k in [k for k in self._counters if k[0] in set_ids]:
+                del self._counters[k]
+            for s in set_ids:
+                self._epochs[s] += 1
+            waiting = set(map(id, self._incoming))
+            renamed, local, again = {}, {}, set()
+            for key, r in self._local.items():
+                if key[0] in set_ids and ".noname." in key[1] and key not in keep:
+                    label, rest = key[1].split(".noname.", 1)
+                    num, dot, member = rest.partition(".")
+                    base = (key[0], label, num)
+                    if base not in renamed:
+                        self._counters[(key[0], label)] += 1
+                        renamed[base] = "%s.noname.%d" % (label, self._counters[(key[0], label)])
+                    r.name = renamed[base] + dot + member
+                    if id(r) not in waiting:
+                        self._announced -= 1
+                    again.add(id(r))
+                local[(r.set_id, r.name)] = r
+            self._local = local
+            self._incoming = [r for r in local.values() if id(r) in again or id(r) in waiting]
 
     # ---- agreement -------------------------------------------------------------------------
 
