@@ -6,7 +6,7 @@
    the grouped forms alike;
 2. float16 and bfloat16 prescale and postscale factors multiply in float32 and round once (a
    half tensor times a Python float in torch rounds the factor to half first: 1 to 2 units in
-   the last place apart), for allreduce and reducescatter;
+   the last place apart), for allreduce and reducescatter; Average divides by the size;
 3. exception classes: ranks that disagree (shapes, dtypes, roots) raise HorovodInternalError, a
    RuntimeError, on every rank; float alltoall splits raise ValueError;
 4. after a rank has joined, only allreduce proceeds: an allgather raises HorovodInternalError;
@@ -14,7 +14,10 @@
    unnamed operations;
 5. sparse_allreduce_async (an allgather of indices and values) equals the dense allreduce;
    DistributedOptimizer(sparse_as_dense=True) hands a sparse gradient back (SparseAdam steps);
-   broadcast_optimizer_state on a fresh optimizer leaves zero gradients where none were.
+   broadcast_optimizer_state on a fresh optimizer leaves zero gradients where none were;
+6. one rank's shutdown() stops every rank's engine (their operations raise
+   HorovodInternalError); init() then starts afresh on every rank, those whose engine a peer
+   stopped included (as Horovod's tests do between test cases).
 Run from the repository root: /usr/bin/python3 tests/python/test_horovod_parity.py
 """
 import os
@@ -104,6 +107,18 @@ for dtype in (torch.float16, torch.bfloat16):
     check(torch.equal(rs, (summed.float() * factor).to(dtype)),
           "reducescatter %s postscale: float32, rounded once" % dtype)
 
+# An Average of floating values is the correctly rounded mean: a division by the size (not a
+# multiplication by its rounded inverse, which is an ulp off for some values at 3 ranks). Every
+# rank but the last contributes x, so the sum (N-1)x is exact and the mean is (N-1)x / N.
+for dtype in (torch.float32, torch.float64, torch.float16):
+    x = torch.arange(1, 301, dtype=torch.float32).to(dtype)
+    mine = x if R < N - 1 else torch.zeros_like(x)
+    want = ((x.float() * (N - 1)) / N).to(dtype) if dtype == torch.float16 else (x * (N - 1)) / N
+    got = hvd.allreduce(mine, op=hvd.Average, name="avg.%s" % dtype)
+    check(torch.equal(got, want), "allreduce Average %s: the correctly rounded mean" % dtype)
+    rs = hvd.reducescatter(torch.cat([mine] * N), op=hvd.Average, name="rs.avg.%s" % dtype)
+    check(torch.equal(rs, want), "reducescatter Average %s too" % dtype)
+
 # ---- 3. exception classes
 e = check.raises_(hvd.HorovodInternalError, lambda: hvd.allreduce(torch.ones(R + 1), name="cls.shape"),
                   "allreduce with a different shape on every rank")
@@ -157,6 +172,16 @@ sgd = hvd.DistributedOptimizer(torch.optim.SGD(list(model.parameters()) + [froze
 hvd.broadcast_optimizer_state(sgd, root_rank=0)
 check(all(p.grad is not None and not p.grad.any() for p in model.parameters()) and frozen.grad is None,
       "broadcast_optimizer_state on a fresh optimizer: zero gradients where one is wanted")
+
+# ---- 6. a peer's shutdown, then init() everywhere
+if R == N - 1:
+    hvd.shutdown()
+else:
+    check.raises_(hvd.HorovodInternalError, lambda: hvd.allreduce(torch.ones(2), name="after.peer.shutdown"),
+                  "an allreduce once rank %d has shut down" % (N - 1))
+hvd.init()
+check(torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after.reinit"), torch.full((2,), float(N))),
+      "init() after a peer's shutdown starts afresh on every rank")
 
 hvd.shutdown()
 sys.exit(check.finish())

@@ -319,6 +319,12 @@ class Engine(Execution):
         return self._thread.is_alive()
 
     @property
+    def stopped(self):
+        """The loop has ended or is ending (a shutdown, this rank's or a peer's, or a failure)."""
+        with self._cv:
+            return self._stopped or self._failed is not None
+
+    @property
     def failed(self):
         return self._failed
 

@@ -40,6 +40,22 @@ def scale_(t, factor):
         t.copy_(t.to(torch.float64).mul_(factor).trunc_())
 
 
+def finish_(t, op, postscale, n):
+    """The last step of a reduction over n ranks, in place: an Average of floating values
+    without a postscale factor divides by n (a true division: the correctly rounded mean, as
+    programs written for Horovod compare with; float16 and bfloat16 in float32, rounded once);
+    otherwise the result is scaled by postscale (divided by n for an Average first)."""
+    if op == AVERAGE and postscale == 1.0 and t.is_floating_point():
+        if t.numel() == 0:
+            return
+        if t.dtype in _NARROW:
+            t.copy_(t.to(torch.float32).div_(n))
+        else:
+            t.div_(n)
+        return
+    scale_(t, postscale / n if op == AVERAGE else postscale)
+
+
 def op_identity(dtype, op):
     """The value a joined rank contributes to an allreduce with op: the element that leaves the
     other ranks' result unchanged (0 for Sum and Average, as Horovod; the dtype's largest value
@@ -141,7 +157,7 @@ class Execution:
         op = d0[D_OP]
         hop = _HORA_OP[op]
         pre = d0[D_PRE]
-        post = d0[D_POST] / len(info.ranks) if op == AVERAGE else d0[D_POST]
+        n_ranks = len(info.ranks)
         reqs = [self._local.get(e.key) for e in entries]
         self.stats["allreduce_tensors"] += len(entries)
         if len(entries) == 1:
@@ -158,7 +174,7 @@ class Execution:
             if n:
                 comm.allreduce(src.data_ptr(), dst.data_ptr(), n, code, hop)
                 self.stats["allreduce_calls"] += 1
-            scale_(dst, post)
+            finish_(dst, op, d0[D_POST], n_ranks)
             t1 = time.perf_counter()
             if tl is not None:
                 tl.complete(entries[0].key[1], "ALLREDUCE", t0, t1,
@@ -190,7 +206,7 @@ class Execution:
         self.stats["allreduce_calls"] += 1
         self.stats["fused_batches"] += 1
         t1 = time.perf_counter()
-        scale_(buf, post)
+        finish_(buf, op, d0[D_POST], n_ranks)
         off = 0
         for e, r, n, mark in zip(entries, reqs, counts, marks):
             u0 = time.perf_counter()
@@ -326,7 +342,6 @@ class Execution:
         per_row = _numel(shape[1:])
         op = d0[D_OP]
         pre = d0[D_PRE]
-        post = d0[D_POST] / n if op == AVERAGE else d0[D_POST]
         src = r.tensor
         if pre != 1.0:
             tmp = torch.empty_like(src)
@@ -348,7 +363,7 @@ class Execution:
                                     out.data_ptr() if i == me else None, k * per_row, code,
                                     _HORA_OP[op], i)
                     off += k
-        scale_(out, post)
+        finish_(out, op, d0[D_POST], n)
         return out
 
     def _add_set(self, e):

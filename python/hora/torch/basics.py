@@ -144,9 +144,15 @@ def init(comm=None, process_sets=None):
     process_sets: ProcessSet objects (or rank lists) to register at once, as add_process_set
     would; the same on every rank. The string "dynamic" is accepted and ignored: process sets
     can always be added later.
-    A second init() without a shutdown() in between does nothing.
+    A second init() without a shutdown() in between does nothing, unless this rank's engine has
+    stopped meanwhile (another rank called shutdown(), or it failed): then it starts afresh, as
+    after a shutdown() here (the other ranks' next init() does the same).
     """
     global _layout, _env_comm, _owned_comm
+    with _lock:
+        stale = _state.engine is not None and (_state.engine.stopped or not _state.engine.alive())
+    if stale:
+        shutdown()
     with _lock:
         if _state.engine is not None:
             return
