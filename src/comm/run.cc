@@ -120,18 +120,22 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const c
   }
   return true;
 }
-}  // namespace
-
-void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& stage, core::ComputeEngine& engine) {
-  ThreadState& ts = tState;
-  ts.busyComms.clear();
-  BusyGuard guard{ts.busyComms};
+// Marks c as in use by this thread's call (released by the guard), after checking its state.
+void claim(horaComm* c, BusyGuard& guard) {
   c->check();
   if (c->busy.exchange(true))
     fail(Errc::InvalidUsage, "the communicator of rank %d is in use by another thread (a communicator serves one "
          "thread at a time)", c->rank);
   guard.comms.push_back(c);
   c->scratch.reset();
+}
+}  // namespace
+
+void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& stage, core::ComputeEngine& engine) {
+  ThreadState& ts = tState;
+  ts.busyComms.clear();
+  BusyGuard guard{ts.busyComms};
+  claim(c, guard);
   coll::Topo t = c->shape;
   t.stage = &stage;
   t.stageSeq = &c->stageSeq;
@@ -168,15 +172,8 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
   std::vector<core::Job>& jobs = ts.jobs;
   ts.busyComms.clear();
   BusyGuard guard{ts.busyComms};
-  for (const auto& [c, a] : calls) {
-    if (std::find(guard.comms.begin(), guard.comms.end(), c) != guard.comms.end()) continue;
-    c->check();
-    if (c->busy.exchange(true))
-      fail(Errc::InvalidUsage, "the communicator of rank %d is in use by another thread (a communicator "
-           "serves one thread at a time)", c->rank);
-    guard.comms.push_back(c);
-    c->scratch.reset();
-  }
+  for (const auto& [c, a] : calls)
+    if (std::find(guard.comms.begin(), guard.comms.end(), c) == guard.comms.end()) claim(c, guard);
   // One program per call, and one per communicator for its agreement (coll::buildAgreement).
   if (programs.size() < calls.size() + guard.comms.size()) programs.resize(calls.size() + guard.comms.size());
   jobs.clear();
