@@ -453,15 +453,18 @@ class Engine(Execution):
             if not joined or e is join:
                 continue
             missing = [r for r in info.ranks if r not in e.descs]
-            if all(r in joined for r in missing):
-                kind = next(iter(e.descs.values()))[D_KIND]
-                if key[0] == 0 and kind == ALLREDUCE:
+            kind = next(iter(e.descs.values()))[D_KIND]
+            if key[0] == 0 and kind == ALLREDUCE:
+                if all(r in joined for r in missing):
                     ready.append((e, None))
-                else:
-                    ready.append((e, "%s %r cannot complete: rank(s) %s called join() (only "
-                                     "allreduce of the global process set proceeds past "
-                                     "joined ranks, as in Horovod)"
-                                  % (KIND_NAMES[kind], key[1], missing)))
+            elif any(r in joined for r in info.ranks):
+                # At once, as Horovod answers it, without waiting for the ranks that have not
+                # joined: their own calls fail alike whenever they make them.
+                ready.append((e, "%s %r cannot complete: rank(s) %s called join() (only "
+                                 "allreduce of the global process set proceeds past "
+                                 "joined ranks, as in Horovod)"
+                              % (KIND_NAMES[kind], key[1],
+                                 sorted(r for r in info.ranks if r in joined))))
         for e, _ in ready:
             del self._table[e.key]
         return ready
