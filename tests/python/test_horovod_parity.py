@@ -9,7 +9,8 @@
    the last place apart), for allreduce and reducescatter; Average divides by the size;
 3. exception classes: ranks that disagree (shapes, dtypes, roots) raise HorovodInternalError, a
    RuntimeError, on every rank; float alltoall splits raise ValueError;
-4. after a rank has joined, only allreduce proceeds: an allgather raises HorovodInternalError;
+4. after a rank has joined, only allreduce proceeds: an allgather raises HorovodInternalError at
+   once, whatever the other ranks call;
    allgather_object meets its peers although that allgather shifted this rank's count of
    unnamed operations;
 5. sparse_allreduce_async (an allgather of indices and values) equals the dense allreduce;
@@ -138,8 +139,10 @@ check(torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), flo
 if R == 0:
     last = hvd.join()
 else:
+    # Each rank under a name of its own: it fails at once, as Horovod answers it, not once
+    # the other ranks that have not joined submit the same name (they may never).
     check.raises_(hvd.HorovodInternalError,
-                  lambda: hvd.allgather(torch.ones(1, 2), name="join.gather"),
+                  lambda: hvd.allgather(torch.ones(1, 2), name="join.gather.%d" % R),
                   "an allgather while rank 0 has joined")
     last = hvd.join()
 check(0 <= last < N, "join returns the rank that joined last (%d)" % last)
