@@ -7,7 +7,7 @@ struct State {
   int depth = 0;
   Calls calls;
   HostStream* stream = nullptr;  // the host stream the held calls name (all the same)
-  std::vector<void*> cudaStreams;  // or the CUDA stream of each held call
+  std::vector<void*> cudaStreams;  // or the CUDA stream of each held call (empty for host groups)
   bool named = false;            // whether any call has been held yet
   Calls one = Calls(1);
 };
@@ -51,7 +51,7 @@ void end() {
     return;
   }
   try {
-    if (!cudaStreams.empty() && cudaStreams[0]) device::enqueue("horaGroupEnd", calls, cudaStreams);
+    if (!cudaStreams.empty()) device::enqueue("horaGroupEnd", calls, cudaStreams);
     else runNow(calls);
   } catch (const Error& e) {
     noteGroupError(calls, e);
@@ -65,7 +65,7 @@ void submit(horaComm* comm, const coll::Args& a, device::StreamRef ref, const ch
   if (t.depth > 0) {
     comm->check();
     // One host stream (or none) for the whole group; or a CUDA stream for every call.
-    const bool cudaGroup = t.named && !t.cudaStreams.empty() && t.cudaStreams[0];
+    const bool cudaGroup = !t.cudaStreams.empty();
     if (t.named && (stream != t.stream || (ref.cuda != nullptr) != cudaGroup))
       fail(Errc::InvalidUsage, "every call of a group must name the same host stream, or every one a CUDA stream, "
            "or none (this one names %p, the first named %p)",
@@ -74,7 +74,7 @@ void submit(horaComm* comm, const coll::Args& a, device::StreamRef ref, const ch
     t.stream = stream;
     t.named = true;
     t.calls.emplace_back(comm, a);
-    t.cudaStreams.push_back(ref.cuda);
+    if (ref.cuda) t.cudaStreams.push_back(ref.cuda);
     return;
   }
   if (ref.cuda) {
