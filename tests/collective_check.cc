@@ -200,10 +200,15 @@ std::string runCase(horaComm_t comm, int rank, int n, const Case& c, const Memor
   return compare(t, rbuf, want.data(), recvElems, describe(c));
 }
 
+const std::vector<horaDataType_t>& allTypes() {
+  static const std::vector<horaDataType_t> types{horaInt8,    horaUint8,    horaInt32,      horaUint32,
+                                                 horaInt64,   horaUint64,   horaFloat16,    horaFloat32,
+                                                 horaFloat64, horaBfloat16, horaFloat8e4m3, horaFloat8e5m2};
+  return types;
+}
+
 std::vector<Case> sweep(int n, bool withBig) {
-  static const horaDataType_t types[] = {horaInt8,    horaUint8,   horaInt32,      horaUint32,
-                                         horaInt64,   horaUint64,  horaFloat16,    horaFloat32,
-                                         horaFloat64, horaBfloat16, horaFloat8e4m3, horaFloat8e5m2};
+  const std::vector<horaDataType_t>& types = allTypes();
   static const horaRedOp_t ops[] = {horaSum, horaProd, horaMax, horaMin, horaAvg, horaNumOps};
   const size_t counts[] = {0, 1, 7, 1000 + static_cast<size_t>(n)};
   std::vector<Case> out;

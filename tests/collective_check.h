@@ -17,6 +17,9 @@ inline const std::vector<Coll>& allColls() {
   return v;
 }
 
+// Every data type, in the ABI's order.
+const std::vector<horaDataType_t>& allTypes();
+
 struct Case {
   Coll coll;
   horaDataType_t dtype;

@@ -37,8 +37,7 @@ bool emulating() {
 // Every collective x dtype with a few ops and counts (0, 1, odd, several chunks of a small
 // pipeline), in and out of place.
 std::vector<Case> deviceSweep(int n) {
-  const horaDataType_t types[] = {horaInt8,    horaUint8,    horaInt32,      horaUint32,    horaInt64,   horaUint64,
-                                  horaFloat16, horaFloat32,  horaFloat64,    horaBfloat16,  horaFloat8e4m3, horaFloat8e5m2};
+  const std::vector<horaDataType_t>& types = allTypes();
   std::vector<Case> out;
   out.push_back(Case{Coll::Barrier, horaUint8, horaSum, 0, false, 0});
   for (Coll c : allColls()) {

@@ -318,14 +318,30 @@ void setupIpc(horaComm* c, CommState& st) {
   st.opened.clear();  // (the region itself goes with the communicator)
 }
 
+// Waits for an event (the caller's own work: no deadline), backing off from yielding to
+// sleeping, and giving up when the communicator, if any, is aborted.
+void awaitEvent(void* e, const horaComm* c) {
+  unsigned idle = 0;
+  while (!cuda::eventDone(e)) {
+    if (c && c->aborting.load()) fail(Errc::InvalidUsage, "the communicator was aborted");
+    if (++idle < 64) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(idle < 1024 ? 10 : 200));
+  }
+}
+
+// Waits for the work queued on the user's streams before a call.
+void awaitEvents(horaComm* c, const std::vector<void*>& events) {
+  for (void* e : events) awaitEvent(e, c);
+}
+
 // Waits for everything queued before now on the legacy default stream, which waits for the
 // work of every blocking stream queued before it: what a synchronous call with device buffers
 // must see.
-void awaitLegacyStream() {
+void awaitLegacyStream(const horaComm* c) {
   void* ev = cuda::eventCreate();
   try {
     cuda::eventRecord(ev, nullptr);
-    while (!cuda::eventDone(ev)) std::this_thread::yield();
+    awaitEvent(ev, c);
   } catch (...) {
     cuda::eventDestroy(ev);
     throw;
@@ -415,7 +431,7 @@ void execute(Plan& p, void* stream) {
   if (p.ipc) {
     horaComm* c = p.calls[0].first;
     CommState& st = stateOf(c);
-    if (!stream) awaitLegacyStream();  // (a worker has waited for the streams' events)
+    if (!stream) awaitLegacyStream(c);  // (a worker has waited for the streams' events)
     try {
       hora::runOnStage(c, p.calls[0].second, *st.stage, *st.engine);
     } catch (...) {
@@ -444,19 +460,6 @@ void failed(horaComm* c, const std::vector<void*>& streams, const char* fn, cons
   noteStreamError(streams, fn, e);
   if (!c->aborting.load()) c->fail(e);
   c->setLastError(std::string(fn) + " (on a CUDA stream): " + e.what());
-}
-
-// Waits for the work queued on the user's streams before a call (no deadline: it is the
-// caller's own work), giving up when the communicator is aborted.
-void awaitEvents(horaComm* c, const std::vector<void*>& events) {
-  for (void* e : events) {
-    unsigned idle = 0;
-    while (!cuda::eventDone(e)) {
-      if (c->aborting.load()) fail(Errc::InvalidUsage, "the communicator was aborted");
-      if (++idle < 64) std::this_thread::yield();
-      else std::this_thread::sleep_for(std::chrono::microseconds(idle < 1024 ? 10 : 200));
-    }
-  }
 }
 
 }  // namespace
