@@ -16,6 +16,12 @@
 #                                            packages the build needs into tests/gpu/.deps, for a
 #                                            GPU machine that has CUDA, meson and ninja but no
 #                                            network; the run unpacks them where pkg-config lacks them
+#   tests/gpu/run-on-device.sh --pack        build build-gpu here (with nvcc, no GPU needed) and copy
+#                                            the shared libraries it needs into tests/gpu/.libs, so
+#                                            that build-gpu and tests/gpu/.libs can be carried to a
+#                                            GPU machine that has none of the build dependencies
+#   tests/gpu/run-on-device.sh --prebuilt    run a carried build-gpu as it is (no meson, no ninja:
+#                                            the tests' executables are run directly)
 #
 # GPU_ARCHS (default: this GPU's, from nvidia-smi, else 90) picks what nvcc compiles for.
 set -euo pipefail
@@ -28,6 +34,28 @@ if [[ ${1:-} == --fetch-deps ]]; then
   ls -l "$deps"
   exit 0
 fi
+if [[ ${1:-} == --pack ]]; then
+  cd "$root"
+  nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
+  [ -d build-gpu ] || meson setup build-gpu -Dcuda=enabled -Dcudatoolkit="$(dirname "$(dirname "$nvcc")")" \
+    -Dgpu_archs="${GPU_ARCHS:-90}" -Dib=disabled -Dfuzz=disabled -Dmpi=disabled
+  ninja -C build-gpu
+  mkdir -p tests/gpu/.libs/fallback
+  # What the system of the GPU machine may lack: the build's own dependencies, and (only where
+  # this machine's newer C++ runtime is missing there) libstdc++.
+  mkdir -p tests/gpu/.libs/udev
+  for l in libsodium.so.23 libhwloc.so.15; do
+    cp -L "$(ldd build-gpu/libhora.so | awk -v l=$l '$1 == l { print $3 }')" tests/gpu/.libs/
+  done
+  cp -L "$(ldd build-gpu/libhora.so | awk '$1 == "libudev.so.1" { print $3 }')" tests/gpu/.libs/udev/
+  for l in libstdc++.so.6 libgcc_s.so.1; do
+    cp -L "$(ldd build-gpu/libhora.so | awk -v l=$l '$1 == l { print $3 }')" tests/gpu/.libs/fallback/
+  done
+  du -sh build-gpu tests/gpu/.libs
+  exit 0
+fi
+prebuilt=0
+[[ ${1:-} == --prebuilt ]] && prebuilt=1
 cd "$root"
 out=${OUT:-$root/build-gpu/out}
 mkdir -p "$out"
@@ -35,7 +63,15 @@ log() { echo "== $*" | tee -a "$out/summary.txt"; }
 : >"$out/summary.txt"
 
 # What the build needs, from the carried packages where the system lacks it.
-if ! pkg-config --exists libsodium hwloc catch2 2>/dev/null; then
+if ((prebuilt)); then
+  libs=$root/tests/gpu/.libs
+  ldconfig -p | grep -q 'libudev.so.1 ' || export LD_LIBRARY_PATH=$libs/udev${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  if ldd build-gpu/tests/test_device build-gpu/libhora.so.0 | grep -q 'not found'; then
+    export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$libs/fallback
+    log "this system's C++ runtime is too old for the build: using the carried one"
+  fi
+elif ! pkg-config --exists libsodium hwloc catch2 2>/dev/null; then
   if ls "$deps"/*.deb >/dev/null 2>&1; then
     sysroot=/tmp/hora-deps
     mkdir -p "$sysroot"
@@ -50,37 +86,48 @@ if ! pkg-config --exists libsodium hwloc catch2 2>/dev/null; then
     exit 1
   fi
 fi
-nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
-[ -x "$nvcc" ] || nvcc=$(command -v nvcc)
-if [ -z "${GPU_ARCHS:-}" ]; then
-  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
-  GPU_ARCHS=${cc:-90}
+log "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo '?')"
+if ((!prebuilt)); then
+  nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
+  [ -x "$nvcc" ] || nvcc=$(command -v nvcc)
+  if [ -z "${GPU_ARCHS:-}" ]; then
+    cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
+    GPU_ARCHS=${cc:-90}
+  fi
+  log "nvcc: $("$nvcc" --version | tail -1); archs: $GPU_ARCHS"
+  cuda_root=$(dirname "$(dirname "$nvcc")")
+  if [ ! -d build-gpu ]; then
+    meson setup build-gpu -Dcuda=enabled -Dcudatoolkit="$cuda_root" -Dgpu_archs="$GPU_ARCHS" \
+      -Dib=disabled -Dfuzz=disabled -Dmpi=disabled >"$out/setup.log" 2>&1 || { tail -30 "$out/setup.log"; exit 1; }
+  fi
+  ninja -C build-gpu >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+  log "built"
 fi
-log "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo '?'); nvcc: $("$nvcc" --version | tail -1); archs: $GPU_ARCHS"
-cuda_root=$(dirname "$(dirname "$nvcc")")
-if [ ! -d build-gpu ]; then
-  meson setup build-gpu -Dcuda=enabled -Dcudatoolkit="$cuda_root" -Dgpu_archs="$GPU_ARCHS" \
-    -Dib=disabled -Dfuzz=disabled -Dmpi=disabled >"$out/setup.log" 2>&1 || { tail -30 "$out/setup.log"; exit 1; }
-fi
-ninja -C build-gpu >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
-log "built"
 
+# Each step has a limit of its own (STEP_LIMIT seconds, 240 by default), so that one hang still
+# leaves the others' results; HORA_TIMEOUT_MS turns a stuck collective into an error first.
+export HORA_TIMEOUT_MS=${HORA_TIMEOUT_MS:-30000}
+limit=${STEP_LIMIT:-240}
 rc=0
 set -o pipefail
+step() {  # step NAME LOGFILE COMMAND...: run it under the limit, tee its output, note the outcome
+  local name=$1 file=$2; shift 2
+  local t0=$SECONDS r=0
+  timeout -k 5 "$limit" "$@" 2>&1 | tee -a "$out/$file" || r=$?
+  log "$name: rc=$r in $((SECONDS - t0)) s"
+  ((r == 0)) || rc=1
+}
 log "gpu suite"
-meson test -C build-gpu --suite gpu --print-errorlogs --num-processes 1 2>&1 | tee "$out/gpu-tests.log" || rc=1
-log "kernel_perf"
-build-gpu/perf/kernel_perf -b 256M -n 20 2>&1 | tee "$out/kernel_perf.txt" || rc=1
+step "gpu-device" gpu-tests.log build-gpu/tests/test_device
+step "gpu-device-staged" gpu-tests.log env HORA_CUDA_IPC=0 build-gpu/tests/test_device '[sweep]'
+step "kernel_perf" kernel_perf.txt build-gpu/perf/kernel_perf -b 256M -n 20
 run=build-gpu/tools/hora-run
-{
-  echo "# allreduce_perf -M device, 2 ranks on one GPU, through CUDA IPC"
+step "allreduce 2 ranks, CUDA IPC" device_perf.txt \
   "$run" -n 2 build-gpu/perf/allreduce_perf -M device -b 1M -e 256M -f 4 -n 20 -w 5
-  echo "# the same, staged through host memory (HORA_CUDA_IPC=0)"
-  HORA_CUDA_IPC=0 "$run" -n 2 build-gpu/perf/allreduce_perf -M device -b 1M -e 256M -f 4 -n 20 -w 5
-  for t in allreduce broadcast reduce allgather reducescatter sendrecv; do
-    echo "# ${t}_perf -M device, 4 ranks on one GPU"
-    "$run" -n 4 build-gpu/perf/${t}_perf -M device -b 8 -e 64M -f 16 -n 5 -w 2
-  done
-} 2>&1 | tee "$out/device_perf.txt" || rc=1
+step "allreduce 2 ranks, staged (HORA_CUDA_IPC=0)" device_perf.txt \
+  env HORA_CUDA_IPC=0 "$run" -n 2 build-gpu/perf/allreduce_perf -M device -b 1M -e 256M -f 4 -n 20 -w 5
+for t in allreduce broadcast reduce allgather reducescatter sendrecv; do
+  step "${t}_perf 4 ranks" device_perf.txt "$run" -n 4 build-gpu/perf/${t}_perf -M device -b 8 -e 64M -f 16 -n 5 -w 2
+done
 log "done, rc=$rc"
 exit $rc
