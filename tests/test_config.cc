@@ -266,7 +266,7 @@ TEST_CASE("config: the ib transport's variables", "[config]") {
   for (const char* bad : {"0", "17", "two", ""}) expectInvalid("HORA_IB_QPS_PER_PEER", bad);
 }
 
-TEST_CASE("config: HORA_CUDA and HORA_CUDA_IPC", "[config]") {
+TEST_CASE("config: HORA_CUDA, HORA_CUDA_IPC and HORA_CUDA_STREAM_WAIT", "[config]") {
   const Config d = parse({});
   CHECK(d.cuda == "auto");
   CHECK(d.cudaIpc);
@@ -276,4 +276,8 @@ TEST_CASE("config: HORA_CUDA and HORA_CUDA_IPC", "[config]") {
   CHECK(parse({{"HORA_CUDA", "Emulate"}}).cuda == "emulate");
   for (const char* bad : {"on", "1", "", "emulated", "gpu"}) expectInvalid("HORA_CUDA", bad);
   for (const char* bad : {"2", "yes", "", "-1"}) expectInvalid("HORA_CUDA_IPC", bad);
+  CHECK_FALSE(parse({}).cudaWaitKernel);
+  CHECK(parse({{"HORA_CUDA_STREAM_WAIT", "Kernel"}}).cudaWaitKernel);
+  CHECK_FALSE(parse({{"HORA_CUDA_STREAM_WAIT", " memop"}}).cudaWaitKernel);
+  for (const char* bad : {"", "poll", "1"}) expectInvalid("HORA_CUDA_STREAM_WAIT", bad);
 }

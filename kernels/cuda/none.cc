@@ -8,6 +8,7 @@ bool built() { return false; }
 
 int reduce(void* const*, int, const void* const*, int, size_t, const ReduceSpec&, void*) { return -1; }
 
+int preload() { return -1; }
 int waitFlag(const volatile uint32_t*, uint32_t, void*) { return -1; }
 
 }  // namespace hora::kernels::cuda

@@ -121,6 +121,17 @@ struct Launch {
   }
 };
 
+// Loads a kernel into the current context: cudaFuncGetAttributes does, under lazy loading.
+struct Load {
+  cudaError_t result = cudaSuccess;
+  template <class D, class Op>
+  void operator()() {
+    cudaFuncAttributes attr;
+    const cudaError_t e = cudaFuncGetAttributes(&attr, reduceKernel<D, Op>);
+    if (result == cudaSuccess) result = e;
+  }
+};
+
 // Enough blocks to fill the device several times over; the grid-stride loop does the rest.
 unsigned blocksFor(size_t items) {
   static std::atomic<int> sms[64] = {};
@@ -185,6 +196,15 @@ int reduce(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_
   Launch l{&a, static_cast<cudaStream_t>(stream), blocksFor(a.packs + (a.head > rest ? a.head : rest))};
   if (!el::dispatch(static_cast<int>(spec.dtype), static_cast<int>(spec.op), l)) return cudaErrorInvalidValue;
   return l.result;
+}
+
+int preload() {
+  Load l;
+  for (int t = 0; t < kNumDataTypes; ++t)
+    for (int op = 0; op < 4; ++op) el::dispatch(t, op, l);
+  cudaFuncAttributes attr;
+  const cudaError_t e = cudaFuncGetAttributes(&attr, waitFlagKernel);
+  return l.result != cudaSuccess ? l.result : e;
 }
 
 int waitFlag(const volatile uint32_t* flag, uint32_t value, void* stream) {

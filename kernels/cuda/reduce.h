@@ -28,6 +28,13 @@ bool built();
 int reduce(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count, const ReduceSpec& spec,
            void* stream);
 
+// Loads every kernel of this file into the current device's context now. Under CUDA's lazy
+// loading (the default) a kernel is loaded at its first launch, which may wait for the whole
+// device: a launch from the communicator's worker while a stream's waitFlag kernel (below)
+// waits for that very worker would never return. Call it in the caller's thread before a
+// stream can wait for the worker. Returns 0 or the cudaError_t.
+int preload();
+
 // Queues on `stream` a one-thread kernel that returns once the 32-bit word at `flag` (host
 // memory mapped for the device, its device address) is at least `value`, in wrap-around order:
 // the work queued after it waits for the host (the stream-order wait of src/comm/device.h).

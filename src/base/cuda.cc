@@ -76,8 +76,9 @@ void eventRecord(void* e, void* stream) { b().eventRecord(e, stream); }
 bool eventDone(void* e) { return b().eventDone(e); }
 void streamWaitEvent(void* stream, void* e) { b().streamWaitEvent(stream, e); }
 int streamDevice(void* stream) { return stream ? b().streamDevice(stream) : b().currentDevice(); }
-void streamWaitFlag(void* stream, const volatile uint32_t* flag, uint32_t value) {
-  b().streamWaitFlag(stream, flag, value);
+void loadKernels() { b().loadKernels(); }
+void streamWaitFlag(void* stream, const volatile uint32_t* flag, uint32_t value, bool kernel) {
+  b().streamWaitFlag(stream, flag, value, kernel);
 }
 void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
                  const kernels::ReduceSpec& spec, void* stream) {

@@ -64,11 +64,17 @@ void eventRecord(void* e, void* stream);
 bool eventDone(void* e);  // throws the error of the work before it, if any
 void streamWaitEvent(void* stream, void* e);
 int streamDevice(void* stream);  // the device of a CUDA stream (null: the current device)
+// Loads the reduction and wait kernels into the current device's context (once per device and
+// process). Under CUDA's lazy loading a kernel's first launch may wait for the whole device, so
+// a launch from a communicator's worker while a stream waits for that worker (streamWaitFlag)
+// would never return: call this in the caller's thread before any stream waits on a worker.
+void loadKernels();
 // Makes the work queued on `stream` after this wait until the 32-bit word at `flag` (pinned
-// host memory from hostAlloc) is at least `value`, in wrap-around order: a one-thread kernel on
-// the stream that polls the word (as NCCL's kernels wait on flags), so that the wait holds no
-// hardware queue and no driver thread.
-void streamWaitFlag(void* stream, const volatile uint32_t* flag, uint32_t value);
+// host memory from hostAlloc) is at least `value`, in wrap-around order: the stream's own wait
+// on memory (cuStreamWaitValue32), or with `kernel` (or where the driver refuses that) a
+// one-thread kernel on the stream that polls the word. Either holds the stream's hardware queue
+// until the word is set; the kernel also holds the GPU's turn of this process while it polls.
+void streamWaitFlag(void* stream, const volatile uint32_t* flag, uint32_t value, bool kernel);
 // Queues kernels::reduce on device memory (kernels/cuda) in `stream`'s order.
 void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
                  const kernels::ReduceSpec& spec, void* stream);

@@ -30,7 +30,8 @@ class Backend {
   virtual bool eventDone(void* e) = 0;
   virtual void streamWaitEvent(void* stream, void* e) = 0;
   virtual int streamDevice(void* stream) = 0;
-  virtual void streamWaitFlag(void* stream, const volatile uint32_t* flag, uint32_t value) = 0;
+  virtual void loadKernels() = 0;
+  virtual void streamWaitFlag(void* stream, const volatile uint32_t* flag, uint32_t value, bool kernel) = 0;
   virtual void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
                            const kernels::ReduceSpec& spec, void* stream) = 0;
   virtual IpcHandle ipcHandle(void* devicePtr) = 0;

@@ -20,6 +20,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <shared_mutex>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -116,14 +117,21 @@ class Emulated final : public Backend {
     if (dev != 0) fail(Errc::Cuda, "cudaSetDevice failed: the emulated machine has one device, 0 (not %d)", dev);
   }
   void* hostAlloc(size_t bytes) override {
+    std::unique_lock<std::shared_mutex> driver(driver_);
     void* p = calloc(1, bytes ? bytes : 1);
     if (!p) fail(Errc::System, "out of host memory (%zu bytes)", bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    pinned_[reinterpret_cast<uintptr_t>(p)] = bytes ? bytes : 1;
     return p;
   }
   // As cudaFreeHost and cudaFree may: wait for every stream's work first (a free on a thread that
   // a stream waits for then hangs here as it would on a GPU).
   void hostFree(void* p) override {
     idleAll();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pinned_.erase(reinterpret_cast<uintptr_t>(p));
+    }
     free(p);
   }
   void* deviceAlloc(size_t bytes) override {
@@ -140,7 +148,17 @@ class Emulated final : public Backend {
     idleAll();
     drop(p);
   }
+  // A copy from or to pageable host memory returns only once it is done, so after the stream's
+  // earlier work, and (as in the driver) holds the driver's lock meanwhile: a thread that makes
+  // or destroys an event (or allocates) waits for it, so a worker that a stream waits for must
+  // not, while such a copy may be queued behind that wait.
   void copyAsync(void* dst, const void* src, size_t bytes, void* stream) override {
+    if (stream && (pageable(dst) || pageable(src))) {
+      std::shared_lock<std::shared_mutex> driver(driver_);
+      this->stream(stream).sync();
+      memmove(dst, src, bytes);
+      return;
+    }
     run(stream, [dst, src, bytes] { memmove(dst, src, bytes); });
   }
   void* streamCreate() override {
@@ -161,8 +179,14 @@ class Emulated final : public Backend {
   }
   void streamSyncQuiet(void* s) override { streamSync(s); }
   bool streamDone(void* s) override { return !s || stream(s).done(); }
-  void* eventCreate() override { return new EmuEvent(); }
-  void eventDestroy(void* e) override { delete static_cast<EmuEvent*>(e); }
+  void* eventCreate() override {
+    std::unique_lock<std::shared_mutex> driver(driver_);
+    return new EmuEvent();
+  }
+  void eventDestroy(void* e) override {
+    std::unique_lock<std::shared_mutex> driver(driver_);
+    delete static_cast<EmuEvent*>(e);
+  }
   void eventRecord(void* e, void* s) override {
     EmuEvent* ev = static_cast<EmuEvent*>(e);
     const uint64_t gen = ++ev->recorded;
@@ -183,14 +207,24 @@ class Emulated final : public Backend {
       while (ev->reached.load() < gen) std::this_thread::sleep_for(std::chrono::microseconds(20));
     });
   }
-  void streamWaitFlag(void* s, const volatile uint32_t* flag, uint32_t value) override {
+  void streamWaitFlag(void* s, const volatile uint32_t* flag, uint32_t value, bool) override {
     run(s, [flag, value] {
       while (static_cast<int32_t>(__atomic_load_n(flag, __ATOMIC_ACQUIRE) - value) < 0)
         std::this_thread::sleep_for(std::chrono::microseconds(20));
     });
   }
+  // As CUDA's lazy loading: a kernel (one per element type and operation, as kernels/cuda
+  // instantiates them) not loaded before waits, at its first launch, for every stream's work, so
+  // a launch from a thread that a stream waits for hangs, as on a GPU.
+  void loadKernels() override { loaded_.store(~uint64_t{0}); }
   void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
                    const kernels::ReduceSpec& spec, void* s) override {
+    const int op = static_cast<int>(spec.op);
+    const uint64_t bit = uint64_t{1} << (static_cast<int>(spec.dtype) * 4 + (op >= 4 ? 0 : op));
+    if (!(loaded_.load() & bit)) {
+      idleAll();
+      loaded_.fetch_or(bit);
+    }
     std::vector<void*> d(dsts, dsts + ndst);
     std::vector<const void*> in(srcs, srcs + nsrc);
     run(s, [d, in, count, spec] {
@@ -268,8 +302,21 @@ class Emulated final : public Backend {
     if (m.fd >= 0) close(m.fd);
   }
 
-  std::mutex mu_;  // mem_
+  std::atomic<uint64_t> loaded_{0};  // the kernels loaded (reduceAsync)
+  // Host memory that is neither emulated device memory nor pinned (hostAlloc).
+  bool pageable(const void* p) {
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto d = mem_.upper_bound(at);
+    if (d != mem_.begin() && at < std::prev(d)->first + std::prev(d)->second.bytes) return false;
+    auto h = pinned_.upper_bound(at);
+    return h == pinned_.begin() || at >= std::prev(h)->first + std::prev(h)->second;
+  }
+
+  std::shared_mutex driver_;  // the driver's lock (see copyAsync)
+  std::mutex mu_;  // mem_, pinned_
   std::map<uintptr_t, Mem> mem_;
+  std::map<uintptr_t, size_t> pinned_;  // hostAlloc's blocks
   std::mutex streamsMu_;  // streams_, and their lives
   std::set<const void*> streams_;
 };

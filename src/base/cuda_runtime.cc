@@ -1,6 +1,8 @@
 // The CUDA runtime's backend of base/cuda.h (a CUDA build; elsewhere runtimeBackend() says why
 // there is none).
 #include <cstring>
+#include <atomic>
+#include <mutex>
 
 #include "base/cuda_backend.h"
 #include "base/error.h"
@@ -35,6 +37,12 @@ class Runtime final : public Backend {
   // cuPointerGetAttributes from the driver: unlike cudaPointerGetAttributes it makes no
   // context, so a process that only ever passes host memory never gets one.
   PointerGetAttributes pointerAttributes = nullptr;
+  using WaitValue = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+  WaitValue waitValue = nullptr;  // cuStreamWaitValue32, where the driver has it
+  std::atomic<bool> waitValueFailed{false};
+  static constexpr int kMaxDevices = 64;
+  std::mutex loadMu_;
+  bool loaded_[kMaxDevices] = {};
 
   int deviceOf(const void* p) override {
     CUpointer_attribute which[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
@@ -113,9 +121,29 @@ class Runtime final : public Backend {
     check(cudaStreamGetDevice(S(stream), &dev), "cudaStreamGetDevice");
     return dev;
   }
-  void streamWaitFlag(void* stream, const volatile uint32_t* flag, uint32_t value) override {
+  void loadKernels() override {
+    int dev = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    if (dev < 0 || dev >= kMaxDevices) fail(Errc::Cuda, "CUDA device %d: more devices than Hora handles", dev);
+    std::lock_guard<std::mutex> lock(loadMu_);
+    if (loaded_[dev]) return;
+    check(static_cast<cudaError_t>(kernels::cuda::preload()), "loading the CUDA kernels (cudaFuncGetAttributes)");
+    loaded_[dev] = true;
+  }
+  void streamWaitFlag(void* stream, const volatile uint32_t* flag, uint32_t value, bool kernel) override {
     void* onDevice = nullptr;
     check(cudaHostGetDevicePointer(&onDevice, const_cast<uint32_t*>(flag), 0), "cudaHostGetDevicePointer");
+    // The stream's front end waits on the word (cuStreamWaitValue32): no kernel spins meanwhile,
+    // so ranks of several processes that share a GPU (and so take turns on it) do not wait out
+    // each other's turns: measured on an H200, a hand-off from the host to a stream took 68 us
+    // this way and 257 us through a polling kernel with two processes on the GPU (63 us either
+    // way with one). The polling kernel where the driver refuses the wait.
+    if (!kernel && waitValue && !waitValueFailed.load(std::memory_order_relaxed)) {
+      if (waitValue(S(stream), reinterpret_cast<CUdeviceptr>(onDevice), value, CU_STREAM_WAIT_VALUE_GEQ) ==
+          CUDA_SUCCESS)
+        return;
+      waitValueFailed.store(true);
+    }
     check(static_cast<cudaError_t>(
               kernels::cuda::waitFlag(static_cast<const volatile uint32_t*>(onDevice), value, stream)),
           "the wait kernel's launch");
@@ -184,6 +212,12 @@ Backend* runtimeBackend(std::string* why) {
   }
   static Runtime* rt = new Runtime();  // never destroyed: streams may outlive exit
   rt->pointerAttributes = reinterpret_cast<PointerGetAttributes>(fn);
+  void* wait = nullptr;
+  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &wait, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+      q == cudaDriverEntryPointSuccess && wait)
+    rt->waitValue = reinterpret_cast<Runtime::WaitValue>(wait);
+  else
+    cudaGetLastError();
   return rt;
 }
 

@@ -45,6 +45,7 @@ const Variable kVariables[] = {
     {"HORA_CHUNK_BYTES", "524288", "pipeline chunk in bytes, 4096..64M (K, M suffixes)"},
     {"HORA_KERNEL_ISA", "auto", "reduction kernels: auto, scalar, avx2 or avx512"},
     {"HORA_CUDA", "auto", "device buffers and CUDA streams: auto (where a driver and a GPU are), off (every pointer is host memory; no driver loaded), emulate (an emulated GPU in host memory, for tests)"},
+    {"HORA_CUDA_STREAM_WAIT", "memop", "how a CUDA stream waits for a call's worker: memop (cuStreamWaitValue32, where the driver takes it) or kernel (a one-thread kernel polling the word)"},
     {"HORA_CUDA_IPC", "1", "0: device buffers between the ranks of one host are staged through host memory instead of going through CUDA IPC"},
     {"HORA_TOPO_FILE", "", "hwloc XML file to read the topology from instead of this machine"},
     {"HORA_RANK", "", "this rank (set by hora-run)"},
@@ -274,6 +275,12 @@ Config parseConfig(const EnvLookup& env) {
     for (char& ch : m) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
     if (m != "auto" && m != "off" && m != "emulate") bad("HORA_CUDA", *v, "auto, off or emulate");
     c.cuda = m;
+  }
+  if (auto v = env("HORA_CUDA_STREAM_WAIT")) {
+    std::string m = trimBlanks(*v);
+    for (char& ch : m) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
+    if (m != "memop" && m != "kernel") bad("HORA_CUDA_STREAM_WAIT", *v, "memop or kernel");
+    c.cudaWaitKernel = m == "kernel";
   }
   if (auto v = env("HORA_CUDA_IPC")) c.cudaIpc = parseIntVariable("HORA_CUDA_IPC", *v, 0, 1, "0 or 1") != 0;
   if (auto v = env("HORA_TOPO_FILE")) {

@@ -93,7 +93,29 @@ struct CommState {
   std::shared_ptr<transport::CudaIpcStage> stage;
   uint64_t lastIpcChunk = 0;  // the stage sequence of the last chunk through it
   std::unique_ptr<core::DeviceEngine> engine;
+  // Events of this device, reused: creating or destroying one takes a lock in the driver that a
+  // thread blocked on a stream (a copy to pageable memory, say) may hold until that stream's
+  // wait for this worker passes, so the worker neither creates nor destroys any, and the callers
+  // only while the pool is still growing.
+  std::mutex eventsMu;
+  std::vector<void*> events;
   std::unique_ptr<HostStream> worker;  // last: drained and stopped first
+
+  void* takeEvent() {
+    {
+      std::lock_guard<std::mutex> lock(eventsMu);
+      if (!events.empty()) {
+        void* e = events.back();
+        events.pop_back();
+        return e;
+      }
+    }
+    return cuda::eventCreate();
+  }
+  void giveEvent(void* e) {
+    std::lock_guard<std::mutex> lock(eventsMu);
+    events.push_back(e);
+  }
 
   uint8_t* take(size_t bytes) {
     std::lock_guard<std::mutex> lock(poolMu);
@@ -138,6 +160,7 @@ struct CommState {
       for (void* p : opened) cuda::ipcClose(p);
       cuda::deviceFree(region);
       for (Block& b : pool) cuda::hostFree(b.p);
+      for (void* e : events) cuda::eventDestroy(e);
       cuda::streamDestroy(copyStream);
     } catch (const std::exception& e) {
       HORA_WARN(log::kColl, "freeing the communicator's device resources: %s", e.what());
@@ -163,9 +186,11 @@ CommState& stateOf(horaComm* c) {
   auto s = std::make_unique<CommState>();
   s->device = c->opts.cudaDev;
   OnDevice on(s->device);
+  cuda::loadKernels();  // here, in a caller's thread, before a stream can wait for the worker
   s->flag = static_cast<uint32_t*>(cuda::hostAlloc(64));
   __atomic_store_n(s->flag, 0u, __ATOMIC_RELEASE);
   s->copyStream = cuda::streamCreate();
+  for (int i = 0; i < 8; ++i) s->events.push_back(cuda::eventCreate());
   s->worker = std::make_unique<HostStream>(false);
   c->device.reset(s.release());
   return *c->device;
@@ -337,16 +362,15 @@ void awaitEvents(horaComm* c, const std::vector<void*>& events) {
 // Waits for everything queued before now on the legacy default stream, which waits for the
 // work of every blocking stream queued before it: what a synchronous call with device buffers
 // must see.
-void awaitLegacyStream(const horaComm* c) {
-  void* ev = cuda::eventCreate();
-  try {
-    cuda::eventRecord(ev, nullptr);
-    awaitEvent(ev, c);
-  } catch (...) {
-    cuda::eventDestroy(ev);
-    throw;
-  }
-  cuda::eventDestroy(ev);
+void awaitLegacyStream(const horaComm* c, CommState& st) {
+  void* ev = st.takeEvent();
+  struct Give {
+    CommState& st;
+    void* ev;
+    ~Give() { st.giveEvent(ev); }
+  } give{st, ev};
+  cuda::eventRecord(ev, nullptr);
+  awaitEvent(ev, c);
 }
 
 // How calls with device buffers will run, settled in the caller's thread (where a collective
@@ -425,13 +449,18 @@ std::unique_ptr<Plan> plan(const Calls& calls, const std::vector<Where>& ws, boo
   return p;
 }
 
+// Microseconds since t, for the trace of a stream call's phases (HORA_DEBUG=TRACE).
+long long usSince(Clock::time_point t) {
+  return static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t).count());
+}
+
 // Runs a plan, its copies on `stream` (null: the legacy default stream, after waiting for it).
 // Nothing of it is in flight when this returns or throws.
 void execute(Plan& p, void* stream) {
   if (p.ipc) {
     horaComm* c = p.calls[0].first;
     CommState& st = stateOf(c);
-    if (!stream) awaitLegacyStream(c);  // (a worker has waited for the streams' events)
+    if (!stream) awaitLegacyStream(c, st);  // (a worker has waited for the streams' events)
     try {
       hora::runOnStage(c, p.calls[0].second, *st.stage, *st.engine);
     } catch (...) {
@@ -442,11 +471,16 @@ void execute(Plan& p, void* stream) {
     return;
   }
   try {
+    const Clock::time_point t0 = Clock::now();
     for (const Plan::Copy& k : p.ins) cuda::copyAsync(k.dst, k.src, k.bytes, stream);
     if (!p.ins.empty()) cuda::streamSync(stream);
+    const long long in = usSince(t0);
     hora::runCalls(p.calls);
+    const long long call = usSince(t0) - in;
     for (const Plan::Copy& k : p.outs) cuda::copyAsync(k.dst, k.src, k.bytes, stream);
     if (!p.outs.empty()) cuda::streamSync(stream);
+    HORA_TRACE(log::kColl, "staged %s: copies in %lld us, the call %lld us, copies out %lld us",
+               coll::describe(p.calls[0].second).c_str(), in, call, usSince(t0) - in - call);
   } catch (...) {
     cuda::streamSyncQuiet(stream);  // no copy may still touch a block given back
     throw;
@@ -503,10 +537,18 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
     Calls calls;
     std::shared_ptr<Plan> plan;  // null: host buffers only
     std::vector<void*> events;
+    std::vector<char> pooled;  // events[i] is from st's pool (a stream of its device), else its own
+  };
+  // An event goes back to its communicator's pool, or (another device's) is destroyed.
+  const auto release = [](CommState& st, const std::vector<void*>& events, const std::vector<char>& pooled) {
+    for (size_t i = 0; i < events.size(); ++i) {
+      if (pooled[i]) st.giveEvent(events[i]);
+      else cuda::eventDestroy(events[i]);
+    }
   };
   std::vector<Item> items;
   for (horaComm* c : comms) {
-    Item it{c, &stateOf(c), {}, nullptr, {}};
+    Item it{c, &stateOf(c), {}, nullptr, {}, {}};
     for (const auto& call : calls)
       if (call.first == c) it.calls.push_back(call);
     std::vector<Where> ws;
@@ -522,13 +564,15 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
   try {
     for (Item& it : items)
       for (void* s : distinct) {
-        OnDevice on(cuda::streamDevice(s));
-        it.events.push_back(cuda::eventCreate());
+        const int dev = cuda::streamDevice(s);
+        OnDevice on(dev);
+        const bool mine = dev == it.st->device;
+        it.events.push_back(mine ? it.st->takeEvent() : cuda::eventCreate());
+        it.pooled.push_back(mine);
         cuda::eventRecord(it.events.back(), s);
       }
   } catch (...) {
-    for (Item& it : items)
-      for (void* e : it.events) cuda::eventDestroy(e);
+    for (Item& it : items) release(*it.st, it.events, it.pooled);
     throw;
   }
   std::vector<uint32_t> seqs;
@@ -538,23 +582,30 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
     const uint32_t seq = ++st.seq;
     seqs.push_back(seq);
     horaComm* c = it.c;
-    st.worker->enqueue(fn, it.calls, [c, &st, calls = it.calls, plan = it.plan, events = it.events, distinct, seq, fn] {
-      struct Done {  // whatever happens, the streams go on and the events go
+    st.worker->enqueue(fn, it.calls, [c, &st, calls = it.calls, plan = it.plan, events = it.events,
+                                      pooled = it.pooled, distinct, seq, fn, release, queued = Clock::now()] {
+      struct Done {  // whatever happens, the streams go on (first), and the events go back
         CommState& st;
         const std::vector<void*>& events;
+        const std::vector<char>& pooled;
         uint32_t seq;
+        decltype(release)& give;
         ~Done() {
-          for (void* e : events) cuda::eventDestroy(e);
           __atomic_store_n(st.flag, seq, __ATOMIC_RELEASE);
+          give(st, events, pooled);
         }
-      } done{st, events, seq};
+      } done{st, events, pooled, seq, release};
       try {
         OnDevice on(st.device, false);
+        const long long picked = usSince(queued);
         awaitEvents(c, events);
+        const long long ready = usSince(queued);
         for (const auto& call : calls)
           if (call.first->aborting.load()) fail(Errc::InvalidUsage, "the communicator was aborted");
         if (plan) execute(*plan, st.copyStream);
         else hora::runCalls(calls);
+        HORA_TRACE(log::kColl, "%s #%u on a CUDA stream: taken up %lld us after it was queued, the stream's work "
+                   "before it done at %lld us, the call done at %lld us", fn, seq, picked, ready, usSince(queued));
         return;
       } catch (const Error& e) {
         failed(c, distinct, fn, e);
@@ -568,7 +619,7 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
   for (size_t i = 0; i < items.size(); ++i)
     for (void* s : distinct) {
       OnDevice on(cuda::streamDevice(s));
-      cuda::streamWaitFlag(s, items[i].st->flag, seqs[i]);
+      cuda::streamWaitFlag(s, items[i].st->flag, seqs[i], config().cudaWaitKernel);
     }
 }
 

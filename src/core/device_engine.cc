@@ -7,6 +7,9 @@ namespace hora::core {
 DeviceEngine::DeviceEngine(int device) : device_(device) {
   cuda::setDevice(device);
   stream_ = cuda::streamCreate();
+  // Made here, in the caller's thread: an event made later, in a worker that a stream waits for,
+  // could wait for a driver lock that a thread blocked on that stream holds.
+  for (int i = 0; i < kEvents; ++i) freeEvents_.push_back(cuda::eventCreate());
 }
 
 DeviceEngine::~DeviceEngine() {

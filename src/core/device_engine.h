@@ -30,6 +30,7 @@ class DeviceEngine final : public ComputeEngine {
     void* event;
     transport::Cookie cookie;
   };
+  static constexpr int kEvents = 64;  // made up front; more only if that many are ever in flight
   int device_;
   void* stream_ = nullptr;
   std::deque<InFlight> inFlight_;
