@@ -1,7 +1,9 @@
-"""perf/table1.py and perf/py_overhead.py, briefly, so that the README's measuring commands keep
-working: Table I on 1 and 2 processes for a few batches of every variant (Hora's Horovod API, torch
-gloo under DDP, DDP on the "hora" backend), and the small-allreduce overhead at 2 ranks with its
-gloo and C rows. Each must exit 0 and print every row with numbers in range.
+"""perf/table1.py, perf/py_overhead.py and perf/step_overhead.py, briefly, so that the README's
+measuring commands keep working: Table I on 1 and 2 processes for a few batches of every variant
+(Hora's Horovod API, torch gloo under DDP, DDP on the "hora" backend), the small-allreduce
+overhead at 2 ranks with its gloo and C rows, and the per-step overhead at 2 ranks for 10 steps
+(whose engine line must show every gradient announced by its response-cache id). Each must exit
+0 and print every row with numbers in range.
 
 Run from the repository root: /usr/bin/python3 tests/python/test_perf_scripts.py (with HORA_RUN,
 PYTHONPATH, HORA_LIBRARY and ALLREDUCE_PERF set). Skips (77) when torch or the dataset is missing.
@@ -95,13 +97,34 @@ def check_overhead():
     return problems, out
 
 
+def check_step_overhead():
+    rc, out = run([sys.executable, os.path.join(ROOT, "perf", "step_overhead.py"), "-n", "2",
+                   "--steps", "10", "--repeat", "1"])
+    if rc != 0:
+        return ["step_overhead.py exit status %d" % rc], out
+    problems = []
+    for way in ("compute alone (no reduction)", "hvd.DistributedOptimizer (engine)",
+                "DDP on the hora backend"):
+        if not re.search(r"^%s +%s" % (re.escape(way), NUM), out, re.M):
+            problems.append("no row for %r" % way)
+    m = re.search(r"^engine per Horovod step: %s rounds \(%s silent\), %s negotiated, %s cached, "
+                  r"%s fused calls$" % ((NUM,) * 5), out, re.M)
+    if not m:
+        problems.append("no engine line")
+    elif float(m.group(4)) != 8.0 or float(m.group(3)) != 0.0:
+        problems.append("the model's 8 gradients are not all announced by their cache ids after "
+                        "the warm-up steps")
+    return problems, out
+
+
 def main():
     not_ready = harness.examples_ready("HORA_RUN", "ALLREDUCE_PERF")
     if not_ready is not None:
         return not_ready
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        for name, check in (("table1.py", lambda: check_table1(tmp)), ("py_overhead.py", check_overhead)):
+        for name, check in (("table1.py", lambda: check_table1(tmp)), ("py_overhead.py", check_overhead),
+                            ("step_overhead.py", check_step_overhead)):
             problems, out = check()
             if problems:
                 ok = False

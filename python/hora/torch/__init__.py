@@ -7,7 +7,8 @@
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 
 Environment: HORA_CYCLE_TIME (ms between engine rounds, default 1), HORA_FUSION_THRESHOLD
-(bytes of a fusion buffer, default 64 MiB, 0 disables fusion), HORA_TIMELINE (a Chrome-trace
+(bytes of a fusion buffer, default 64 MiB, 0 disables fusion), HORA_CACHE_CAPACITY (operations
+the response cache remembers, default 1024, 0 disables it), HORA_TIMELINE (a Chrome-trace
 file written by rank 0), HORA_TIMELINE_MARK_CYCLES, HORA_STALL_CHECK_TIME_SECONDS (warn about
 operations some ranks have not submitted after this long, default 60, 0 disables),
 HORA_STALL_SHUTDOWN_TIME_SECONDS (cancel such an operation on every rank, with ValueError, after

@@ -14,8 +14,15 @@ everywhere and no coordinator is needed.
 A round starts HORA_CYCLE_TIME milliseconds (default 1) after the previous one, or at once when
 a request arrives while this rank has nothing in flight, so a lone synchronous call does not
 wait out a cycle while gradients arriving during a backward pass still batch up. A round in
-which nobody has anything to say costs one small allgather and no decoding; after a second of
-such rounds, a rank with nothing in flight spaces its rounds 10 ms apart (see QUIET_ROUNDS).
+which nobody has anything to say costs one small allgather and no decoding. A rank keeps to the
+cycle only while some operation waits for other ranks than itself; otherwise it spaces its
+rounds 10 ms apart (idle_cycle) until it submits something.
+
+The response cache (HORA_CACHE_CAPACITY) gives every operation that all ranks announced alike
+an id, the same on every rank; a later announcement with the same descriptor is that id alone.
+The allreduces run between two moments at which a caller had waited and nothing was pending (a
+training step) become batches: next time a cached member is held back until its batch is all
+submitted, so that a step's gradients meet in one round and one fused call per batch.
 
 A request that some ranks of its process set announce and others do not (different names on
 different ranks, a rank that skipped a call or raised before making it) cannot become ready.
@@ -52,10 +59,15 @@ from hora import _core as C
 from hora.torch._execution import Execution
 # The requests' vocabulary, also for the callers that build requests through this module.
 from hora.torch._protocol import (  # noqa: F401
-    ADASUM, ADD_SET, ALLGATHER, ALLREDUCE, ALLTOALL, AVERAGE, BARRIER, BROADCAST, D_KIND, D_NAME,
-    D_SET, JOIN, JOIN_NAME, KIND_NAMES, MAX, MIN, OP_NAMES, PRODUCT, REDUCESCATTER, REMOVE_SET,
+    ADASUM, ADD_SET, ALLGATHER, ALLREDUCE, ALLTOALL, AVERAGE, BARRIER, BROADCAST, D_ERROR, D_KIND,
+    D_NAME, D_SET, JOIN, JOIN_NAME, KIND_NAMES, MAX, MIN, OP_NAMES, PRODUCT, REDUCESCATTER, REMOVE_SET,
     SUM, Request, SetInfo, _Entry, movable, reduce_code, subcomm,
 )
+
+
+# Kinds whose descriptor is the same on every rank when they agree (not allgather and alltoall,
+# whose first dimension or splits differ by rank): the response cache keeps these.
+_CACHEABLE = (ALLREDUCE, BROADCAST, REDUCESCATTER)
 
 
 class HorovodInternalError(RuntimeError):
@@ -110,12 +122,6 @@ class Engine(Execution):
     """The engine of one initialisation (init() to shutdown())."""
 
     SLOT = 1024  # bytes per rank in a round's first allgather
-    # After this many silent rounds in a row, a rank with nothing in flight runs its rounds
-    # idle_cycle apart (10 ms, or the cycle time if longer) instead of every cycle: an idle job
-    # then costs about 1% of a core per rank. A request submitted meanwhile starts a round at
-    # once; only a rank that waits for a peer with nothing of its own to submit (one outside a
-    # process set in use) can make the first round after a silence wait up to idle_cycle.
-    QUIET_ROUNDS = 1000
 
     def __init__(self, comm, timeline=None):
         self.comm = comm
@@ -128,6 +134,13 @@ class Engine(Execution):
         self.threshold = _env_int("HORA_FUSION_THRESHOLD", 64 * 1024 * 1024)
         if self.threshold < 0:
             raise ValueError("HORA_FUSION_THRESHOLD must be >= 0")
+        self.cache_capacity = _env_int("HORA_CACHE_CAPACITY", 1024)
+        if self.cache_capacity < 0:
+            raise ValueError("HORA_CACHE_CAPACITY must be >= 0 (0: no response cache)")
+        # A request held back for the rest of its batch (_close_period) is announced anyway
+        # after this long (a member that does not come this time: a parameter without a
+        # gradient), or as soon as a caller waits.
+        self.batch_wait = 50 * self.cycle
         self.stall_s = _env_float("HORA_STALL_CHECK_TIME_SECONDS", 60.0)
         self.shutdown_s = _env_float("HORA_STALL_SHUTDOWN_TIME_SECONDS", _library_timeout_s())
         if self.stall_s < 0 or self.shutdown_s < 0:
@@ -151,6 +164,18 @@ class Engine(Execution):
         self._sets = {0: SetInfo(0, list(range(self.size)), comm, self.rank)}
         self._next_set_id = 1
         self._table = {}          # (set id, name) -> _Entry, in order of first announcement
+        # The response cache, the same on every rank: operations that every rank announced
+        # alike, by id in order of first completion, so that a later announcement of one with
+        # the same descriptor is its id alone. Filled in the rounds' ready order (which every
+        # rank shares), never evicted: when full, nothing more is added.
+        self._cache = {}          # (set id, name) -> id
+        self._cache_descs = []    # id -> (key, descriptor)
+        # The keys fused with each key in its last fused allreduce: a request that the cache
+        # knows waits for the rest of its batch before it is announced (up to batch_wait), so
+        # that a training step's gradients meet in as many rounds as they make fused calls.
+        self._batch_of = {}
+        self._period = []         # (key, bytes) of the allreduces run in this period
+        self._waited = False      # a caller has waited (wait()) in this period
         self._round = 0
         self._failed = None       # the HorovodInternalError that stopped the engine
         self._stopping = False    # shutdown() was called here
@@ -160,7 +185,7 @@ class Engine(Execution):
         self._next_stall = 0.0
         self._stalled = []        # keys whose stall time ran out here, named in the next round
         self._quiet_rounds = 0    # rounds in a row in which no rank said anything
-        self.idle_cycle = max(self.cycle, 0.01)
+        self.idle_cycle = max(self.cycle, 0.01)  # 10 ms, or the cycle if longer
         self._fusion = None
         self.timeline = timeline
         self._has_alltoall = _has("horaAllToAll")
@@ -291,6 +316,7 @@ class Engine(Execution):
         submissions for fusion) only delays it: rounds then follow each other at once for as
         long as they carry news (some rank announced something), and fall back to the cycle
         when they do not (an operation a peer has not submitted), so a stall does not spin."""
+        self._waited = True  # (a plain store: read by the engine thread at the end of a round)
         if not req.event.is_set():
             with self._cv:
                 self._waiters += 1
@@ -341,6 +367,27 @@ class Engine(Execution):
         except BaseException as e:  # noqa: B902 - every failure must reach the waiters
             self._close(e)
 
+    def _split_waiting(self):
+        """(to announce now, to keep back, the time the first kept one is due) of _incoming: a
+        request the cache knows is kept back until the rest of its batch (_close_period) has
+        been submitted here too, for at most batch_wait, and never while a caller waits or at a
+        shutdown. Call with _cv held."""
+        if not self._batch_of or self._waiters or self._stopping:
+            return self._incoming, [], None
+        now = time.perf_counter()
+        go, keep, due = [], [], None
+        for r in self._incoming:
+            key = (r.set_id, r.name)
+            batch = self._batch_of.get(key)
+            if (batch is not None and key in self._cache and now - r.t_enqueue < self.batch_wait
+                    and not all(k in self._local for k in batch)):
+                keep.append(r)
+                t = r.t_enqueue + self.batch_wait
+                due = t if due is None else min(due, t)
+            else:
+                go.append(r)
+        return go, keep, due
+
     def _wait_for_round(self):
         with self._cv:
             while True:
@@ -349,19 +396,42 @@ class Engine(Execution):
                 now = time.monotonic()
                 if now >= self._next_round:
                     break
-                if not self._held and (self._incoming and self._announced == 0
+                go, _, due = self._split_waiting()
+                if not self._held and (go and self._announced == 0
                                        or self._waiters and self._quiet_rounds == 0):
                     break
-                self._cv.wait(self._next_round - now)
+                wait = self._next_round - now
+                if due is not None:
+                    wait = min(wait, max(due - time.perf_counter(), 0.0) + 1e-4)
+                self._cv.wait(wait)
             if self._held and not self._stopping:
                 reqs = []  # rounds go on (the peers wait for them), taking nothing new
             else:
-                reqs, self._incoming = self._incoming, []
+                reqs, self._incoming, _ = self._split_waiting()
             self._announced += len(reqs)
             stop = self._stopping
-        quiet = (self._quiet_rounds >= self.QUIET_ROUNDS and not reqs and self._announced == 0)
-        self._next_round = time.monotonic() + (self.idle_cycle if quiet else self.cycle)
+        # Rounds idle_cycle apart (until this rank has something to say) when nothing pending
+        # anywhere waits for another rank than this one: the table empty (the same on every
+        # rank) and nothing said lately, or every operation in it waiting for this rank's own
+        # announcement, which starts a round at once. A rank that waits for others joins the
+        # rounds at the cycle and waits inside them for the ranks it waits for.
+        # (An idle job then costs about 1% of a core per rank; only a rank that waits for a peer
+        # with nothing of its own to submit, one outside a process set in use, can make the
+        # first round after a silence wait up to idle_cycle.)
+        idle = not reqs and not self._waits_for_others()
+        self._next_round = time.monotonic() + (self.idle_cycle if idle else self.cycle)
         return reqs, stop
+
+    def _waits_for_others(self):
+        """Whether an operation in the table waits for other ranks than this one: one this
+        rank has announced, or one of a process set it is not a member of."""
+        for key, e in self._table.items():
+            if self.rank in e.descs:
+                return True
+            info = self._sets.get(key[0])
+            if info is None or info.index < 0:
+                return True
+        return False
 
     def _exchange(self, payload):
         """Allgathers one byte string per rank over the global communicator."""
@@ -391,7 +461,17 @@ class Engine(Execution):
     def _round_once(self, reqs, stop):
         stalled, self._stalled = self._stalled, []
         if reqs or stop or stalled:
-            payload = json.dumps([1 if stop else 0, [r.desc() for r in reqs], stalled],
+            ids, descs = [], []
+            for r in reqs:
+                d = r.desc()
+                cid = self._cache.get((r.set_id, r.name))
+                if cid is not None and self._cache_descs[cid][1] == d:
+                    ids.append(cid)
+                else:
+                    descs.append(d)
+            self.stats["cached"] += len(ids)
+            self.stats["negotiated"] += len(descs)
+            payload = json.dumps([1 if stop else 0, descs, stalled, ids],
                                  separators=(",", ":")).encode()
         else:
             payload = b""
@@ -399,13 +479,15 @@ class Engine(Execution):
         self._round += 1
         self.stats["rounds"] += 1
         self._quiet_rounds = self._quiet_rounds + 1 if payloads is None else 0
+        if payloads is None:
+            self.stats["silent_rounds"] += 1
         any_stop = False
         if payloads is not None:
             flagged = []
             for src, p in enumerate(payloads):
                 if not p:
                     continue
-                flag, descs, stalls = json.loads(p)
+                flag, descs, stalls, ids = json.loads(p)
                 flagged.extend(stalls)
                 if flag:
                     any_stop = True
@@ -414,7 +496,16 @@ class Engine(Execution):
                                              if src != self.rank else "shutdown() was called")
                 for d in descs:
                     self._add(src, d)
+                for cid in ids:
+                    if not 0 <= cid < len(self._cache_descs):
+                        raise HorovodInternalError(
+                            "rank %d announced an operation by response-cache id %r, which rank "
+                            "%d's cache (%d entries) does not hold: do the ranks set "
+                            "HORA_CACHE_CAPACITY alike?" % (src, cid, self.rank,
+                                                            len(self._cache_descs)))
+                    self._add(src, self._cache_descs[cid][1])
             ready = self._collect_ready()
+            self._remember(ready)
             if flagged:
                 self._cancel_stalled(flagged)
                 # The flags are in every rank's payloads: every rank realigns in this round.
@@ -424,6 +515,8 @@ class Engine(Execution):
                 if tl is not None and tl.mark_cycles:
                     tl.instant("CYCLE_START")
                 self._execute(ready)
+        if self._period and self._waited and not self._local:
+            self._close_period()
         if (self._table and (self.stall_s > 0 or self.shutdown_s > 0)
                 and time.monotonic() >= self._next_stall):
             self._next_stall = time.monotonic() + self._stall_period
@@ -468,6 +561,61 @@ class Engine(Execution):
         for e, _ in ready:
             del self._table[e.key]
         return ready
+
+    def _remember(self, ready):
+        """Adds to the response cache the ready operations that every rank announced alike
+        (in ready order, the same on every rank)."""
+        for e, err in ready:
+            if err is not None:
+                continue
+            ds = list(e.descs.values())
+            d0 = ds[0]
+            if d0[D_KIND] not in _CACHEABLE or d0[D_ERROR] is not None:
+                continue
+            if any(d != d0 for d in ds[1:]):
+                continue
+            cid = self._cache.get(e.key)
+            if cid is not None:
+                self._cache_descs[cid] = (e.key, d0)
+            elif len(self._cache_descs) < self.cache_capacity:
+                self._cache[e.key] = len(self._cache_descs)
+                self._cache_descs.append((e.key, d0))
+
+    def _note_allreduce(self, keys, nbytes):
+        """Records allreduces run in this period (see _close_period); a program that never
+        waits never closes one, so a period longer than the cache forgets what it held."""
+        if len(self._period) > self.cache_capacity:
+            self._period = []
+        self._period.extend(zip(keys, nbytes))
+
+    def _close_period(self):
+        """A caller has waited, and this rank has nothing pending any more (the end of a
+        training step, whose gradients were submitted asynchronously and then waited for): the
+        allreduces run since the last such moment, cut in execution order into batches of at most
+        HORA_FUSION_THRESHOLD bytes, become the batches its requests wait to complete next time
+        (_split_waiting): each then meets the other ranks' in one round and one fused call, as
+        a DistributedDataParallel bucket does."""
+        period, self._period = self._period, []
+        self._waited = False
+        batches, cur, size = [], [], 0
+        for key, nbytes in period:
+            if key not in self._cache:
+                continue
+            if cur and size + nbytes > self.threshold:
+                batches.append(cur)
+                cur, size = [], 0
+            cur.append(key)
+            size += nbytes
+        if cur:
+            batches.append(cur)
+        with self._cv:
+            for keys in batches:
+                batch = frozenset(keys)
+                for k in keys:
+                    if len(keys) > 1:
+                        self._batch_of[k] = batch
+                    else:
+                        self._batch_of.pop(k, None)
 
     @property
     def _stall_period(self):

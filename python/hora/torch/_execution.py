@@ -139,6 +139,10 @@ class Execution:
             if kind not in (ADD_SET, REMOVE_SET, JOIN, BARRIER) and info.index < 0:
                 continue  # a process set this rank is not in
             if kind == ALLREDUCE:
+                self._note_allreduce([e.key for e in entries], [
+                    _numel(e.descs[min(e.descs)][D_SHAPE])
+                    * ELEMENT_SIZE[_DTYPE_BY_NAME[e.descs[min(e.descs)][D_DTYPE]]]
+                    for e in entries])
                 self._allreduce(info, entries)
             else:
                 self._one(info, entries[0], kind)

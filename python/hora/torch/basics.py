@@ -228,8 +228,9 @@ atexit.register(shutdown)
 
 
 def _stats():
-    """The engine's counters (rounds, allreduce_calls, allreduce_tensors, fused_batches): for
-    tests and diagnostics."""
+    """The engine's counters (rounds, silent_rounds, allreduce_calls, allreduce_tensors,
+    fused_batches, and the operations this rank announced by descriptor, negotiated, and by
+    response-cache id, cached): for tests and diagnostics."""
     return dict(_state.eng().stats)
 
 
