@@ -4,7 +4,7 @@ examples/fashion_mnist.py) on one fixed batch, trained step after step three way
 processes: compute alone (no reduction), Hora's Horovod API (hvd.DistributedOptimizer, a hook
 per gradient through the engine), and DistributedDataParallel on the "hora" backend.
 
-    /usr/bin/python3 perf/step_overhead.py [-n NRANKS] [--steps 300] [--repeat 5]
+    /usr/bin/python3 perf/step_overhead.py [-n NRANKS] [--steps 20] [--repeat 40]
 
 It starts NRANKS ranks (default 2) of itself with hora-run ($HORA_RUN, else build/tools/hora-run,
 else PATH); each rank runs the three ways in turn, --repeat times over (interleaved, so that
@@ -90,6 +90,7 @@ def rank_main(args):
             print("%-40s %10.3f %12s" % (label, med[k], "" if k == "compute" else
                                            "%.3f" % (med[k] - med["compute"])))
         h, d = med["horovod"] - med["compute"], med["ddp"] - med["compute"]
+        print("Horovod path step - DDP step: %.3f ms" % (med["horovod"] - med["ddp"]))
         if d > 0:
             print("Horovod path overhead / DDP overhead: %.2f" % (h / d))
         if engine is not None and horovod_steps:
@@ -106,8 +107,8 @@ def rank_main(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", "--nranks", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=300, help="steps per way and repetition")
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=20, help="steps per way and repetition")
+    ap.add_argument("--repeat", type=int, default=40)
     ap.add_argument("--batch-size", type=int, default=64)
     args = ap.parse_args()
     if "HORA_RANK" in os.environ:

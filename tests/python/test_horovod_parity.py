@@ -16,6 +16,10 @@
 5. sparse_allreduce_async (an allgather of indices and values) equals the dense allreduce;
    DistributedOptimizer(sparse_as_dense=True) hands a sparse gradient back (SparseAdam steps);
    broadcast_optimizer_state on a fresh optimizer leaves zero gradients where none were;
+7. Adasum (op=hvd.Adasum) on float64, float32 and float16 tensors equals Horovod's reference
+   tree computed here, with scale factors too; orthogonal tensors add, identical ones stay;
+   DistributedOptimizer(op=Adasum) combines the ranks' local updates (not their gradients) by
+   Adasum, as Horovod's Adasum optimizer does;
 6. one rank's shutdown() stops every rank's engine (their operations raise
    HorovodInternalError); init() then starts afresh on every rank, those whose engine a peer
    stopped included (as Horovod's tests do between test cases).
@@ -175,6 +179,61 @@ sgd = hvd.DistributedOptimizer(torch.optim.SGD(list(model.parameters()) + [froze
 hvd.broadcast_optimizer_state(sgd, root_rank=0)
 check(all(p.grad is not None and not p.grad.any() for p in model.parameters()) and frozen.grad is None,
       "broadcast_optimizer_state on a fresh optimizer: zero gradients where one is wanted")
+
+# ---- 7. Adasum against a reference computed here (Horovod's formula and tree)
+def adasum_reference(vectors):
+    """Horovod's test reference, in float64: pairs (0,1), (2,3), ..., then pairs of those, each
+    pair a + b scaled by 1 - a.b / (2 |a|^2) and 1 - a.b / (2 |b|^2); an odd one out goes up a
+    level unchanged."""
+    level = [v.double().reshape(-1) for v in vectors]
+    while len(level) > 1:
+        nxt = []
+        for i in range(0, len(level) - 1, 2):
+            a, b = level[i], level[i + 1]
+            dot, na, nb = float((a * b).sum()), float((a * a).sum()), float((b * b).sum())
+            nxt.append((1.0 - dot / na / 2 if na else 1.0) * a + (1.0 - dot / nb / 2 if nb else 1.0) * b)
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
+
+
+gen = torch.Generator().manual_seed(1234)
+every = [torch.randn(5, 7, generator=gen, dtype=torch.float64) for _ in range(N)]
+for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5), (torch.float16, 2e-3)):
+    mine = every[R].to(dtype)
+    got = hvd.allreduce(mine, op=hvd.Adasum, name="adasum.%s" % dtype)
+    want = adasum_reference([v.to(dtype) for v in every]).reshape(5, 7)
+    check(got.dtype == dtype and torch.allclose(got.double(), want, rtol=tol, atol=tol),
+          "Adasum of %s random tensors equals the reference (largest difference %.2g)"
+          % (dtype, float((got.double() - want).abs().max())))
+got = hvd.allreduce(every[R].float(), op=hvd.Adasum, prescale_factor=2.0, postscale_factor=0.5,
+                    name="adasum.scaled")
+want = adasum_reference([v.float() * 2.0 for v in every]).reshape(5, 7) * 0.5
+check(torch.allclose(got.double(), want, rtol=1e-5, atol=1e-5), "Adasum with scale factors")
+basis = torch.zeros(N, N)
+basis[R, R] = R + 1.0
+check(torch.equal(hvd.allreduce(basis, op=hvd.Adasum, name="adasum.orthogonal"),
+                  torch.diag(torch.arange(1.0, N + 1))),
+      "Adasum of orthogonal tensors is their sum")
+check(torch.allclose(hvd.allreduce(torch.full((4,), 3.0), op=hvd.Adasum, name="adasum.same"),
+                     torch.full((4,), 3.0)), "Adasum of one tensor on every rank is that tensor")
+opt_model = torch.nn.Linear(3, 2)
+with torch.no_grad():
+    opt_model.weight.fill_(1.0)
+    opt_model.bias.fill_(0.0)
+start = {k: v.clone() for k, v in opt_model.state_dict().items()}
+opt = hvd.DistributedOptimizer(torch.optim.SGD(opt_model.parameters(), lr=0.1),
+                               named_parameters=opt_model.named_parameters(), op=hvd.Adasum)
+xin = torch.full((4, 3), float(R + 1))
+opt_model(xin).sum().backward()
+opt.step()
+grads = [torch.full((4, 3), float(r + 1)).sum(0).repeat(2, 1) for r in range(N)]  # d(sum)/dW
+want_w = start["weight"] + adasum_reference([-0.1 * g for g in grads]).reshape(2, 3)
+want_b = start["bias"] + adasum_reference([torch.full((2,), -0.1 * 4)] * N)
+check(torch.allclose(opt_model.weight.detach().double(), want_w, atol=1e-6)
+      and torch.allclose(opt_model.bias.detach().double(), want_b, atol=1e-6),
+      "DistributedOptimizer(op=Adasum): each rank's local SGD update, combined by Adasum")
 
 # ---- 6. a peer's shutdown, then init() everywhere
 if R == N - 1:

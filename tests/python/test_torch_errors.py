@@ -4,7 +4,7 @@
    operation, broadcast roots (out of range, or different per rank), allgather's trailing
    dimensions raise HorovodInternalError (a RuntimeError, as Horovod) on every rank; a local
    argument error on one rank raises ValueError or TypeError there, and its peers' matching
-   operation fails with HorovodInternalError; Adasum, a name used twice while in flight, calls
+   operation fails with HorovodInternalError; Adasum of integers, a name used twice while in flight, calls
    before init(). After each, the engine still works, and unnamed operations stay aligned
    across ranks.
 2. A rank dies (os._exit in the middle of an allreduce loop, 3 ranks, a communicator with a
@@ -140,8 +140,9 @@ if MODE == "mismatch":
     got = hvd.allreduce(torch.ones(2) * (R + 1), op=hvd.Sum)
     check(torch.equal(got, torch.full((2,), float(N * (N + 1) // 2))),
           "unnamed operations stay aligned after a failed one")
-    raises_all(NotImplementedError, lambda: hvd.allreduce(torch.ones(2), op=hvd.Adasum),
-               "Adasum", "Adasum")
+    raises_all(TypeError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.int32), op=hvd.Adasum,
+                                                name="adasum.int"),
+               "Adasum of an integer tensor", "Adasum reduces floating tensors")
     healthy("adasum")
     xs = [torch.ones(2), torch.ones(R + 1)]
     raises_all(hvd.HorovodInternalError, lambda: hvd.grouped_allreduce(xs, name="group.bad"),

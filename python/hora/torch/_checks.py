@@ -45,9 +45,9 @@ def _check_reduce(tensor, op, prescale, postscale, what):
     if isinstance(op, _BadOp):
         raise op.exc
     _check_tensor(tensor, what)
-    if op == Adasum:
-        raise NotImplementedError("%s: the Adasum reduction is not supported by hora.torch; use "
-                                  "Average or Sum" % what)
+    if op == Adasum and not tensor.is_floating_point():
+        raise TypeError("%s: Adasum reduces floating tensors (float16, bfloat16, float32, "
+                        "float64), not %s" % (what, tensor.dtype))
     if op not in E.OP_NAMES:
         raise ValueError("%s: unknown reduction op %r" % (what, op))
     for f in (prescale, postscale):

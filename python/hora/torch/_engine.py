@@ -16,7 +16,7 @@ a request arrives while this rank has nothing in flight, so a lone synchronous c
 wait out a cycle while gradients arriving during a backward pass still batch up. A round in
 which nobody has anything to say costs one small allgather and no decoding. A rank keeps to the
 cycle only while some operation waits for other ranks than itself; otherwise it spaces its
-rounds 10 ms apart (idle_cycle) until it submits something.
+rounds 50 ms apart (idle_cycle) until it submits something.
 
 The response cache (HORA_CACHE_CAPACITY) gives every operation that all ranks announced alike
 an id, the same on every rank; a later announcement with the same descriptor is that id alone.
@@ -122,6 +122,7 @@ class Engine(Execution):
     """The engine of one initialisation (init() to shutdown())."""
 
     SLOT = 1024  # bytes per rank in a round's first allgather
+    OUTSIDER_S = 1.0  # rounds at the cycle this long after an operation of a set not ours
 
     def __init__(self, comm, timeline=None):
         self.comm = comm
@@ -185,7 +186,8 @@ class Engine(Execution):
         self._next_stall = 0.0
         self._stalled = []        # keys whose stall time ran out here, named in the next round
         self._quiet_rounds = 0    # rounds in a row in which no rank said anything
-        self.idle_cycle = max(self.cycle, 0.01)  # 10 ms, or the cycle if longer
+        self.idle_cycle = max(self.cycle, 0.05)  # 50 ms, or the cycle if longer
+        self._outsider_until = 0.0  # until then, rounds at the cycle even when idle
         self._fusion = None
         self.timeline = timeline
         self._has_alltoall = _has("horaAllToAll")
@@ -269,7 +271,9 @@ class Engine(Execution):
                 r.t_enqueue = now
                 self._local[(r.set_id, r.name)] = r
             self._incoming.extend(reqs)
-            if self._announced == 0:
+            # The engine need not wake for requests that wait for the rest of their batch: the
+            # batch's last one wakes it (or the engine's own timer, for the batch's time limit).
+            if self._announced == 0 and self._split_waiting()[0]:
                 self._cv.notify()
 
     def _auto_epoch(self, r):
@@ -415,14 +419,19 @@ class Engine(Execution):
         # rank) and nothing said lately, or every operation in it waiting for this rank's own
         # announcement, which starts a round at once. A rank that waits for others joins the
         # rounds at the cycle and waits inside them for the ranks it waits for.
-        # (An idle job then costs about 1% of a core per rank; only a rank that waits for a peer
-        # with nothing of its own to submit, one outside a process set in use, can make the
-        # first round after a silence wait up to idle_cycle.)
-        idle = not reqs and not self._waits_for_others()
-        self._next_round = time.monotonic() + (self.idle_cycle if idle else self.cycle)
+        # (An idle job then costs well under 1% of a core per rank.) Only a peer's operation
+        # that this rank takes no part in (a process set it is not in) can make the first
+        # round after a silence wait up to idle_cycle; for a second after one, this rank keeps
+        # to the cycle even when idle, so that a run of such operations goes at the cycle's pace.
+        now = time.monotonic()
+        if self._waits_for_others(now):
+            idle = False
+        else:
+            idle = not reqs and now >= self._outsider_until
+        self._next_round = now + (self.idle_cycle if idle else self.cycle)
         return reqs, stop
 
-    def _waits_for_others(self):
+    def _waits_for_others(self, now):
         """Whether an operation in the table waits for other ranks than this one: one this
         rank has announced, or one of a process set it is not a member of."""
         for key, e in self._table.items():
@@ -528,6 +537,11 @@ class Engine(Execution):
         e = self._table.get(key)
         if e is None:
             e = self._table[key] = _Entry(key)
+            if key[0] != 0:
+                info = self._sets.get(key[0])
+                if info is None or info.index < 0:
+                    # Peers use a process set this rank is not in: keep to the cycle a while.
+                    self._outsider_until = time.monotonic() + self.OUTSIDER_S
         e.descs[src] = d
         e.rounds[src] = self._round
 

@@ -9,7 +9,7 @@ import torch
 
 from hora import _core as C
 from hora.torch._protocol import (
-    _DTYPE_BY_NAME, _HORA_OP, _REDUCE_CODE, ADD_SET, ALLGATHER, ALLREDUCE, ALLTOALL, AVERAGE,
+    _DTYPE_BY_NAME, _HORA_OP, _REDUCE_CODE, ADASUM, ADD_SET, ALLGATHER, ALLREDUCE, ALLTOALL, AVERAGE,
     BARRIER, BROADCAST, D_DTYPE, D_EXTRA, D_KIND, D_OP, D_POST, D_PRE, D_ROOT, D_SHAPE, D_SPLITS,
     ELEMENT_SIZE, JOIN, KIND_NAMES, MAX, MIN, PRODUCT, REDUCESCATTER, REMOVE_SET, SetInfo,
     subcomm, validate,
@@ -71,6 +71,30 @@ def op_identity(dtype, op):
     return 1 if op == PRODUCT else 0
 
 
+def adasum_pair(a, b):
+    """Horovod's adaptive sum of two float64 vectors: each scaled down by half its share of
+    the other's direction, (1 - a.b / 2|a|^2) a + (1 - a.b / 2|b|^2) b (a zero vector adds as
+    is): orthogonal vectors add, identical ones average."""
+    dot = torch.dot(a, b).item()
+    na, nb = torch.dot(a, a).item(), torch.dot(b, b).item()
+    ca = 1.0 - dot / na * 0.5 if na != 0 else 1.0
+    cb = 1.0 - dot / nb * 0.5 if nb != 0 else 1.0
+    return a * ca + b * cb
+
+
+def adasum_tree(vectors):
+    """The ranks' vectors combined pairwise, level by level, as Horovod's tree: (0,1), (2,3),
+    ... then those pairs' results, and so on (with a number of ranks that is not a power of two,
+    an odd one out goes up a level unchanged)."""
+    level = list(vectors)
+    while len(level) > 1:
+        nxt = [adasum_pair(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
+
+
 def scaled_copy(dst, src, factor):
     """dst = src * factor (dst and src of one dtype and shape)."""
     if factor == 1.0:
@@ -111,7 +135,7 @@ class Execution:
             if kind == ALLREDUCE:
                 dtype = _DTYPE_BY_NAME[d0[D_DTYPE]]
                 nbytes = _numel(d0[D_SHAPE]) * ELEMENT_SIZE[dtype]
-                if 0 < nbytes <= self.threshold:
+                if 0 < nbytes <= self.threshold and d0[D_OP] != ADASUM:
                     ck = (e.key[0], d0[D_DTYPE], d0[D_OP], d0[D_PRE], d0[D_POST])
                     b = open_batches.get(ck)
                     if b is not None and b[1] + nbytes <= self.threshold:
@@ -152,10 +176,42 @@ class Execution:
             self._fusion = torch.empty(max(nbytes, 4096), dtype=torch.uint8)
         return self._fusion
 
+    def _adasum(self, info, e):
+        """An Adasum allreduce (never fused: its coefficients are the whole tensor's): every
+        rank's (prescaled) tensor gathered, then combined by adasum_tree in float64 on every
+        rank alike, rounded once to the dtype and postscaled. A joined rank contributes zeros
+        (which the others' adaptive sum passes unchanged)."""
+        d0 = e.descs[min(e.descs)]
+        dtype = _DTYPE_BY_NAME[d0[D_DTYPE]]
+        n = _numel(d0[D_SHAPE])
+        r = self._local.get(e.key)
+        mine = torch.zeros(n, dtype=torch.float64)
+        if r is not None:
+            mine.copy_(r.tensor.reshape(-1))
+            mine.mul_(d0[D_PRE])
+        size = len(info.ranks)
+        every = torch.empty(size * n, dtype=torch.float64)
+        t0 = time.perf_counter()
+        if n:
+            info.comm.allgather(mine.data_ptr(), every.data_ptr(), n, C.FLOAT64)
+            self.stats["allreduce_calls"] += 1
+        out = adasum_tree(every.view(size, n).unbind(0)) if n else mine
+        out = out * d0[D_POST]
+        t1 = time.perf_counter()
+        if self.timeline is not None:
+            self.timeline.complete(e.key[1], "ALLREDUCE", t0, t1, {"fused": 1, "bytes": n * ELEMENT_SIZE[dtype],
+                                                                   "adasum": 1})
+        self.stats["allreduce_tensors"] += 1
+        if r is not None:
+            r.output.view(-1).copy_(out)
+            self._done(e.key, r, r.output)
+
     def _allreduce(self, info, entries):
         comm = info.comm
         tl = self.timeline
         d0 = entries[0].descs[min(entries[0].descs)]
+        if d0[D_OP] == ADASUM:
+            return self._adasum(info, entries[0])
         dtype = _DTYPE_BY_NAME[d0[D_DTYPE]]
         code = _REDUCE_CODE[dtype]
         op = d0[D_OP]

@@ -12,7 +12,7 @@ import weakref
 import torch
 
 from hora.torch.compression import Compression
-from hora.torch.mpi_ops import (Average, Sum, allgather_async, allreduce_async_,
+from hora.torch.mpi_ops import (Adasum, Average, Sum, allgather_async, allreduce_async_,
                                 global_process_set, grouped_allreduce_async_, size,
                                 synchronize)
 
@@ -377,6 +377,50 @@ class _DistributedOptimizerMixin:
         return super().zero_grad(*args, **kwargs)
 
 
+class _DistributedAdasumOptimizerMixin:
+    """op=Adasum, as Horovod's Adasum optimizer: step() makes this rank's own update from its
+    own gradients, then the ranks' updates (the parameters' changes) are combined by Adasum and
+    applied from where the parameters started. (Horovod starts each parameter's reduction from
+    its gradient hook; here they all start in step(), after the local update.)"""
+
+    def _hora_adasum_setup(self, named_parameters, process_set):
+        params = [p for g in self.param_groups for p in g["params"]]
+        names = dict((p, n) for n, p in (named_parameters or []))
+        self._adasum_names = {p: names.get(p, "DistributedOptimizer.adasum.%d" % i)
+                              for i, p in enumerate(params)}
+        self.process_set = process_set
+
+    def synchronize(self):
+        """Nothing to wait for: the updates are reduced in step()."""
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        yield
+
+    def step(self, closure=None):
+        params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
+        starts = [p.detach().clone() for p in params]
+        loss = super().step(closure)
+        if not _included(self.process_set):
+            return loss
+        handles = []
+        with torch.no_grad():
+            for p, start in zip(params, starts):
+                delta = p.detach() - start
+                handles.append((p, start, allreduce_async_(
+                    delta, op=Adasum, name="adasum.delta.%s" % self._adasum_names[p],
+                    process_set=self.process_set)))
+            first_error = None
+            for p, start, h in handles:  # every one waited for, even after a failure
+                try:
+                    p.copy_(start + synchronize(h))
+                except Exception as e:  # noqa: BLE001 (re-raised below)
+                    first_error = first_error or e
+            if first_error is not None:
+                raise first_error
+        return loss
+
+
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False,
@@ -389,7 +433,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     compression: Compression.none or Compression.fp16, applied to gradients on the wire.
     backward_passes_per_step: number of backward passes accumulated locally before the
         reduction (the gradients of the passes add up).
-    op: Average (default) or Sum.
+    op: Average (default), Sum, or Adasum: each rank updates the parameters from its own
+        gradients, and the ranks' updates are combined by Adasum (as Horovod's Adasum
+        optimizer; compression and gradient_predivide_factor do not apply).
     gradient_predivide_factor: with Average, gradients are scaled by 1/factor before the sum
         and by factor/size after it.
     groups (or the older num_groups): a number of groups to split the parameters into, or a
@@ -400,8 +446,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     """
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
-    if op not in (Average, Sum):
-        raise ValueError("DistributedOptimizer supports op=Average or op=Sum, got %r" % (op,))
+    if op not in (Average, Sum, Adasum):
+        raise ValueError("DistributedOptimizer supports op=Average, Sum or Adasum, got %r" % (op,))
     if num_groups != 0:
         warnings.warn("Parameter `num_groups` has been replaced by `groups`.", DeprecationWarning)
         if groups is None:
@@ -410,14 +456,19 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise TypeError("DistributedOptimizer wraps a torch.optim.Optimizer, got %s"
                         % type(optimizer).__name__)
     base = type(optimizer)
-    if isinstance(optimizer, _DistributedOptimizerMixin):
+    if isinstance(optimizer, (_DistributedOptimizerMixin, _DistributedAdasumOptimizerMixin)):
         raise ValueError("the optimizer is already a DistributedOptimizer")
-    cls = type(base.__name__, (_DistributedOptimizerMixin, base),
+    mixin = _DistributedAdasumOptimizerMixin if op == Adasum else _DistributedOptimizerMixin
+    cls = type(base.__name__, (mixin, base),
                {"__module__": base.__module__, "__qualname__": base.__qualname__})
     dist = cls.__new__(cls)
     # Share the wrapped optimizer's param_groups, state, defaults and hooks without calling
     # its __init__ (whose signature varies between optimizers).
     dist.__dict__.update(optimizer.__dict__)
+    if op == Adasum:
+        dist._hora_adasum_setup(list(named_parameters) if named_parameters is not None else None,
+                                process_set)
+        return dist
     dist._hora_setup(named_parameters, compression, backward_passes_per_step, op,
                      gradient_predivide_factor, groups, sparse_as_dense, process_set)
     return dist
