@@ -190,7 +190,11 @@ class Emulated final : public Backend {
   void eventRecord(void* e, void* s) override {
     EmuEvent* ev = static_cast<EmuEvent*>(e);
     const uint64_t gen = ++ev->recorded;
-    run(s, [ev, gen] { ev->reached.store(gen); });
+    run(s, [ev, gen] {  // the latest record wins, whichever stream reaches its record last
+      uint64_t at = ev->reached.load();
+      while (at < gen && !ev->reached.compare_exchange_weak(at, gen)) {
+      }
+    });
   }
   bool eventDone(void* e) override {
     EmuEvent* ev = static_cast<EmuEvent*>(e);

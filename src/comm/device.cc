@@ -99,6 +99,9 @@ struct CommState {
   // only while the pool is still growing.
   std::mutex eventsMu;
   std::vector<void*> events;
+  // Events of other devices' streams that the worker is done with: destroyed by the next
+  // caller (or the communicator's end), never by the worker.
+  std::vector<void*> foreignDone;
   std::unique_ptr<HostStream> worker;  // last: drained and stopped first
 
   void* takeEvent() {
@@ -115,6 +118,18 @@ struct CommState {
   void giveEvent(void* e) {
     std::lock_guard<std::mutex> lock(eventsMu);
     events.push_back(e);
+  }
+  void retireForeign(void* e) {
+    std::lock_guard<std::mutex> lock(eventsMu);
+    foreignDone.push_back(e);
+  }
+  void destroyRetired() {  // in a caller's thread
+    std::vector<void*> dead;
+    {
+      std::lock_guard<std::mutex> lock(eventsMu);
+      dead.swap(foreignDone);
+    }
+    for (void* e : dead) cuda::eventDestroy(e);
   }
 
   uint8_t* take(size_t bytes) {
@@ -161,6 +176,7 @@ struct CommState {
       cuda::deviceFree(region);
       for (Block& b : pool) cuda::hostFree(b.p);
       for (void* e : events) cuda::eventDestroy(e);
+      for (void* e : foreignDone) cuda::eventDestroy(e);
       cuda::streamDestroy(copyStream);
     } catch (const std::exception& e) {
       HORA_WARN(log::kColl, "freeing the communicator's device resources: %s", e.what());
@@ -186,7 +202,13 @@ CommState& stateOf(horaComm* c) {
   auto s = std::make_unique<CommState>();
   s->device = c->opts.cudaDev;
   OnDevice on(s->device);
-  cuda::loadKernels();  // here, in a caller's thread, before a stream can wait for the worker
+  try {
+    cuda::loadKernels();  // here, in a caller's thread, before a stream can wait for the worker
+  } catch (const Error& e) {
+    // (A GPU none of the built code runs on: copies and staging still work; a reduction
+    // fails at its launch, with CUDA's reason.)
+    HORA_WARN(log::kColl, "loading the CUDA kernels: %s", e.what());
+  }
   s->flag = static_cast<uint32_t*>(cuda::hostAlloc(64));
   __atomic_store_n(s->flag, 0u, __ATOMIC_RELEASE);
   s->copyStream = cuda::streamCreate();
@@ -539,16 +561,18 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
     std::vector<void*> events;
     std::vector<char> pooled;  // events[i] is from st's pool (a stream of its device), else its own
   };
-  // An event goes back to its communicator's pool, or (another device's) is destroyed.
+  // An event goes back to its communicator's pool, or (another device's) to be destroyed by a
+  // later caller.
   const auto release = [](CommState& st, const std::vector<void*>& events, const std::vector<char>& pooled) {
     for (size_t i = 0; i < events.size(); ++i) {
       if (pooled[i]) st.giveEvent(events[i]);
-      else cuda::eventDestroy(events[i]);
+      else st.retireForeign(events[i]);
     }
   };
   std::vector<Item> items;
   for (horaComm* c : comms) {
     Item it{c, &stateOf(c), {}, nullptr, {}, {}};
+    it.st->destroyRetired();
     for (const auto& call : calls)
       if (call.first == c) it.calls.push_back(call);
     std::vector<Where> ws;

@@ -234,6 +234,19 @@ want_b = start["bias"] + adasum_reference([torch.full((2,), -0.1 * 4)] * N)
 check(torch.allclose(opt_model.weight.detach().double(), want_w, atol=1e-6)
       and torch.allclose(opt_model.bias.detach().double(), want_b, atol=1e-6),
       "DistributedOptimizer(op=Adasum): each rank's local SGD update, combined by Adasum")
+# A parameter without a gradient on rank 0 (unused there): its update there is zero, and every
+# rank still makes the same reductions.
+pa, pb = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
+opt = hvd.DistributedOptimizer(torch.optim.SGD([pa, pb], lr=0.1),
+                               named_parameters=[("pa", pa), ("pb", pb)], op=hvd.Adasum)
+loss = pa.sum() * (R + 1) + (pb.sum() * (R + 1) if R != 0 else 0)
+loss.backward()
+opt.step()
+want_a = 1.0 + adasum_reference([torch.full((3,), -0.1 * (r + 1)) for r in range(N)])
+want_b = 1.0 + adasum_reference([torch.zeros(3)] + [torch.full((3,), -0.1 * (r + 1)) for r in range(1, N)])
+check(torch.allclose(pa.detach().double(), want_a, atol=1e-6)
+      and torch.allclose(pb.detach().double(), want_b, atol=1e-6),
+      "DistributedOptimizer(op=Adasum) with a parameter that has no gradient on rank 0")
 
 # ---- 6. a peer's shutdown, then init() everywhere
 if R == N - 1:

@@ -384,10 +384,7 @@ class _DistributedAdasumOptimizerMixin:
     its gradient hook; here they all start in step(), after the local update.)"""
 
     def _hora_adasum_setup(self, named_parameters, process_set):
-        params = [p for g in self.param_groups for p in g["params"]]
-        names = dict((p, n) for n, p in (named_parameters or []))
-        self._adasum_names = {p: names.get(p, "DistributedOptimizer.adasum.%d" % i)
-                              for i, p in enumerate(params)}
+        self._adasum_names = dict((p, n) for n, p in (named_parameters or []))
         self.process_set = process_set
 
     def synchronize(self):
@@ -398,17 +395,20 @@ class _DistributedAdasumOptimizerMixin:
         yield
 
     def step(self, closure=None):
-        params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
+        # Every trainable parameter, with a gradient here or not (its update is then zero):
+        # the ranks must make the same reductions, and a closure may make the gradients.
+        params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
         starts = [p.detach().clone() for p in params]
         loss = super().step(closure)
         if not _included(self.process_set):
             return loss
         handles = []
         with torch.no_grad():
-            for p, start in zip(params, starts):
+            for i, (p, start) in enumerate(zip(params, starts)):
                 delta = p.detach() - start
+                name = self._adasum_names.get(p, "DistributedOptimizer.adasum.%d" % i)
                 handles.append((p, start, allreduce_async_(
-                    delta, op=Adasum, name="adasum.delta.%s" % self._adasum_names[p],
+                    delta, op=Adasum, name="adasum.delta.%s" % name,
                     process_set=self.process_set)))
             first_error = None
             for p, start, h in handles:  # every one waited for, even after a failure
