@@ -33,7 +33,7 @@ const Variable kVariables[] = {
     {"HORA_DEBUG_SUBSYS", "ALL", "comma list of INIT, BOOTSTRAP, NET, COLL, ENV, ALL; ^X excludes X"},
     {"HORA_TIMEOUT_MS", "600000", "ms without progress before a wait fails with horaTimeout"},
     {"HORA_SOCKET_IFNAME", "(the route to the rendezvous)", "interfaces for TCP: prefixes, =exact, ^excluded"},
-    {"HORA_TRANSPORTS", "(every transport built in)", "transports to use, of those built in (shm, tcp); ^X excludes X"},
+    {"HORA_TRANSPORTS", "(every transport built in)", "transports to use, of those built in (shm, tcp, and ib where libibverbs was found); ^X excludes X"},
     {"HORA_ALGO", "auto", "algorithm: auto, an algorithm's name for every collective that has it, or collective:name,... (an unknown name lists them)"},
     {"HORA_HIER_STAGE", "1", "across hosts: hier's phases within a host through the shared stage (1) or shared-memory messages (0)"},
     {"HORA_CALL_CHECK", "1", "1: every rank of a call hears from every other before it returns, so a mismatch fails all of them; 0: a Broadcast's root, a Reduce's senders and count-0 calls skip that"},
