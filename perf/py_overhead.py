@@ -111,6 +111,14 @@ def built_or_path(relative, name):
     return built if os.path.exists(built) else shutil.which(name)
 
 
+def hora_run():
+    """hora-run: $HORA_RUN, else build/tools/hora-run, else PATH; None (and why, printed) if none."""
+    runner = os.environ.get("HORA_RUN") or built_or_path(os.path.join("tools", "hora-run"), "hora-run")
+    if not runner:
+        print("hora-run not found: set HORA_RUN to its path", file=sys.stderr)
+    return runner
+
+
 def c_floor(runner, env, nranks, iters, tool=None):
     """Mean us per 4-byte float sum allreduce from C: allreduce_perf's out-of-place time."""
     tool = tool or built_or_path(os.path.join("perf", "allreduce_perf"), "allreduce_perf")
@@ -145,9 +153,8 @@ def main():
     if "HORA_RANK" in os.environ:
         rank_main(args.iterations)
         return 0
-    runner = os.environ.get("HORA_RUN") or built_or_path(os.path.join("tools", "hora-run"), "hora-run")
+    runner = hora_run()
     if not runner:
-        print("hora-run not found: set HORA_RUN to its path", file=sys.stderr)
         return 2
     env = dict(os.environ)
     env.pop("HORA_RUN", None)

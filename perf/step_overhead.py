@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from py_overhead import ROOT, built_or_path, free_port  # (perf/, this script's folder)
+from py_overhead import ROOT, free_port, hora_run  # (perf/, this script's folder)
 
 
 def rank_main(args):
@@ -114,9 +114,8 @@ def main():
     if "HORA_RANK" in os.environ:
         rank_main(args)
         return 0
-    runner = os.environ.get("HORA_RUN") or built_or_path(os.path.join("tools", "hora-run"), "hora-run")
+    runner = hora_run()
     if not runner:
-        print("hora-run not found: set HORA_RUN to its path", file=sys.stderr)
         return 2
     env = dict(os.environ)
     env.pop("HORA_RUN", None)

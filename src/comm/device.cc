@@ -472,7 +472,10 @@ std::unique_ptr<Plan> plan(const Calls& calls, const std::vector<Where>& ws, boo
 }
 
 // Microseconds since t, for the trace of a stream call's phases (HORA_DEBUG=TRACE).
+// Only read when the trace is on: no clock reads on the call's path otherwise.
+bool tracing() { return log::enabled(log::Level::Trace, log::kColl); }
 long long usSince(Clock::time_point t) {
+  if (!tracing()) return 0;
   return static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t).count());
 }
 
@@ -493,7 +496,7 @@ void execute(Plan& p, void* stream) {
     return;
   }
   try {
-    const Clock::time_point t0 = Clock::now();
+    const Clock::time_point t0 = tracing() ? Clock::now() : Clock::time_point();
     for (const Plan::Copy& k : p.ins) cuda::copyAsync(k.dst, k.src, k.bytes, stream);
     if (!p.ins.empty()) cuda::streamSync(stream);
     const long long in = usSince(t0);
@@ -607,7 +610,8 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
     seqs.push_back(seq);
     horaComm* c = it.c;
     st.worker->enqueue(fn, it.calls, [c, &st, calls = it.calls, plan = it.plan, events = it.events,
-                                      pooled = it.pooled, distinct, seq, fn, release, queued = Clock::now()] {
+                                      pooled = it.pooled, distinct, seq, fn, release,
+                                      queued = tracing() ? Clock::now() : Clock::time_point()] {
       struct Done {  // whatever happens, the streams go on (first), and the events go back
         CommState& st;
         const std::vector<void*>& events;
