@@ -240,6 +240,16 @@ horaResult_t horaAllToAll(const void* sendbuff, void* recvbuff, size_t count,
 /* Returns (or, on a host stream, completes) once every rank of comm has called it. */
 horaResult_t horaBarrier(horaComm_t comm, horaStream_t stream);
 
+/* On the root, recvbuff holds nranks * count elements and rank i's sendbuff lands at offset
+ * i * count; recvbuff is not used elsewhere. In place on the root: sendbuff == recvbuff + root * count. */
+horaResult_t horaGather(const void* sendbuff, void* recvbuff, size_t count, horaDataType_t datatype, int root,
+                        horaComm_t comm, horaStream_t stream);
+
+/* On the root, sendbuff holds nranks * count elements, of which block i goes to rank i's recvbuff;
+ * sendbuff is not used elsewhere. In place on the root: recvbuff == sendbuff + root * count. */
+horaResult_t horaScatter(const void* sendbuff, void* recvbuff, size_t count, horaDataType_t datatype, int root,
+                         horaComm_t comm, horaStream_t stream);
+
 /* Point to point. Outside a group a send returns when its data has left the caller's
  * buffer, which may need the matching receive to be posted. */
 horaResult_t horaSend(const void* sendbuff, size_t count, horaDataType_t datatype, int peer,

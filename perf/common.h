@@ -200,6 +200,7 @@ int perfMain(int argc, char** argv, const Collective& coll);
 //   "schema": "hora-perf/1",
 //   "tool": "allreduce_perf",      the program ("mpi_bench", "gloo_bench" for the peers)
 //   "collective": "allreduce",     allreduce broadcast reduce allgather reducescatter sendrecv
+//                                  gather scatter
 //   "library": "hora",             or the peer: "ompi-vader", "ompi-tcp", "gloo-ring", ...
 //   "version": "0.1.0",            the library's version, null where unknown
 //   "nranks": 4,
@@ -213,7 +214,8 @@ int perfMain(int argc, char** argv, const Collective& coll);
 //   "rows": [{
 //     "size": 4096,                bytes, as nccl-tests prints it: the larger of one rank's
 //                                  send and receive buffers (allgather: the received total,
-//                                  reducescatter: the sent total)
+//                                  reducescatter: the sent total; gather and scatter: the
+//                                  root's whole vector)
 //     "count": 1024,               the count passed to the call
 //     "dtype": "float", "op": "sum", "root": -1,          this row's
 //     "time_us": 12.5,             out of place: microseconds per call (see -a)

@@ -22,6 +22,8 @@ BUS_FACTORS = {
     "allreduce": lambda n: 2.0 * (n - 1) / n,
     "allgather": lambda n: (n - 1) / n,
     "reducescatter": lambda n: (n - 1) / n,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
 }
 
 

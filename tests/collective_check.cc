@@ -17,6 +17,8 @@ const char* collName(Coll c) {
     case Coll::ReduceScatter: return "ReduceScatter";
     case Coll::AllToAll: return "AllToAll";
     case Coll::Barrier: return "Barrier";
+    case Coll::Gather: return "Gather";
+    case Coll::Scatter: return "Scatter";
   }
   return "?";
 }
@@ -73,6 +75,7 @@ std::string onDevice(Guarded& send, Guarded& recv, uint8_t* sbuf, void* rbuf, co
   try {
     DeviceImage ds(send.mem.size()), dr(recv.mem.size());
     const auto translate = [&](const void* p) -> uint8_t* {
+      if (!p) return nullptr;  // a buffer a rank does not use (Gather's, Scatter's big one)
       const uint8_t* q = static_cast<const uint8_t*>(p);
       if (q >= send.mem.data() && q <= send.mem.data() + send.mem.size()) return ds.p + (q - send.mem.data());
       return dr.p + (q - recv.mem.data());
@@ -126,27 +129,40 @@ std::string runCase(horaComm_t comm, int rank, int n, const Case& c, const Memor
       return std::string("horaRedOpCreatePreMulSum: ") + horaGetLastError(comm);
   }
   const size_t un = static_cast<size_t>(n), ur = static_cast<size_t>(rank);
+  const bool isRoot = rank == c.root;
+  // Gather's and Scatter's big buffer (nranks blocks) is the root's; elsewhere it is NULL, but
+  // for a call in place, whose own block lies in it (as nccl-tests makes it on every rank).
+  const bool big = isRoot || c.inPlace;
   size_t sendElems = N, recvElems = N;
   if (c.coll == Coll::AllGather) recvElems = N * un;
   if (c.coll == Coll::ReduceScatter) sendElems = N * un;
   if (c.coll == Coll::AllToAll) sendElems = recvElems = N * un;
   if (c.coll == Coll::Barrier) sendElems = recvElems = 0;
+  if (c.coll == Coll::Gather) recvElems = big ? N * un : 0;
+  if (c.coll == Coll::Scatter) sendElems = big ? N * un : 0;
   Guarded recv(recvElems * E), send(sendElems * E);
   // Inputs.
   uint8_t* sbuf = send.data();
   void* rbuf = recv.data();
   if (c.inPlace) {
-    if (c.coll == Coll::AllGather) sbuf = recv.data() + ur * N * E;
-    else if (c.coll == Coll::ReduceScatter) rbuf = send.data() + ur * N * E;
+    if (c.coll == Coll::AllGather || c.coll == Coll::Gather) sbuf = recv.data() + ur * N * E;
+    else if (c.coll == Coll::ReduceScatter || c.coll == Coll::Scatter) rbuf = send.data() + ur * N * E;
     else sbuf = recv.data();
+  } else if (!isRoot && c.coll == Coll::Gather) {
+    rbuf = nullptr;
+  } else if (!isRoot && c.coll == Coll::Scatter) {
+    sbuf = nullptr;
   }
   memset(recv.data(), 0xcd, recv.bytes);  // poison: a result must be written, not left over
-  if (c.coll != Coll::Broadcast || rank == c.root)
+  // Broadcast and Scatter read the root's input only: the others' stay as they are.
+  const bool fromRoot = c.coll == Coll::Broadcast || c.coll == Coll::Scatter;
+  if (!fromRoot || isRoot)
     for (size_t i = 0; i < sendElems; ++i) {
-      double v = c.coll == Coll::Broadcast ? inputValue(t, horaSum, c.root, i) : inputValue(t, baseOp, rank, i);
+      double v = fromRoot ? inputValue(t, horaSum, c.root, i) : inputValue(t, baseOp, rank, i);
       store(t, sbuf, i, v);
     }
-  std::vector<uint8_t> sendCopy(sbuf, sbuf + sendElems * E);
+  std::vector<uint8_t> sendCopy(sbuf, sbuf + (sbuf ? sendElems * E : 0));
+  const std::vector<uint8_t> recvCopy(recv.data(), recv.data() + recv.bytes);
   horaResult_t res = horaSuccess;
   const auto call = [&](const void* s, void* r, void* stream) {
     horaStream_t st = static_cast<horaStream_t>(stream);
@@ -158,6 +174,8 @@ std::string runCase(horaComm_t comm, int rank, int n, const Case& c, const Memor
       case Coll::ReduceScatter: return horaReduceScatter(s, r, N, t, op, comm, st);
       case Coll::AllToAll: return horaAllToAll(s, r, N, t, comm, st);
       case Coll::Barrier: return horaBarrier(comm, st);
+      case Coll::Gather: return horaGather(s, r, N, t, c.root, comm, st);
+      case Coll::Scatter: return horaScatter(s, r, N, t, c.root, comm, st);
     }
     return horaInternalError;
   };
@@ -196,6 +214,23 @@ std::string runCase(horaComm_t comm, int rank, int n, const Case& c, const Memor
         for (size_t i = 0; i < N; ++i) store(t, want.data(), q * N + i, inputValue(t, baseOp, static_cast<int>(q), ur * N + i));
       break;
     case Coll::Barrier: return "";
+    case Coll::Gather:
+      if (!isRoot) {  // nothing written: in place, the block it sent and the poison around it
+        if (memcmp(recv.data(), recvCopy.data(), recv.bytes) != 0) return describe(c) + ": wrote a non-root's buffer";
+        return "";
+      }
+      for (size_t q = 0; q < un; ++q)
+        for (size_t i = 0; i < N; ++i) store(t, want.data(), q * N + i, inputValue(t, baseOp, static_cast<int>(q), i));
+      break;
+    case Coll::Scatter:
+      // Block r of the root's input; in place, the rest of the vector as it was.
+      for (size_t i = 0; i < N; ++i) store(t, want.data(), i, inputValue(t, horaSum, c.root, ur * N + i));
+      if (c.inPlace) {
+        const size_t before = ur * N * E, after = (ur + 1) * N * E, all = un * N * E;
+        if (memcmp(sbuf, sendCopy.data(), before) != 0 || memcmp(sbuf + after, sendCopy.data() + after, all - after) != 0)
+          return describe(c) + ": wrote sendbuff outside this rank's block";
+      }
+      break;
   }
   return compare(t, rbuf, want.data(), recvElems, describe(c));
 }
@@ -216,7 +251,7 @@ std::vector<Case> sweep(int n, bool withBig) {
   for (Coll c : allColls()) {
     if (c == Coll::Barrier) continue;
     const bool reduces = c == Coll::AllReduce || c == Coll::Reduce || c == Coll::ReduceScatter;
-    const bool rooted = c == Coll::Broadcast || c == Coll::Reduce;
+    const bool rooted = rootedColl(c);
     for (horaDataType_t t : types)
       for (horaRedOp_t op : ops) {
         if (!reduces && op != horaSum) continue;
@@ -225,8 +260,10 @@ std::vector<Case> sweep(int n, bool withBig) {
       }
     if (withBig) {
       // Multi-MiB: several pipeline chunks per segment.
-      // AllToAll's buffers hold n blocks: keep them as large as the others'.
-      const size_t big = ((3u << 20) + 5) / (c == Coll::AllToAll ? static_cast<size_t>(n) : 1);
+      // AllToAll's buffers hold n blocks, and so do Gather's and Scatter's at the root: keep
+      // them as large as the others'.
+      const bool blocks = c == Coll::AllToAll || c == Coll::Gather || c == Coll::Scatter;
+      const size_t big = ((3u << 20) + 5) / (blocks ? static_cast<size_t>(n) : 1);
       out.push_back(Case{c, horaFloat32, horaSum, big, false, rooted ? n - 1 : 0});
       out.push_back(Case{c, horaFloat32, reduces ? horaAvg : horaSum, big, true, 0});
       out.push_back(Case{c, horaInt8, reduces ? horaMax : horaSum, big * 2, false, 0});

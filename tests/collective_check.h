@@ -9,12 +9,16 @@
 
 namespace hora::test {
 
-enum class Coll { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Barrier };
+enum class Coll { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Barrier, Gather, Scatter };
 const char* collName(Coll c);
 inline const std::vector<Coll>& allColls() {
-  static const std::vector<Coll> v{Coll::AllReduce, Coll::Broadcast, Coll::Reduce, Coll::AllGather,
-                                   Coll::ReduceScatter, Coll::AllToAll, Coll::Barrier};
+  static const std::vector<Coll> v{Coll::AllReduce, Coll::Broadcast, Coll::Reduce,  Coll::AllGather, Coll::ReduceScatter,
+                                   Coll::AllToAll,  Coll::Barrier,   Coll::Gather, Coll::Scatter};
   return v;
+}
+// The collectives with a root (Case::root).
+inline bool rootedColl(Coll c) {
+  return c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Gather || c == Coll::Scatter;
 }
 
 // Every data type, in the ABI's order.

@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "coll/collective.h"
+#include "coll/planner.h"
 #include "kernels/cpu/reduce.h"
 #include "unit_coll.h"
 
@@ -34,7 +35,13 @@ std::vector<size_t> countsFor(int n, size_t many) {
 const int kRankCounts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16};
 const RedOp kAllOps[] = {RedOp::Sum, RedOp::Prod, RedOp::Max, RedOp::Min, RedOp::Avg, RedOp::PreMulSum};
 
-// The int32 sweep of one kind (every root of Broadcast and Reduce): every op, every rank count of kRankCounts, counts 0, 1, 2, n-1,
+// The collectives that move data without reducing it: one op is enough.
+bool moves(Kind k) {
+  return k == Kind::Broadcast || k == Kind::AllGather || k == Kind::Gather || k == Kind::Scatter;
+}
+bool rooted(Kind k) { return k == Kind::Broadcast || k == Kind::Reduce || k == Kind::Gather || k == Kind::Scatter; }
+
+// The int32 sweep of one kind (every root of the rooted ones): every op, every rank count of kRankCounts, counts 0, 1, 2, n-1,
 // n, n+1, 1000 and one of many chunks (4099 elements in 64-byte chunks), in and out of place.
 void int32Sweep(Kind kind, uint32_t seed, const coll::Plan& thePlan = kSmall) {
   for (int n : kRankCounts)
@@ -50,9 +57,8 @@ void int32Sweep(Kind kind, uint32_t seed, const coll::Plan& thePlan = kSmall) {
           c.plan = thePlan;
           c.seed = seed++;
           c.eager = eagerFor(c.seed);
-          // Broadcast and AllGather do not reduce: one op is enough.
-          if ((kind == Kind::Broadcast || kind == Kind::AllGather) && op != RedOp::Sum) continue;
-          if (kind != Kind::Reduce && kind != Kind::Broadcast) {
+          if (moves(kind) && op != RedOp::Sum) continue;
+          if (!rooted(kind)) {
             check<int32_t>(c);
             continue;
           }
@@ -79,7 +85,7 @@ void plansAndFloats(Kind kind, coll::Algo algo, uint32_t seed) {
       for (size_t count : {size_t(1), static_cast<size_t>(n - 1), static_cast<size_t>(2 * n + 1), size_t(257)})
         for (bool inPlace : {false, true})
           for (RedOp op : {RedOp::Sum, RedOp::Avg, RedOp::PreMulSum}) {
-            if ((kind == Kind::Broadcast || kind == Kind::AllGather) && op != RedOp::Sum) continue;
+            if (moves(kind) && op != RedOp::Sum) continue;
             Case c;
             c.kind = kind;
             c.n = n;
@@ -95,7 +101,7 @@ void plansAndFloats(Kind kind, coll::Algo algo, uint32_t seed) {
           }
   for (int n : {3, 4, 7, 16})
     for (RedOp op : kAllOps) {
-      if ((kind == Kind::Broadcast || kind == Kind::AllGather) && op != RedOp::Sum) continue;
+      if (moves(kind) && op != RedOp::Sum) continue;
       Case c;
       c.kind = kind;
       c.n = n;
@@ -144,6 +150,45 @@ TEST_CASE("collectives: recursive-doubling and Bruck AllGather int32 sweep", "[c
   int32Sweep(Kind::AllGather, 860000, forced(coll::Algo::RecursiveDoubling));
   int32Sweep(Kind::AllGather, 870000, forced(coll::Algo::Bruck));
 }
+TEST_CASE("collectives: direct and binomial Gather and Scatter int32 sweep (every root)", "[coll]") {
+  int32Sweep(Kind::Gather, 880000, forced(coll::Algo::Direct));
+  int32Sweep(Kind::Scatter, 885000, forced(coll::Algo::Direct));
+  int32Sweep(Kind::Gather, 890000, forced(coll::Algo::Binomial));
+  int32Sweep(Kind::Scatter, 895000, forced(coll::Algo::Binomial));
+}
+// The planner's choice for Gather and Scatter, one rank a host over TCP: the binomial tree's
+// log2 n waits for small blocks, the linear algorithm's fewer bytes for large ones; and the names
+// HORA_ALGO takes for them.
+TEST_CASE("Gather and Scatter: the planner chooses by size, and HORA_ALGO names them", "[coll]") {
+  for (int n : {4, 8, 16})
+    for (Kind k : {Kind::Gather, Kind::Scatter}) {
+      coll::Topo t;
+      t.nranks = n;
+      t.hosts = n;
+      t.coresPerHost = 2;
+      t.slowest = coll::Costs().link("tcp");
+      coll::Args a;
+      a.kind = k;
+      a.dtype = DataType::Uint8;
+      INFO(n << " ranks, " << coll::kindName(k));
+      a.count = 8;
+      CHECK(coll::plan(a, t, coll::PlannerSettings(), true).algo == coll::Algo::Binomial);
+      a.count = 4 << 20;
+      CHECK(coll::plan(a, t, coll::PlannerSettings(), true).algo == coll::Algo::Direct);
+    }
+  const auto f = coll::parseForced("gather:binomial,scatter:direct");
+  CHECK(f[static_cast<size_t>(Kind::Gather)] == static_cast<int>(coll::Algo::Binomial));
+  CHECK(f[static_cast<size_t>(Kind::Scatter)] == static_cast<int>(coll::Algo::Direct));
+  CHECK(coll::parseForced("binomial")[static_cast<size_t>(Kind::Scatter)] == static_cast<int>(coll::Algo::Binomial));
+  CHECK_THROWS_WITH(coll::parseForced("scatter:ring"), Catch::Contains("does not implement"));
+  coll::Args g;
+  g.kind = Kind::Gather;
+  g.count = 5;
+  g.dtype = DataType::Int32;
+  g.root = 3;
+  CHECK(coll::describeTag(coll::makeTag(g)) == "Gather(count 5, int32, root 3)");
+}
+
 TEST_CASE("collectives: trees, Rabenseifner, recursive doubling and Bruck over plans and floats", "[coll]") {
   SECTION("tree AllReduce") { plansAndFloats(Kind::AllReduce, coll::Algo::Tree, 900000); }
   SECTION("tree Broadcast") { plansAndFloats(Kind::Broadcast, coll::Algo::Tree, 910000); }
@@ -153,6 +198,10 @@ TEST_CASE("collectives: trees, Rabenseifner, recursive doubling and Bruck over p
   SECTION("rabenseifner AllReduce") { plansAndFloats(Kind::AllReduce, coll::Algo::Rabenseifner, 950000); }
   SECTION("rd AllGather") { plansAndFloats(Kind::AllGather, coll::Algo::RecursiveDoubling, 960000); }
   SECTION("bruck AllGather") { plansAndFloats(Kind::AllGather, coll::Algo::Bruck, 970000); }
+  SECTION("direct Gather") { plansAndFloats(Kind::Gather, coll::Algo::Direct, 980000); }
+  SECTION("direct Scatter") { plansAndFloats(Kind::Scatter, coll::Algo::Direct, 981000); }
+  SECTION("binomial Gather") { plansAndFloats(Kind::Gather, coll::Algo::Binomial, 982000); }
+  SECTION("binomial Scatter") { plansAndFloats(Kind::Scatter, coll::Algo::Binomial, 983000); }
 }
 TEST_CASE("collectives: Reduce int32 sweep (every root)", "[coll]") { int32Sweep(Kind::Reduce, 100000); }
 TEST_CASE("collectives: ReduceScatter int32 sweep", "[coll]") {
@@ -219,6 +268,18 @@ TEST_CASE("collectives: every plan (chunk sizes and slot counts)", "[coll]") {
             c.root = root;
             check<int32_t>(c);
           }
+          // Gather and Scatter, linear (what the plan's ring falls back to) and binomial.
+          for (Kind k : {Kind::Gather, Kind::Scatter})
+            for (coll::Algo algo : {coll::Algo::Direct, coll::Algo::Binomial}) {
+              c.kind = k;
+              c.plan.algo = algo;
+              for (int root : {0, 1 % n, n - 1}) {
+                c.root = root;
+                c.eager = eagerFor(c.seed + static_cast<uint32_t>(root));
+                check<int32_t>(c);
+              }
+            }
+          c.plan.algo = p.algo;
         }
 }
 
@@ -234,11 +295,17 @@ TEST_CASE("collectives: large buffers with the default plan (several 512 KiB chu
       c.plan = kDefault;
       c.seed = seed++;
       c.deferP = 0.3;
-      for (Kind k : {Kind::AllReduce, Kind::ReduceScatter, Kind::AllGather, Kind::Broadcast, Kind::Reduce}) {
+      for (Kind k : {Kind::AllReduce, Kind::ReduceScatter, Kind::AllGather, Kind::Broadcast, Kind::Reduce, Kind::Gather,
+                     Kind::Scatter}) {
         c.kind = k;
         c.eager = eagerFor(c.seed);
         c.root = n - 1;
+        c.plan.algo = kDefault.algo;
         check<int32_t>(c);
+        if (k == Kind::Gather || k == Kind::Scatter) {  // (the default's is the direct one)
+          c.plan.algo = coll::Algo::Binomial;
+          check<int32_t>(c);
+        }
       }
     }
 }
@@ -279,7 +346,8 @@ TEST_CASE("collectives: other element sizes and signedness", "[coll]") {
           c.plan = kSmall;
           c.seed = seed++;
           c.root = n - 1;
-          for (Kind k : {Kind::AllReduce, Kind::ReduceScatter, Kind::Reduce, Kind::AllGather}) {
+          for (Kind k : {Kind::AllReduce, Kind::ReduceScatter, Kind::Reduce, Kind::AllGather, Kind::Gather, Kind::Scatter}) {
+            if ((k == Kind::Gather || k == Kind::Scatter) && op != RedOp::Sum) continue;
             c.kind = k;
             c.eager = eagerFor(c.seed);
             check<int8_t>(c);

@@ -2,6 +2,7 @@
 // readable horaGetLastError text, never crashes, and leaves the communicator usable.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <cstring>
 #include <set>
 #include <string>
@@ -74,6 +75,32 @@ std::string badCalls(horaComm_t comm, int rank, int n) {
   c.expect(horaAllToAll(buf, out, 4, static_cast<horaDataType_t>(42), comm, nullptr), IA, comm, "bad alltoall dtype");
   c.expect(horaAllToAll(buf, out, SIZE_MAX / 4, horaFloat, comm, nullptr), IA, comm, "overflowing alltoall count");
   c.expect(horaBarrier(nullptr, nullptr), IA, nullptr, "barrier on a null comm");
+  // Gather and Scatter: the root's big buffer (n blocks) is required there, and only there.
+  for (int root : {-1, n, n + 100}) {
+    c.expect(horaGather(buf, out, 4, horaFloat, root, comm, nullptr), IA, comm, "bad root (gather)");
+    c.expect(horaScatter(out, buf, 4, horaFloat, root, comm, nullptr), IA, comm, "bad root (scatter)");
+  }
+  c.expect(horaGather(buf, out, 4, horaFloat, 0, nullptr, nullptr), IA, nullptr, "gather on a null comm");
+  c.expect(horaScatter(out, buf, 4, horaFloat, 0, nullptr, nullptr), IA, nullptr, "scatter on a null comm");
+  c.expect(horaGather(buf, out, 4, static_cast<horaDataType_t>(42), 0, comm, nullptr), IA, comm, "bad gather dtype");
+  c.expect(horaScatter(out, buf, 4, static_cast<horaDataType_t>(-1), 0, comm, nullptr), IA, comm, "bad scatter dtype");
+  c.expect(horaGather(nullptr, out, 4, horaFloat, 0, comm, nullptr), IA, comm, "null gather sendbuff");
+  c.expect(horaScatter(out, nullptr, 4, horaFloat, 0, comm, nullptr), IA, comm, "null scatter recvbuff");
+  c.expect(horaGather(buf, out, SIZE_MAX / 4, horaFloat, 0, comm, nullptr), IA, comm, "overflowing gather count");
+  c.expect(horaScatter(out, buf, SIZE_MAX / 4, horaFloat, 0, comm, nullptr), IA, comm, "overflowing scatter count");
+  // A count whose block fits but whose n blocks do not (every rank: they must all refuse it).
+  if (n > 1) {
+    const size_t huge = static_cast<size_t>(PTRDIFF_MAX) / 4 / static_cast<size_t>(n) + 1;
+    c.expect(horaGather(buf, out, huge, horaFloat, 0, comm, nullptr), IA, comm, "overflowing gather total");
+    c.expect(horaScatter(out, buf, huge, horaFloat, 0, comm, nullptr), IA, comm, "overflowing scatter total");
+  }
+  if (rank == 0) {  // the root
+    c.expect(horaGather(buf, nullptr, 4, horaFloat, 0, comm, nullptr), IA, comm, "null gather recvbuff on the root");
+    c.expect(horaScatter(nullptr, buf, 4, horaFloat, 0, comm, nullptr), IA, comm, "null scatter sendbuff on the root");
+    // Overlapping, but not in place (the root's block is at 0 here).
+    c.expect(horaGather(out + 1, out, 4, horaFloat, 0, comm, nullptr), IA, comm, "overlapping gather");
+    c.expect(horaScatter(out, out + 1, 4, horaFloat, 0, comm, nullptr), IA, comm, "overlapping scatter");
+  }
   horaComm_t sub = nullptr;
   c.expect(horaCommSplit(comm, -2, 0, &sub, nullptr), IA, comm, "split with color -2");
   c.expect(horaCommSplit(comm, 0, 0, nullptr, nullptr), IA, comm, "split with a null newcomm");
@@ -119,6 +146,9 @@ std::string badCalls(horaComm_t comm, int rank, int n) {
   // Count 0 with null buffers is legal and does nothing.
   if (horaAllReduce(nullptr, nullptr, 0, horaFloat, horaSum, comm, nullptr) != horaSuccess)
     c.failures += "count 0 with null buffers failed\n";
+  if (horaGather(nullptr, nullptr, 0, horaFloat, n - 1, comm, nullptr) != horaSuccess ||
+      horaScatter(nullptr, nullptr, 0, horaFloat, n - 1, comm, nullptr) != horaSuccess)
+    c.failures += "gather or scatter of count 0 with null buffers failed\n";
   return c.failures;
 }
 
@@ -195,6 +225,8 @@ TEST_CASE("wild and destroyed communicator handles are errors, not crashes", "[a
     CHECK(horaReduceScatter(buf, out, 1, horaFloat, horaSum, w, nullptr) == IA);
     CHECK(horaAllToAll(buf, out, 1, horaFloat, w, nullptr) == IA);
     CHECK(horaBarrier(w, nullptr) == IA);
+    CHECK(horaGather(buf, out, 1, horaFloat, 0, w, nullptr) == IA);
+    CHECK(horaScatter(buf, out, 1, horaFloat, 0, w, nullptr) == IA);
     CHECK(horaSend(buf, 1, horaFloat, 0, w, nullptr) == IA);
     CHECK(horaRecv(buf, 1, horaFloat, 0, w, nullptr) == IA);
     horaComm_t sub = nullptr;

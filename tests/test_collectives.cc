@@ -30,7 +30,7 @@ TEST_CASE("every root of the rooted collectives", "[threads]") {
   const int n = 5;
   auto failures = runThreads(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
     for (int root = 0; root < nranks; ++root)
-      for (Coll c : {Coll::Broadcast, Coll::Reduce})
+      for (Coll c : {Coll::Broadcast, Coll::Reduce, Coll::Gather, Coll::Scatter})
         for (bool inPlace : {false, true}) {
           std::string e = runCase(comm, rank, nranks, Case{c, horaInt32, horaSum, 777, inPlace, root});
           if (!e.empty()) return e;
@@ -115,13 +115,24 @@ TEST_CASE("several collectives in one group", "[threads][group]") {
     const size_t count = 100000;
     std::vector<float> a(count, static_cast<float>(rank)), b(count * nranks), c(count, 1.0f);
     std::vector<double> d(10, rank == 2 ? 42.0 : 0.0);
+    // A Gather to rank 1 and a Scatter from rank 3 (the others pass NULL for the root's buffer).
+    const size_t k = 7, uk = k * static_cast<size_t>(nranks);
+    std::vector<int32_t> mine(k), gathered(rank == 1 ? uk : 0, -1), scattered(rank == 3 ? uk : 0), got(k, -1);
+    for (size_t i = 0; i < k; ++i) mine[i] = rank * 10 + static_cast<int32_t>(i);
+    for (size_t i = 0; i < scattered.size(); ++i) scattered[i] = static_cast<int32_t>(i / k * 100 + i % k);
     horaGroupStart();
     horaAllReduce(a.data(), a.data(), count, horaFloat, horaMax, comm, nullptr);
     horaAllGather(c.data(), b.data(), count, horaFloat, comm, nullptr);
     horaGroupStart();  // groups nest
     horaBroadcast(d.data(), d.data(), 10, horaDouble, 2, comm, nullptr);
+    horaGather(mine.data(), rank == 1 ? gathered.data() : nullptr, k, horaInt32, 1, comm, nullptr);
+    horaScatter(rank == 3 ? scattered.data() : nullptr, got.data(), k, horaInt32, 3, comm, nullptr);
     horaGroupEnd();
     if (horaGroupEnd() != horaSuccess) return horaGetLastError(comm);
+    for (size_t i = 0; i < gathered.size(); ++i)
+      if (gathered[i] != static_cast<int32_t>(i / k * 10 + i % k)) return "gather in group: wrong";
+    for (size_t i = 0; i < k; ++i)
+      if (got[i] != rank * 100 + static_cast<int32_t>(i)) return "scatter in group: wrong";
     for (size_t i = 0; i < count; ++i)
       if (a[i] != static_cast<float>(nranks - 1)) return "allreduce in group: wrong";
     for (float x : b)

@@ -43,7 +43,7 @@ std::vector<Case> deviceSweep(int n) {
   for (Coll c : allColls()) {
     if (c == Coll::Barrier) continue;
     const bool reduces = c == Coll::AllReduce || c == Coll::Reduce || c == Coll::ReduceScatter;
-    const bool rooted = c == Coll::Broadcast || c == Coll::Reduce;
+    const bool rooted = rootedColl(c);
     for (horaDataType_t t : types)
       for (horaRedOp_t op : {horaSum, horaMax, horaAvg, horaNumOps}) {
         if (!reduces && op != horaSum) continue;

@@ -5,7 +5,12 @@
 //   stop       the culprit SIGSTOPs itself instead (the others must time out)
 //   exit       the culprit calls _exit(3) without destroying its communicator
 //   wrongcoll  the culprit calls another collective (AllGather; AllReduce in the AllGather cell)
-//   wrongroot  the culprit passes root 1 (2 if it is rank 1), the others root 0 (Broadcast and Reduce only)
+//   wrongroot  the culprit passes root 1 (2 if it is rank 1), the others root 0 (the rooted
+//              collectives only: Broadcast, Reduce, Gather, Scatter)
+// The rooted collectives use root 0; Gather's and Scatter's big buffer (nranks blocks) is the
+// root's only, the other ranks pass NULL for it. A rank of a rooted collective that does not hear
+// from the culprit in the data's messages (a Scatter's non-roots, say) learns of the fault only
+// through the call's agreement round, and must fail all the same.
 // Every survivor (for wrongcoll/wrongroot every rank, the culprit included) must return the
 // cause's code (kill/exit: horaRemoteError, stop: horaTimeout, wrong*: horaInvalidUsage) with a
 // text that names the culprit ("rank 2 (host, pid P)") or says "mismatched", within a deadline
@@ -52,7 +57,7 @@ constexpr double kDetectDeadlineMs = 30000;                       // kill/exit/w
 constexpr double kStopDeadlineMs = 4.0 * kStopTimeoutMs + 5000;  // stop
 
 enum class Fault { Kill, Stop, Exit, WrongColl, WrongRoot };
-enum class Coll { AllReduce, AllGather, Broadcast, ReduceScatter, Reduce };
+enum class Coll { AllReduce, AllGather, Broadcast, ReduceScatter, Reduce, Gather, Scatter };
 
 const char* faultName(Fault f) {
   switch (f) {
@@ -72,6 +77,8 @@ const char* collName(Coll c) {
     case Coll::Broadcast: return "Broadcast";
     case Coll::ReduceScatter: return "ReduceScatter";
     case Coll::Reduce: return "Reduce";
+    case Coll::Gather: return "Gather";
+    case Coll::Scatter: return "Scatter";
   }
   return "?";
 }
@@ -91,7 +98,7 @@ const char* codeName(int r) {
   }
 }
 
-bool hasRoot(Coll c) { return c == Coll::Broadcast || c == Coll::Reduce; }
+bool hasRoot(Coll c) { return c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Gather || c == Coll::Scatter; }
 
 // What each rank writes for the parent (one anonymous MAP_SHARED page set per cell).
 struct RankRecord {
@@ -123,8 +130,18 @@ void appendText(char* dst, size_t cap, const std::string& s) {
   dst[have + n] = 0;
 }
 
-size_t sendCount(Coll c, size_t n) { return c == Coll::ReduceScatter ? n * kRanks : n; }
-size_t recvCount(Coll c, size_t n) { return c == Coll::AllGather ? n * kRanks : n; }
+// Elements of each buffer of `rank` when the call's root is `root`: Gather's recvbuff and
+// Scatter's sendbuff are the root's alone (empty, so NULL, elsewhere).
+size_t sendCount(Coll c, size_t n, int rank, int root) {
+  if (c == Coll::ReduceScatter) return n * kRanks;
+  if (c == Coll::Scatter) return rank == root ? n * kRanks : 0;
+  return n;
+}
+size_t recvCount(Coll c, size_t n, int rank, int root) {
+  if (c == Coll::AllGather) return n * kRanks;
+  if (c == Coll::Gather) return rank == root ? n * kRanks : 0;
+  return n;
+}
 
 // Input element i of rank r in call k: small integers, so every sum of 4 is exact in float.
 float value(int k, int r, size_t i) {
@@ -133,9 +150,9 @@ float value(int k, int r, size_t i) {
 
 constexpr float kSentinel = 1.0e9f;
 
-void fill(Coll c, int k, int rank, size_t n, std::vector<float>& send, std::vector<float>& recv) {
-  send.assign(sendCount(c, n), 0.0f);
-  recv.assign(recvCount(c, n), kSentinel);
+void fill(Coll c, int k, int rank, int root, size_t n, std::vector<float>& send, std::vector<float>& recv) {
+  send.assign(sendCount(c, n, rank, root), 0.0f);
+  recv.assign(recvCount(c, n, rank, root), kSentinel);
   for (size_t i = 0; i < send.size(); ++i) send[i] = value(k, rank, i);
 }
 
@@ -145,9 +162,10 @@ float sumOver(int k, size_t i) {
   return s;
 }
 
-// "" when recv holds call k's exact result for this rank.
+// "" when recv holds call k's exact result for this rank (the good calls: root 0).
 std::string checkResult(Coll c, int k, int rank, size_t n, const std::vector<float>& recv) {
   if (c == Coll::Reduce && rank != 0) return "";  // only the root's recvbuff is defined
+  if (c == Coll::Gather && rank != 0) return "";  // only the root has a recvbuff (NULL elsewhere)
   for (size_t j = 0; j < recv.size(); ++j) {
     float want = 0;
     switch (c) {
@@ -156,6 +174,8 @@ std::string checkResult(Coll c, int k, int rank, size_t n, const std::vector<flo
       case Coll::Broadcast: want = value(k, 0, j); break;
       case Coll::ReduceScatter: want = sumOver(k, static_cast<size_t>(rank) * n + j); break;
       case Coll::Reduce: want = sumOver(k, j); break;
+      case Coll::Gather: want = value(k, static_cast<int>(j / n), j % n); break;
+      case Coll::Scatter: want = value(k, 0, static_cast<size_t>(rank) * n + j); break;
     }
     if (recv[j] != want) {
       char buf[200];
@@ -176,6 +196,8 @@ horaResult_t issue(Coll c, const std::vector<float>& send, std::vector<float>& r
     case Coll::ReduceScatter:
       return horaReduceScatter(send.data(), recv.data(), n, horaFloat, horaSum, comm, nullptr);
     case Coll::Reduce: return horaReduce(send.data(), recv.data(), n, horaFloat, horaSum, root, comm, nullptr);
+    case Coll::Gather: return horaGather(send.data(), recv.data(), n, horaFloat, root, comm, nullptr);
+    case Coll::Scatter: return horaScatter(send.data(), recv.data(), n, horaFloat, root, comm, nullptr);
   }
   return horaInternalError;
 }
@@ -228,7 +250,7 @@ void runCell(Fault fault, Coll coll, size_t n, const char* sizeName) {
     me.pid = getpid();
     std::vector<float> send, recv;
     for (int k = 0; k < 2; ++k) {
-      fill(coll, k, rank, n, send, recv);
+      fill(coll, k, rank, 0, n, send, recv);
       horaResult_t r = issue(coll, send, recv, n, 0, comm);
       if (r != horaSuccess) {
         appendText(me.good, sizeof me.good,
@@ -258,7 +280,7 @@ void runCell(Fault fault, Coll coll, size_t n, const char* sizeName) {
         case Fault::WrongRoot: root = kCulprit == 1 ? 2 : 1; break;
       }
     }
-    fill(mine, 2, rank, n, send, recv);
+    fill(mine, 2, rank, root, n, send, recv);
     me.reached = 1;
     const auto t0 = std::chrono::steady_clock::now();
     horaResult_t r = issue(mine, send, recv, n, root, comm);
@@ -280,7 +302,7 @@ void runCell(Fault fault, Coll coll, size_t n, const char* sizeName) {
     horaCommGetAsyncError(comm, &async);
     me.asyncCode = async;
     // The following call: the cell's collective again, as every rank would issue it.
-    fill(coll, 3, rank, n, send, recv);
+    fill(coll, 3, rank, 0, n, send, recv);
     horaResult_t next = issue(coll, send, recv, n, 0, comm);
     me.nextCode = next;
     copyText(me.nextText, sizeof me.nextText, horaGetLastError(comm));
@@ -381,7 +403,8 @@ void runCell(Fault fault, Coll coll, size_t n, const char* sizeName) {
 }
 
 void runFault(Fault fault) {
-  const Coll colls[] = {Coll::AllReduce, Coll::AllGather, Coll::Broadcast, Coll::ReduceScatter, Coll::Reduce};
+  const Coll colls[] = {Coll::AllReduce, Coll::AllGather, Coll::Broadcast, Coll::ReduceScatter, Coll::Reduce,
+                        Coll::Gather, Coll::Scatter};
   const struct {
     size_t n;
     const char* name;

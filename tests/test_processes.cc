@@ -53,7 +53,7 @@ TEST_CASE("more ranks than cores: 8 ranks pinned to one core finish every collec
   auto results = runProcesses(8, [&one](horaComm_t comm, int rank, int nranks) -> std::string {
     if (sched_setaffinity(0, sizeof one, &one) != 0) return "sched_setaffinity failed";
     for (size_t count : {size_t(3), size_t(5000), size_t(300001)})  // flat, slice and many chunks
-      for (Coll c : {Coll::AllReduce, Coll::AllGather, Coll::ReduceScatter, Coll::Broadcast, Coll::Reduce, Coll::AllToAll, Coll::Barrier}) {
+      for (Coll c : allColls()) {
         std::string e = runCase(comm, rank, nranks, Case{c, horaFloat, horaSum, count, false, 3});
         if (!e.empty()) return e;
       }

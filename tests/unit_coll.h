@@ -202,8 +202,8 @@ std::string runCase(const Case& c) {
   const int n = c.n;
   const size_t N = c.count, nN = N * static_cast<size_t>(n);
   size_t sendLen = N, recvLen = N;
-  if (c.kind == Kind::AllGather) recvLen = nN;
-  if (c.kind == Kind::ReduceScatter) sendLen = nN;
+  if (c.kind == Kind::AllGather || c.kind == Kind::Gather) recvLen = nN;  // (Gather: only the root's is used)
+  if (c.kind == Kind::ReduceScatter || c.kind == Kind::Scatter) sendLen = nN;
 
   struct Bufs {
     std::vector<T> a, b;  // a: send (or the only buffer in place); b: recv out of place
@@ -224,10 +224,10 @@ std::string runCase(const Case& c) {
       B.a.resize(std::max(sendLen, recvLen) + 2 * kPad);
       memset(B.a.data(), kCanary, B.a.size() * sizeof(T));
       T* base = B.a.data() + kPad;
-      if (c.kind == Kind::AllGather) {
+      if (c.kind == Kind::AllGather || c.kind == Kind::Gather) {
         B.recv = base;
         B.send = base + rN;
-      } else if (c.kind == Kind::ReduceScatter) {
+      } else if (c.kind == Kind::ReduceScatter || c.kind == Kind::Scatter) {
         B.send = base;
         B.recv = base + rN;
       } else {
@@ -306,6 +306,38 @@ std::string runCase(const Case& c) {
           len = 0;
         }
         break;
+      case Kind::Gather:
+        if (r == c.root) {
+          expect.resize(nN);
+          for (int q = 0; q < n; ++q)
+            std::copy(inputs[static_cast<size_t>(q)].begin(), inputs[static_cast<size_t>(q)].end(),
+                      expect.begin() + static_cast<long>(static_cast<size_t>(q) * N));
+        } else if (c.inPlace) {  // the vector as it was: canary around the block it sent
+          T canary;
+          memset(&canary, kCanary, sizeof canary);
+          expect.assign(nN, canary);
+          std::copy(B.input.begin(), B.input.end(), expect.begin() + static_cast<long>(static_cast<size_t>(r) * N));
+          got = B.recv;
+        } else {
+          if (!isCanary(B.recv, nN * sizeof(T)))
+            err << "rank " << r << ": a non-root's receive buffer was written by Gather\n";
+          len = 0;
+        }
+        break;
+      case Kind::Scatter: {
+        // Block r of the root's input; in place, the rest of the vector as it was.
+        const std::vector<T>& from = inputs[static_cast<size_t>(c.root)];
+        const auto block = from.begin() + static_cast<long>(static_cast<size_t>(r) * N);
+        if (c.inPlace) {
+          expect = B.input;
+          std::copy(block, block + static_cast<long>(N), expect.begin() + static_cast<long>(static_cast<size_t>(r) * N));
+          got = B.send;
+          len = nN;
+        } else {
+          expect.assign(block, block + static_cast<long>(N));
+        }
+        break;
+      }
       default:  // a collective this checker has no expectation for must not pass unchecked
         err << "rank " << r << ": no expected result for " << coll::kindName(c.kind) << "\n";
         len = 0;

@@ -192,3 +192,48 @@ HORA_API horaResult_t horaBarrier(horaComm_t comm, horaStream_t stream) {
     group::submit(c, a, hs, "horaBarrier");
   });
 }
+
+// Gather and Scatter: only the root's big buffer (nranks * count elements) is used, so another
+// rank may pass NULL for it. In place on the root, the root's block of the big buffer is the
+// other buffer.
+HORA_API horaResult_t horaGather(const void* sendbuff, void* recvbuff, size_t count, horaDataType_t datatype, int root,
+                                 horaComm_t comm, horaStream_t stream) {
+  return guard("horaGather", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    device::StreamRef hs = api::checkStream(stream);
+    coll::Args a = args(coll::Kind::Gather, c, sendbuff, recvbuff, count, api::rawInt(datatype));
+    checkRoot(root, c);
+    a.root = root;
+    size_t bytes = checkedBytes(count, a.dtype, 1);
+    size_t total = checkedBytes(count, a.dtype, static_cast<size_t>(c->nranks));  // on every rank: all fail alike
+    needBuffer(sendbuff, bytes, "sendbuff");
+    if (c->rank == root) {
+      needBuffer(recvbuff, total, "recvbuff (on the root)");
+      const void* mine = recvbuff ? static_cast<uint8_t*>(recvbuff) + bytes * static_cast<size_t>(root) : nullptr;
+      checkOverlap(sendbuff, bytes, recvbuff, total, mine);
+    }
+    group::submit(c, a, hs, "horaGather");
+  });
+}
+
+HORA_API horaResult_t horaScatter(const void* sendbuff, void* recvbuff, size_t count, horaDataType_t datatype, int root,
+                                  horaComm_t comm, horaStream_t stream) {
+  return guard("horaScatter", comm, [&] {
+    horaComm* c = api::checkComm(comm);
+    device::StreamRef hs = api::checkStream(stream);
+    coll::Args a = args(coll::Kind::Scatter, c, sendbuff, recvbuff, count, api::rawInt(datatype));
+    checkRoot(root, c);
+    a.root = root;
+    size_t bytes = checkedBytes(count, a.dtype, 1);
+    size_t total = checkedBytes(count, a.dtype, static_cast<size_t>(c->nranks));
+    needBuffer(recvbuff, bytes, "recvbuff");
+    if (c->rank == root) {
+      needBuffer(sendbuff, total, "sendbuff (on the root)");
+      const void* mine = sendbuff ? static_cast<const uint8_t*>(sendbuff) + bytes * static_cast<size_t>(root) : nullptr;
+      // In place: recvbuff is the root's block of sendbuff.
+      if (recvbuff != mine && overlaps(sendbuff, total, recvbuff, bytes))
+        fail(Errc::InvalidArgument, "sendbuff and recvbuff overlap without being in place");
+    }
+    group::submit(c, a, hs, "horaScatter");
+  });
+}

@@ -13,13 +13,15 @@ void build(const Args& a, const Topo& t, const Plan& plan, core::Scratch& scratc
 // messages each checked on arrival, from every other rank. Each message carries the call's tag
 // and its receiver compares it, so after a ring, a tree AllReduce, Rabenseifner's or a direct
 // exchange every rank has (indirectly) compared its call with every other's. Not so a
-// Broadcast's root or the ranks of a Reduce that only send, nor any rank of a call with nothing
-// to move: those could return success while a rank with another call (root, count, collective)
-// fails.
+// Broadcast's root or the ranks of a Reduce that only send, nor a Scatter's root or the ranks of
+// a Gather that only send (the leaves of its tree, every non-root of the linear one), nor any
+// rank of a call with nothing to move: those could return success while a rank with another
+// call (root, count, collective) fails.
 bool needsAgreement(const Args& a, const Topo& t) {
   if (!t.callCheck || t.nranks < 2 || a.kind == Kind::Send || a.kind == Kind::Recv || a.kind == Kind::Barrier)
     return false;
-  return a.kind == Kind::Broadcast || a.kind == Kind::Reduce || a.count == 0;
+  return a.kind == Kind::Broadcast || a.kind == Kind::Reduce || a.kind == Kind::Gather || a.kind == Kind::Scatter ||
+         a.count == 0;
 }
 
 // A dissemination barrier of one-byte messages that carry `tag`. As the last job of its

@@ -24,6 +24,8 @@ enum class Kind : uint8_t {
   Recv = 7,
   AllToAll = 8,
   Barrier = 9,
+  Gather = 10,   // to the root: rank i's block lands at i * count of its recvbuf
+  Scatter = 11,  // from the root: block i of its sendbuf goes to rank i
 };
 const char* kindName(Kind k);
 
@@ -31,11 +33,12 @@ struct Args {
   Kind kind = Kind::AllReduce;
   const void* sendbuf = nullptr;
   void* recvbuf = nullptr;
-  size_t count = 0;  // per the ABI: recvcount for ReduceScatter, sendcount for AllGather, per rank for AllToAll
+  size_t count = 0;  // per the ABI: recvcount for ReduceScatter, sendcount for AllGather, per rank for AllToAll,
+                     // Gather and Scatter (the root's big buffer holds nranks * count)
   DataType dtype = DataType::Float32;
   RedOp op = RedOp::Sum;
   kernels::Scalar scalar{0.0};  // PreMulSum's scalar, in the type's domain
-  int root = 0;                 // Broadcast, Reduce
+  int root = 0;                 // Broadcast, Reduce, Gather, Scatter
   int peer = -1;                // Send, Recv
   // Avg: how many ranks' inputs the sum divides by (0: the ranks the call runs on). A phase of
   // a hierarchical algorithm runs on some ranks but divides by all of them.
@@ -122,7 +125,8 @@ using AwaitFn = std::function<void(int counter, uint64_t value, int only, bool c
 // Appends this rank's ops for `a`, by the plan's algorithm, to `out` and sets its tag.
 void build(const Args& a, const Topo& t, const Plan& plan, core::Scratch& scratch, core::Program& out);
 // Whether every rank of the call must also run an agreement (buildAgreement) to hear from every
-// other: a Broadcast, a Reduce, a call with nothing to move (HORA_CALL_CHECK; see build.cc).
+// other: a Broadcast, a Reduce, a Gather, a Scatter, a call with nothing to move (HORA_CALL_CHECK;
+// see build.cc).
 bool needsAgreement(const Args& a, const Topo& t);
 // The agreement, a program of its own that runs after the communicator's other jobs of a call
 // or group, its messages tagged `tag`.

@@ -101,6 +101,9 @@ void binomialReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& 
 void rabenseifnerAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void rdAllGather(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void bruckAllGather(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+// Gather and Scatter (gather.cc): linear (the direct algorithm's) and over the binomial tree.
+void linearGatherScatter(const Args& a, const Topo& t, const Plan& p, core::ProgramBuilder& b);
+void binomialGatherScatter(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 
 // One rank's place in a tree, as ranks: its parent (-1 at the root) and its children, in the
 // order their partial results are reduced (and the broadcast sends).
@@ -113,6 +116,10 @@ struct TreeLinks {
 void treeRootedBroadcast(const Args& a, const Plan& p, const TreeLinks& l, core::Scratch& s, core::ProgramBuilder& b);
 void treeRootedReduce(const Args& a, int nranks, const Plan& p, const TreeLinks& l, core::Scratch& s,
                       core::ProgramBuilder& b);
+// The binomial tree over positions 0..n-1 (binomial.cc): position q's links, in positions, and
+// the size of its subtree, which holds the positions [q, q + size).
+TreeLinks binomialLinks(int n, int q);
+int binomialSubtree(int n, int q);
 // Links of position q (rank - root mod n) mapped back to ranks.
 inline TreeLinks unroot(TreeLinks l, int root, int n) {
   if (l.up >= 0) l.up = mod(l.up + root, n);

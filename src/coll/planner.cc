@@ -11,7 +11,7 @@ namespace {
 const std::pair<const char*, Kind> kPlanned[] = {
     {"allreduce", Kind::AllReduce}, {"broadcast", Kind::Broadcast},         {"reduce", Kind::Reduce},
     {"allgather", Kind::AllGather}, {"reducescatter", Kind::ReduceScatter}, {"alltoall", Kind::AllToAll},
-    {"barrier", Kind::Barrier},
+    {"barrier", Kind::Barrier},     {"gather", Kind::Gather},               {"scatter", Kind::Scatter},
 };
 
 std::string trim(const std::string& s) {

@@ -26,7 +26,7 @@ struct PlannerSettings {
 
 // Parses HORA_ALGO's value: `auto`, a name (forced for every collective it implements), or a
 // comma list of `collective:name` (allreduce, broadcast, reduce, allgather, reducescatter,
-// alltoall, barrier). Throws Errc::InvalidArgument naming what is available.
+// alltoall, barrier, gather, scatter). Throws Errc::InvalidArgument naming what is available.
 std::array<int, kKinds> parseForced(const std::string& value);
 
 // Why the planner chose what it did: the winner's prediction and the others'.

@@ -194,21 +194,27 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
     case Kind::Broadcast:
       if (r == a.root) memcpy(slot, a.sendbuf, bytes);
       break;
+    case Kind::Gather: memcpy(slot, a.sendbuf, bytes); break;
+    case Kind::Scatter:
+      if (r == a.root) memcpy(slot, a.sendbuf, bytes * static_cast<size_t>(n));
+      break;
     case Kind::Barrier: break;
     default: fail(Errc::Internal, "stageFlatNow: %s", kindName(a.kind));
   }
   t.stage->post(kInReady, s);
   t.stage->wakeAll();
-  // Every rank waits for every other's post, the root of a Broadcast and the ranks of a Reduce
-  // that only give too: each post follows its rank's announcement of the call, so each rank
-  // compares its call with every other's before it returns, and a mismatch (another root, say)
-  // fails every rank of the call, not only those that read a slot. With HORA_CALL_CHECK=0 a
-  // rank waits only for what it reads (the root, everyone, or no one), and after a rooted call
-  // a rank may be ahead and asleep: the wake below.
-  const bool rooted = a.kind == Kind::Broadcast || a.kind == Kind::Reduce;
-  const bool waitsAll = t.callCheck || !rooted || (a.kind == Kind::Reduce && r == a.root);
+  // Every rank waits for every other's post, the root of a Broadcast or Scatter and the ranks of
+  // a Reduce or Gather that only give too: each post follows its rank's announcement of the
+  // call, so each rank compares its call with every other's before it returns, and a mismatch
+  // (another root, say) fails every rank of the call, not only those that read a slot. With
+  // HORA_CALL_CHECK=0 a rank waits only for what it reads (the root, everyone, or no one), and
+  // after a rooted call a rank may be ahead and asleep: the wake below.
+  const bool fromRoot = a.kind == Kind::Broadcast || a.kind == Kind::Scatter;
+  const bool toRoot = a.kind == Kind::Reduce || a.kind == Kind::Gather;
+  const bool rooted = fromRoot || toRoot;
+  const bool waitsAll = t.callCheck || !rooted || (toRoot && r == a.root);
   if (waitsAll) await(kInReady, s, -1, true);
-  else if (a.kind == Kind::Broadcast && r != a.root) await(kInReady, s, a.root, true);
+  else if (fromRoot && r != a.root) await(kInReady, s, a.root, true);
   switch (a.kind) {
     case Kind::AllReduce: reduceSlots(a.recvbuf, slots, n, s, 0, N, red.spec(false, true)); break;
     case Kind::Reduce:
@@ -233,6 +239,21 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
       if (r != a.root) memcpy(a.recvbuf, slots.in(a.root, s), bytes);
       else if (a.recvbuf != a.sendbuf) memcpy(a.recvbuf, a.sendbuf, bytes);
       break;
+    case Kind::Gather:
+      if (r != a.root) break;
+      for (int j = 0; j < n; ++j) {
+        uint8_t* to = at(a.recvbuf, static_cast<size_t>(j) * N, E);
+        if (j != r) memcpy(to, slots.in(j, s), bytes);
+        else if (to != a.sendbuf) memcpy(to, a.sendbuf, bytes);
+      }
+      break;
+    case Kind::Scatter: {
+      // The root's own block from its input (in place, already there), the others' from its slot.
+      const uint8_t* from = r == a.root ? at(a.sendbuf, static_cast<size_t>(r) * N, E)
+                                        : slots.in(a.root, s) + static_cast<size_t>(r) * bytes;
+      if (from != a.recvbuf) memcpy(a.recvbuf, from, bytes);
+      break;
+    }
     default: break;
   }
   // As the programs do: the other counters follow, so that later chunks of either algorithm
@@ -244,16 +265,18 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
 }
 
 namespace {
-// What each rank puts in its slot: its input (all n blocks of it for ReduceScatter and AllToAll).
+// What each rank puts in its slot: its input (all n blocks of it for ReduceScatter and AllToAll,
+// and for the root of a Scatter: every rank counts that one, so that all decide alike).
 size_t flatInput(const Args& a, const Topo& t) {
-  const bool blocks = a.kind == Kind::ReduceScatter || a.kind == Kind::AllToAll;
+  const bool blocks = a.kind == Kind::ReduceScatter || a.kind == Kind::AllToAll || a.kind == Kind::Scatter;
   return a.count * dataTypeSize(a.dtype) * (blocks ? static_cast<size_t>(t.nranks) : 1);
 }
 
 // The largest input (bytes per rank) with which the flat algorithm beats the ring or chain for
 // the collectives other than AllReduce: perf/*_perf -S 1 -a 3 on 2 cores (so 4 and 8 ranks are
 // oversubscribed), flat against the ring and chain: up to 4 KiB at 2 ranks, 32 KiB at 3 to 7,
-// 16 KiB at 8 or more.
+// 16 KiB at 8 or more. Gather and Scatter, against the direct and binomial algorithms, take the
+// same limits.
 size_t flatLimit(int nranks) {
   if (nranks == 2) return size_t(4) << 10;
   return nranks >= 8 ? size_t(16) << 10 : size_t(32) << 10;
@@ -267,6 +290,8 @@ const char* needsStage(const Topo& t) {
 
 // Flat: one wait, then every rank takes what it needs straight out of the n slots. Traffic per
 // rank: its input in (2N), the n inputs read (N its own, (n-1)N from peers), its result out (N).
+// Gather: the root reads (n-1)N from peers and writes nN out; Scatter (N the root's n blocks):
+// each rank reads its N/n from the root's slot.
 class Flat final : public Algorithm {
  public:
   Algo id() const override { return Algo::Flat; }
@@ -286,10 +311,12 @@ class Flat final : public Algorithm {
   double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
     if (a.kind == Kind::Barrier) return waitUs(c.stage, t, c);
     const double N = static_cast<double>(flatInput(a, t)), n = t.nranks;
-    const double perRank = a.kind == Kind::ReduceScatter || a.kind == Kind::AllToAll ? N / n : N;
-    const double peers = a.kind == Kind::Broadcast ? perRank : (n - 1) * perRank;
+    const bool blocks = a.kind == Kind::ReduceScatter || a.kind == Kind::AllToAll || a.kind == Kind::Scatter;
+    const double perRank = blocks ? N / n : N;
+    const double peers = a.kind == Kind::Broadcast || a.kind == Kind::Scatter ? perRank : (n - 1) * perRank;
+    const double out = a.kind == Kind::Gather ? n * perRank : perRank;
     return waitUs(c.stage, t, c) +
-           c.factor("flat") * (bytesUs(2 * N + 2 * perRank, c.memoryGBps, t) + bytesUs(peers, c.stage.gbps, t));
+           c.factor("flat") * (bytesUs(2 * N + 2 * out, c.memoryGBps, t) + bytesUs(peers, c.stage.gbps, t));
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
     stageAllReduce(a, t, p, s, b);

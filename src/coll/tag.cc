@@ -19,6 +19,8 @@ const char* kindName(Kind k) {
     case Kind::Recv: return "Recv";
     case Kind::AllToAll: return "AllToAll";
     case Kind::Barrier: return "Barrier";
+    case Kind::Gather: return "Gather";
+    case Kind::Scatter: return "Scatter";
   }
   return "?";
 }
@@ -26,7 +28,9 @@ const char* kindName(Kind k) {
 // The root field of a call that has none: device buffers through CUDA IPC.
 constexpr uint64_t kDeviceIpcRoot = 0x8000;
 
-static bool rooted(Kind k) { return k == Kind::Broadcast || k == Kind::Reduce; }
+static bool rooted(Kind k) {
+  return k == Kind::Broadcast || k == Kind::Reduce || k == Kind::Gather || k == Kind::Scatter;
+}
 static bool reducing(Kind k) {
   return k == Kind::AllReduce || k == Kind::Reduce || k == Kind::ReduceScatter;
 }
@@ -57,7 +61,7 @@ std::string describeTag(uint64_t tag) {
   unsigned op = (tag >> 48) & 0xf;
   unsigned root = (tag >> 32) & 0xffff;
   uint64_t count = tag & 0xffffffffu;
-  if (static_cast<unsigned>(k) < 1 || static_cast<unsigned>(k) > static_cast<unsigned>(Kind::Barrier) ||
+  if (static_cast<unsigned>(k) < 1 || static_cast<unsigned>(k) > static_cast<unsigned>(Kind::Scatter) ||
       static_cast<unsigned>(dt) >= static_cast<unsigned>(kNumDataTypes))
     return format("an unknown call (tag 0x%016" PRIx64 ")", tag);
   if (k == Kind::Barrier) return "Barrier()";

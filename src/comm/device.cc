@@ -241,6 +241,13 @@ Where where(const horaComm* c, const coll::Args& a) {
     case coll::Kind::Send: w = {a.sendbuf, one, nullptr, 0}; break;
     case coll::Kind::Recv: w = {nullptr, 0, a.recvbuf, one}; break;
     case coll::Kind::Barrier: return w;
+    // Only the root's big buffer holds every block; elsewhere that buffer is not used.
+    case coll::Kind::Gather:
+      w = {a.sendbuf, one, c->rank == a.root ? a.recvbuf : nullptr, c->rank == a.root ? all : 0};
+      break;
+    case coll::Kind::Scatter:
+      w = {c->rank == a.root ? a.sendbuf : nullptr, c->rank == a.root ? all : 0, a.recvbuf, one};
+      break;
   }
   if (!w.inBytes) w.in = nullptr;
   if (!w.outBytes) w.out = nullptr;

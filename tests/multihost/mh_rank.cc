@@ -64,6 +64,8 @@ coll::Kind kindOf(Coll c) {
     case Coll::ReduceScatter: return coll::Kind::ReduceScatter;
     case Coll::AllToAll: return coll::Kind::AllToAll;
     case Coll::Barrier: return coll::Kind::Barrier;
+    case Coll::Gather: return coll::Kind::Gather;
+    case Coll::Scatter: return coll::Kind::Scatter;
   }
   return coll::Kind::Barrier;
 }
@@ -73,7 +75,7 @@ coll::Kind kindOf(Coll c) {
 std::vector<Case> casesOf(Coll c, int n) {
   if (c == Coll::Barrier) return {Case{c, horaUint8, horaSum, 0, false, 0}};
   const bool reduces = c == Coll::AllReduce || c == Coll::Reduce || c == Coll::ReduceScatter;
-  const bool rooted = c == Coll::Broadcast || c == Coll::Reduce;
+  const bool rooted = rootedColl(c);
   struct TypeOp {
     horaDataType_t t;
     horaRedOp_t op;
@@ -90,7 +92,8 @@ std::vector<Case> casesOf(Coll c, int n) {
           out.push_back(Case{c, s.t, reduces ? s.op : horaSum, count, inPlace, root});
     }
   // Several pipeline chunks per rank's segment (with HORA_CHUNK_BYTES=64K, as the tests set).
-  const bool perRank = c == Coll::AllToAll || c == Coll::AllGather || c == Coll::ReduceScatter;
+  const bool perRank = c == Coll::AllToAll || c == Coll::AllGather || c == Coll::ReduceScatter || c == Coll::Gather ||
+                       c == Coll::Scatter;
   const size_t big = (1u << 20) / (perRank ? un : 1) + 3;
   out.push_back(Case{c, horaFloat32, reduces ? horaAvg : horaSum, big, false, rooted ? n - 1 : 0});
   out.push_back(Case{c, horaInt32, horaSum, big / 2 + 1, true, 0});
@@ -197,6 +200,8 @@ int sample(horaComm_t comm, int rank, int n) {
       {Coll::AllGather, horaFloat64, horaSum, MiB / 8 / static_cast<size_t>(n) * 3 + 1, false, 0},
       {Coll::ReduceScatter, horaFloat16, horaMin, MiB / static_cast<size_t>(n), false, 0},
       {Coll::AllToAll, horaUint8, horaSum, 2 * MiB / static_cast<size_t>(n) + 3, true, 0},
+      {Coll::Gather, horaInt32, horaSum, MiB / 4 / static_cast<size_t>(n) + 5, false, n / 2},
+      {Coll::Scatter, horaFloat32, horaSum, MiB / 4 / static_cast<size_t>(n) + 3, true, n - 1},
   };
   for (const Case& cs : cases) {
     std::string e = runCase(comm, rank, n, cs);

@@ -22,7 +22,7 @@ for layout in "0 1" "0 0 1 1" "0 1 1 2 2 2" "0 1 0 1" "0 0 1 1 2 2 3 3"; do
   mh_check_links "$name"
   # Every collective ran exactly under at least one algorithm; the others the planner refused
   # to force here, saying why.
-  for coll in AllReduce Broadcast Reduce AllGather ReduceScatter AllToAll Barrier Send/Recv; do
+  for coll in AllReduce Broadcast Reduce AllGather ReduceScatter AllToAll Barrier Gather Scatter Send/Recv; do
     n=$(mh_fact "$name" 0 ran | awk -v c="$coll" 'index($1, c ":") == 1 && $2 > 0' | wc -l)
     [ "$n" -gt 0 ] || fail "$name: no algorithm ran $coll: $(mh_fact "$name" 0 unfit | grep "^$coll:" | head -3)"
   done
