@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "transports/ib/device.h"
+#include "transports/registry.h"
 
 using namespace hora;
 using namespace hora::ib;
@@ -57,4 +58,22 @@ TEST_CASE("HORA_IB_HCA: malformed values are errors that quote them", "[ib]") {
       CHECK(contains(e.what(), std::string("HORA_IB_HCA='") + bad + "'"));
     }
   }
+}
+
+TEST_CASE("an IB HCA filter that matches no port: an error from HORA_IB_HCA, ib off from NCCL_IB_HCA", "[ib]") {
+  const hora::transport::Registration* ib = nullptr;
+  for (const hora::transport::Registration& r : hora::transport::registry())
+    if (std::string(r.name) == "ib") ib = &r;
+  REQUIRE(ib != nullptr);
+  hora::transport::Settings s;
+  s.ibHca = "=no_such_hca_anywhere";
+  // HORA_IB_HCA: the filter is the user's demand.
+  s.ibHcaLenient = false;
+  CHECK_THROWS_WITH(ib->make(s), Catch::Contains("HORA_IB_HCA='=no_such_hca_anywhere' leaves no usable RDMA port"));
+  // NCCL_IB_HCA: as NCCL, the network goes without ib.
+  s.ibHcaLenient = true;
+  std::unique_ptr<hora::transport::Transport> t;
+  REQUIRE_NOTHROW(t = ib->make(s));
+  CHECK(t->offReason().find("NCCL_IB_HCA='=no_such_hca_anywhere'") != std::string::npos);
+  CHECK(t->field().empty());
 }

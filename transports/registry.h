@@ -43,6 +43,9 @@ struct Settings {
   int socketsPerPeer = 1;    // HORA_NSOCKS_PERPEER
   size_t chunkBytes = 512 * 1024;  // HORA_CHUNK_BYTES: pipeline chunk and stage slot
   std::string ibHca;               // HORA_IB_HCA (a device and port filter)
+  // The filter came from NCCL_IB_HCA: one that leaves no port turns ib off with a note, as
+  // NCCL falls back to sockets, instead of failing as HORA_IB_HCA does.
+  bool ibHcaLenient = false;
   int ibGidIndex = -1;             // HORA_IB_GID_INDEX; -1: chosen per port
   int ibQpsPerPeer = 1;            // HORA_IB_QPS_PER_PEER
   std::string topoFile;            // HORA_TOPO_FILE: where the rank runs, for the nearest device

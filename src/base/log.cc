@@ -99,8 +99,8 @@ void setBanner(const std::string& text) {
   gBanner = text;
 }
 
-void writeBanner() {
-  if (enabled(Level::Info, kAll)) emit(Level::Info, "");
+void writeBanner(bool evenAtWarn) {
+  if (enabled(Level::Info, kAll) || (evenAtWarn && enabled(Level::Warn, kAll))) emit(Level::Info, "");
 }
 
 std::string expandFilePattern(const std::string& pattern, const std::string& host, long pid) {

@@ -60,8 +60,9 @@ void toStderr();
 
 // The line written once per process, before its first INFO or TRACE line (the version banner).
 void setBanner(const std::string& line);
-// Writes the banner now if INFO is on and it has not been written yet.
-void writeBanner();
+// Writes the banner now if INFO is on (or, with evenAtWarn, WARN: NCCL_DEBUG=VERSION) and it has
+// not been written yet.
+void writeBanner(bool evenAtWarn = false);
 
 }  // namespace hora::log
 

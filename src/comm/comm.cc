@@ -194,6 +194,7 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
     ts.socketsPerPeer = cfg.nsocksPerPeer;
     ts.chunkBytes = cfg.chunkBytes;
     ts.ibHca = cfg.ibHca;
+    ts.ibHcaLenient = cfg.ncclSource.count("HORA_IB_HCA") != 0;
     ts.ibGidIndex = cfg.ibGidIndex;
     ts.ibQpsPerPeer = cfg.ibQpsPerPeer;
     ts.topoFile = cfg.topoFile;

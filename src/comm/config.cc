@@ -1,6 +1,7 @@
 #include "comm/config.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "base/error.h"
 #include "base/cuda.h"
 #include "build_info.h"
+#include "comm/config_nccl.h"
 #include "kernels/cpu/reduce.h"
 #include "transports/registry.h"
 
@@ -21,32 +23,55 @@ namespace hora {
 namespace {
 
 struct Variable {
-  const char* name;
+  const char* name;  // HORA_*; null in a row of NCCL variables that Hora knows and ignores
   const char* defaultText;
   const char* meaning;
+  // NCCL's variables read where `name` is not set (comma separated), and how their values are
+  // translated; in a row without a name, the NCCL variables Hora ignores, and why.
+  const char* nccl = "";
+  const char* ncclNote = "";
 };
 
-// Every HORA_* variable. The README's table lists the same ones.
+// Every HORA_* variable, with the NCCL_* variables each also reads (whichever ABI the program
+// uses; HORA_* wins where both are set), then the NCCL_* variables Hora knows and ignores. The
+// README's tables list the same ones. The table is the one list of every variable, so it stays
+// here, NCCL column included; config_nccl.cc translates that column's values (config_nccl.h).
 const Variable kVariables[] = {
-    {"HORA_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE"},
-    {"HORA_DEBUG_FILE", "(stderr)", "file the log goes to; %h: host name, %p: pid"},
-    {"HORA_DEBUG_SUBSYS", "ALL", "comma list of INIT, BOOTSTRAP, NET, COLL, ENV, ALL; ^X excludes X"},
+    {"HORA_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE", "NCCL_DEBUG",
+     "VERSION: WARN, and the version banner; ABORT: WARN"},
+    {"HORA_DEBUG_FILE", "(stderr)", "file the log goes to; %h: host name, %p: pid", "NCCL_DEBUG_FILE", "as it is"},
+    {"HORA_DEBUG_SUBSYS", "ALL", "comma list of INIT, BOOTSTRAP, NET, COLL, ENV, ALL; ^X excludes X", "NCCL_DEBUG_SUBSYS",
+     "NCCL's syntax (a leading ^ excludes the whole list); P2P and SHM as NET, GRAPH and TUNING as COLL (in an "
+     "exclusion only NET and COLL themselves exclude those); ALLOC, CALL, PROXY, NVLS, REG, PROFILE, RAS ignored"},
     {"HORA_TIMEOUT_MS", "600000", "ms without progress before a wait fails with horaTimeout"},
-    {"HORA_SOCKET_IFNAME", "(the route to the rendezvous)", "interfaces for TCP: prefixes, =exact, ^excluded"},
-    {"HORA_TRANSPORTS", "(every transport built in)", "transports to use, of those built in (shm, tcp, and ib where libibverbs was found); ^X excludes X"},
-    {"HORA_ALGO", "auto", "algorithm: auto, an algorithm's name for every collective that has it, or collective:name,... (an unknown name lists them)"},
+    {"HORA_SOCKET_IFNAME", "(the route to the rendezvous)", "interfaces for TCP: prefixes, =exact, ^excluded",
+     "NCCL_SOCKET_IFNAME", "NCCL's syntax (a leading ^ or = applies to the whole list; :port is dropped); ^= is ignored"},
+    {"HORA_TRANSPORTS", "(every transport built in)", "transports to use, of those built in (shm, tcp, and ib where libibverbs was found); ^X excludes X",
+     "NCCL_IB_DISABLE,NCCL_SHM_DISABLE,NCCL_NET",
+     "NCCL_IB_DISABLE (not 0) leaves out ib, NCCL_SHM_DISABLE=1 shm; NCCL_NET=IB leaves out tcp, NCCL_NET=Socket ib"},
+    {"HORA_ALGO", "auto", "algorithm: auto, an algorithm's name for every collective that has it, or collective:name,... with collective one of allreduce, broadcast, reduce, allgather, reducescatter, alltoall, gather, scatter, barrier (an unknown name lists them)",
+     "NCCL_ALGO",
+     "NCCL's syntax (lists, ^, collective:list;...): per collective, the one of Ring (ring) and Tree (tree) it leaves "
+     "that Hora's has is forced; Hora's planner chooses where it leaves both or neither; other names ignored"},
     {"HORA_HIER_STAGE", "1", "across hosts: hier's phases within a host through the shared stage (1) or shared-memory messages (0)"},
     {"HORA_CALL_CHECK", "1", "1: every rank of a call hears from every other before it returns, so a mismatch fails all of them; 0: a Broadcast's root, a Reduce's senders and count-0 calls skip that"},
     {"HORA_TUNE_FILE", "", "the planner's cost model, as hora-tune writes it (default: built-in costs)"},
-    {"HORA_NSOCKS_PERPEER", "1", "TCP sockets per peer, 1..16"},
-    {"HORA_IB_HCA", "(every active port, nearest first)", "RDMA devices and ports for the ib transport: mlx5_0:1,mlx5_1 (prefixes), =exact, ^excluded"},
-    {"HORA_IB_GID_INDEX", "(the first RoCE v2 GID with an IPv4-mapped address)", "GID index for RoCE ports of the ib transport, 0..255"},
-    {"HORA_IB_QPS_PER_PEER", "1", "queue pairs per peer for the ib transport, 1..16; large messages are striped across them"},
+    {"HORA_NSOCKS_PERPEER", "1", "TCP sockets per peer, 1..16", "NCCL_SOCKET_NTHREADS,NCCL_NSOCKS_PERTHREAD",
+     "their product (an unset one counts 1), clamped to 1..16"},
+    {"HORA_IB_HCA", "(every active port, nearest first)", "RDMA devices and ports for the ib transport: mlx5_0:1,mlx5_1 (prefixes), =exact, ^excluded",
+     "NCCL_IB_HCA", "as it is (the same syntax)"},
+    {"HORA_IB_GID_INDEX", "(the first RoCE v2 GID with an IPv4-mapped address)", "GID index for RoCE ports of the ib transport, 0..255",
+     "NCCL_IB_GID_INDEX", "-1: chosen per port"},
+    {"HORA_IB_QPS_PER_PEER", "1", "queue pairs per peer for the ib transport, 1..16; large messages are striped across them",
+     "NCCL_IB_QPS_PER_CONNECTION", "clamped to 1..16"},
     {"HORA_CHUNK_BYTES", "524288", "pipeline chunk in bytes, 4096..64M (K, M suffixes)"},
     {"HORA_KERNEL_ISA", "auto", "reduction kernels: auto, scalar, avx2 or avx512"},
     {"HORA_CUDA", "auto", "device buffers and CUDA streams: auto (where a driver and a GPU are), off (every pointer is host memory; no driver loaded), emulate (an emulated GPU in host memory, for tests)"},
     {"HORA_CUDA_STREAM_WAIT", "memop", "how a CUDA stream waits for a call's worker: memop (cuStreamWaitValue32, where the driver takes it) or kernel (a one-thread kernel polling the word)"},
-    {"HORA_CUDA_IPC", "1", "0: device buffers between the ranks of one host are staged through host memory instead of going through CUDA IPC"},
+    {"HORA_CUDA_IPC", "1", "0: device buffers between the ranks of one host are staged through host memory instead of going through CUDA IPC",
+     "NCCL_P2P_DISABLE", "1 as 0"},
+    {"HORA_COMM_BLOCKING", "1", "the default of horaConfig_t.blocking: 0 makes init, split, shrink and finalize return horaInProgress at once",
+     "NCCL_COMM_BLOCKING", "as it is (0 or 1)"},
     {"HORA_TOPO_FILE", "", "hwloc XML file to read the topology from instead of this machine"},
     {"HORA_RANK", "", "this rank (set by hora-run)"},
     {"HORA_SIZE", "", "number of ranks (set by hora-run)"},
@@ -66,6 +91,19 @@ const Variable kVariables[] = {
     {"HORA_TIMELINE_MARK_CYCLES", "0", "hora.torch: 1 marks each engine round that starts work in the timeline"},
     {"HORA_STALL_CHECK_TIME_SECONDS", "60", "hora.torch: warn about operations some ranks have not submitted after this long (0: never)"},
     {"HORA_STALL_SHUTDOWN_TIME_SECONDS", "(HORA_TIMEOUT_MS)", "hora.torch: cancel, on every rank, an operation some ranks have not submitted after this long (0: never)"},
+    // NCCL's variables that Hora knows and ignores (any other NCCL_* is ignored too).
+    {nullptr, "", "", "NCCL_BUFFSIZE,NCCL_CHUNK_SIZE,NCCL_P2P_NET_CHUNKSIZE,NCCL_P2P_NVL_CHUNKSIZE,NCCL_P2P_PCI_CHUNKSIZE",
+     "NCCL's buffer of all a connection's pipeline steps and its send/recv chunks, not HORA_CHUNK_BYTES' chunk"},
+    {nullptr, "", "", "NCCL_PROTO,NCCL_MIN_NCHANNELS,NCCL_MAX_NCHANNELS,NCCL_MIN_CTAS,NCCL_MAX_CTAS,NCCL_NTHREADS",
+     "protocols, channels and thread counts of NCCL's kernels"},
+    {nullptr, "", "", "NCCL_P2P_LEVEL,NCCL_NET_GDR_LEVEL,NCCL_NET_GDR_READ,NCCL_CROSS_NIC,NCCL_NVLS_ENABLE,NCCL_COLLNET_ENABLE,NCCL_PXN_DISABLE,NCCL_CUMEM_ENABLE",
+     "GPU and fabric features Hora does not have"},
+    {nullptr, "", "", "NCCL_IB_TIMEOUT,NCCL_IB_RETRY_CNT,NCCL_IB_SL,NCCL_IB_TC,NCCL_IB_SPLIT_DATA_ON_QPS,NCCL_SOCKET_FAMILY",
+     "link settings Hora leaves at their defaults"},
+    {nullptr, "", "", "NCCL_TOPO_FILE", "NCCL's own topology XML (HORA_TOPO_FILE reads hwloc's)"},
+    {nullptr, "", "", "NCCL_COMM_ID", "a rendezvous without a secret: use HORA_ROOT with HORA_SECRET"},
+    {nullptr, "", "", "NCCL_CONF_FILE,NCCL_DEBUG_TIMESTAMP_FORMAT,NCCL_DEBUG_TIMESTAMP_LEVELS,NCCL_NET_PLUGIN,NCCL_TUNER_PLUGIN,NCCL_PROFILER_PLUGIN",
+     "Hora reads no configuration file (nor /etc/nccl.conf), stamps no time on log lines and loads no plugins"},
 };
 
 std::string bannerFor(const Config& c) {
@@ -79,11 +117,6 @@ std::string bannerFor(const Config& c) {
 
 [[noreturn]] void bad(const char* name, const std::string& value, const char* expected) {
   fail(Errc::InvalidArgument, "%s='%s' is invalid: expected %s", name, value.c_str(), expected);
-}
-
-std::string upper(std::string s) {
-  for (char& c : s) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
-  return s;
 }
 
 }  // namespace
@@ -103,8 +136,6 @@ long long parseIntVariable(const char* name, const std::string& v, long long lo,
   return x;
 }
 
-namespace {
-
 std::vector<std::string> splitList(const std::string& s) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -117,6 +148,19 @@ std::vector<std::string> splitList(const std::string& s) {
   }
   return out;
 }
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string joined(const std::vector<std::string>& items, const char* sep) {
+  std::string out;
+  for (const std::string& i : items) out += (out.empty() ? "" : sep) + i;
+  return out;
+}
+
+namespace {
 
 long long parseBytes(const char* name, const std::string& v, long long lo, long long hi,
                      const char* expected) {
@@ -135,6 +179,19 @@ long long parseBytes(const char* name, const std::string& v, long long lo, long 
   return x * mult;
 }
 
+const Variable& row(const char* hora) {
+  for (const Variable& v : kVariables)
+    if (v.name && strcmp(v.name, hora) == 0) return v;
+  fail(Errc::Internal, "%s is not in the table of variables", hora);
+}
+
+// The HORA_* variable `hora` and its NCCL_* twins of the table (config_nccl.h).
+KnobSource source(const EnvLookup& env, const char* hora, Config& c) { return readKnob(env, hora, row(hora).nccl, c); }
+
+const std::pair<const char*, uint32_t> kSubsysNames[] = {
+    {"INIT", log::kInit}, {"BOOTSTRAP", log::kBootstrap}, {"NET", log::kNet},
+    {"COLL", log::kColl}, {"ENV", log::kEnv},             {"ALL", log::kAll}};
+
 size_t editDistance(const std::string& a, const std::string& b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
@@ -149,6 +206,16 @@ size_t editDistance(const std::string& a, const std::string& b) {
 
 }  // namespace
 
+std::string subsysText(uint32_t mask) {
+  std::vector<std::string> on;
+  bool all = true;
+  for (const auto& [name, bit] : kSubsysNames) {
+    if (bit == log::kAll) continue;
+    if (mask & bit) on.push_back(name);
+    else all = false;
+  }
+  return all ? "ALL" : on.empty() ? "(none: warnings only)" : joined(on, ",");
+}
 EnvLookup processEnv() {
   return [](const char* name) -> std::optional<std::string> {
     const char* v = getenv(name);
@@ -159,18 +226,18 @@ EnvLookup processEnv() {
 
 Config parseConfig(const EnvLookup& env) {
   Config c;
-  if (auto v = env("HORA_DEBUG")) {
-    std::string u = upper(trimBlanks(*v));
+  if (KnobSource s = source(env, "HORA_DEBUG", c); s.value) {
+    std::string u = upper(trimBlanks(*s.value));
     if (u == "NONE") c.debugLevel = log::Level::None;
     else if (u == "WARN") c.debugLevel = log::Level::Warn;
     else if (u == "INFO") c.debugLevel = log::Level::Info;
     else if (u == "TRACE") c.debugLevel = log::Level::Trace;
-    else bad("HORA_DEBUG", *v, "NONE, WARN, INFO or TRACE");
+    else bad("HORA_DEBUG", *s.value, "NONE, WARN, INFO or TRACE");
+  } else {
+    readNcclDebug(c, s);
   }
-  if (auto v = env("HORA_DEBUG_SUBSYS")) {
-    static const std::pair<const char*, uint32_t> names[] = {
-        {"INIT", log::kInit}, {"BOOTSTRAP", log::kBootstrap}, {"NET", log::kNet},
-        {"COLL", log::kColl}, {"ENV", log::kEnv},             {"ALL", log::kAll}};
+  if (KnobSource s = source(env, "HORA_DEBUG_SUBSYS", c); s.value) {
+    const std::string* v = &*s.value;
     std::vector<std::string> items = splitList(upper(*v));
     if (items.empty()) bad("HORA_DEBUG_SUBSYS", *v, "a comma list of INIT, BOOTSTRAP, NET, COLL, ENV, ALL");
     bool anyInclude = false;
@@ -179,26 +246,33 @@ Config parseConfig(const EnvLookup& env) {
       bool neg = it[0] == '^';
       std::string n = neg ? it.substr(1) : it;
       uint32_t bit = 0;
-      for (const auto& [name, b] : names)
+      for (const auto& [name, b] : kSubsysNames)
         if (n == name) bit = b;
       if (!bit) bad("HORA_DEBUG_SUBSYS", *v, "a comma list of INIT, BOOTSTRAP, NET, COLL, ENV, ALL (^X excludes)");
       if (neg) exclude |= bit;
       else { include |= bit; anyInclude = true; }
     }
     c.debugSubsys = (anyInclude ? include : log::kAll) & ~exclude;
+  } else {
+    readNcclDebugSubsys(c, s);
   }
-  if (auto v = env("HORA_DEBUG_FILE")) {
-    if (trimBlanks(*v).empty()) bad("HORA_DEBUG_FILE", *v, "a file name (%h: host name, %p: pid)");
-    c.debugFile = *v;
+  if (KnobSource s = source(env, "HORA_DEBUG_FILE", c); s.value) {
+    if (trimBlanks(*s.value).empty()) bad("HORA_DEBUG_FILE", *s.value, "a file name (%h: host name, %p: pid)");
+    c.debugFile = *s.value;
+  } else {
+    readNcclDebugFile(c, s);
   }
   if (auto v = env("HORA_TIMEOUT_MS"))
     c.timeout = std::chrono::milliseconds(parseIntVariable("HORA_TIMEOUT_MS", *v, 1, 365LL * 24 * 3600 * 1000,
                                                    "a positive number of milliseconds"));
-  if (auto v = env("HORA_SOCKET_IFNAME")) {
+  if (KnobSource s = source(env, "HORA_SOCKET_IFNAME", c); s.value) {
+    const std::string* v = &*s.value;
     std::vector<std::string> items = splitList(*v);
     if (items.empty() || std::any_of(items.begin(), items.end(), [](const std::string& i) { return i == "^" || i == "="; }))
       bad("HORA_SOCKET_IFNAME", *v, "interface names (prefix, =exact, ^exclude)");
     c.socketIfname = trimBlanks(*v);
+  } else {
+    readNcclSocketIfname(c, s);
   }
   {
     // The transports of this build (transports/registry.h) that HORA_TRANSPORTS may name.
@@ -206,7 +280,8 @@ Config parseConfig(const EnvLookup& env) {
     for (const transport::Registration& r : transport::registry())
       if (r.optional) known.push_back(r.name);
     c.transports = known;
-    if (auto v = env("HORA_TRANSPORTS")) {
+    if (KnobSource s = source(env, "HORA_TRANSPORTS", c); s.value) {
+      const std::string* v = &*s.value;
       const std::string expected =
           "a comma list of transports built in: " + transport::optionalTransportNames() + " (^X excludes X)";
       std::vector<std::string> include, exclude;
@@ -226,12 +301,16 @@ Config parseConfig(const EnvLookup& env) {
       if (result.empty())
         bad("HORA_TRANSPORTS", *v, ("a list that leaves at least one transport (" + transport::optionalTransportNames() + ")").c_str());
       c.transports = result;
+    } else {
+      readNcclTransports(c, s, known);
     }
   }
-  if (auto v = env("HORA_ALGO")) {
-    c.algoForced = coll::parseForced(*v);  // throws, naming what is available
-    c.algo = trimBlanks(*v);
+  if (KnobSource s = source(env, "HORA_ALGO", c); s.value) {
+    c.algoForced = coll::parseForced(*s.value);  // throws, naming what is available
+    c.algo = trimBlanks(*s.value);
     for (char& ch : c.algo) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
+  } else {
+    readNcclAlgo(c, s);
   }
   if (auto v = env("HORA_TUNE_FILE")) {
     c.tuneFile = trimBlanks(*v);
@@ -243,8 +322,11 @@ Config parseConfig(const EnvLookup& env) {
     fclose(f);
     c.costs = coll::parseCosts(text, "HORA_TUNE_FILE " + c.tuneFile);
   }
-  if (auto v = env("HORA_NSOCKS_PERPEER"))
-    c.nsocksPerPeer = static_cast<int>(parseIntVariable("HORA_NSOCKS_PERPEER", *v, 1, 16, "an integer from 1 to 16"));
+  if (KnobSource s = source(env, "HORA_NSOCKS_PERPEER", c); s.value) {
+    c.nsocksPerPeer = static_cast<int>(parseIntVariable("HORA_NSOCKS_PERPEER", *s.value, 1, 16, "an integer from 1 to 16"));
+  } else {
+    readNcclNsocksPerPeer(c, s);
+  }
   if (auto v = env("HORA_CHUNK_BYTES"))
     c.chunkBytes = static_cast<size_t>(parseBytes("HORA_CHUNK_BYTES", *v, 4096, 64LL << 20,
                                                   "a size from 4096 to 64M (K and M suffixes allowed)"));
@@ -265,11 +347,21 @@ Config parseConfig(const EnvLookup& env) {
       bad("HORA_KERNEL_ISA", *v, "auto, scalar, avx2 or avx512");
     c.kernelIsa = a;
   }
-  if (auto v = env("HORA_IB_HCA")) c.ibHca = trimBlanks(*v);
-  if (auto v = env("HORA_IB_GID_INDEX"))
-    c.ibGidIndex = static_cast<int>(parseIntVariable("HORA_IB_GID_INDEX", *v, 0, 255, "an integer from 0 to 255"));
-  if (auto v = env("HORA_IB_QPS_PER_PEER"))
-    c.ibQpsPerPeer = static_cast<int>(parseIntVariable("HORA_IB_QPS_PER_PEER", *v, 1, 16, "an integer from 1 to 16"));
+  if (KnobSource s = source(env, "HORA_IB_HCA", c); s.value) {
+    c.ibHca = trimBlanks(*s.value);
+  } else {
+    readNcclIbHca(c, s);
+  }
+  if (KnobSource s = source(env, "HORA_IB_GID_INDEX", c); s.value) {
+    c.ibGidIndex = static_cast<int>(parseIntVariable("HORA_IB_GID_INDEX", *s.value, 0, 255, "an integer from 0 to 255"));
+  } else {
+    readNcclIbGidIndex(c, s);
+  }
+  if (KnobSource s = source(env, "HORA_IB_QPS_PER_PEER", c); s.value) {
+    c.ibQpsPerPeer = static_cast<int>(parseIntVariable("HORA_IB_QPS_PER_PEER", *s.value, 1, 16, "an integer from 1 to 16"));
+  } else {
+    readNcclIbQpsPerPeer(c, s);
+  }
   if (auto v = env("HORA_CUDA")) {
     std::string m = trimBlanks(*v);
     for (char& ch : m) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
@@ -282,12 +374,43 @@ Config parseConfig(const EnvLookup& env) {
     if (m != "memop" && m != "kernel") bad("HORA_CUDA_STREAM_WAIT", *v, "memop or kernel");
     c.cudaWaitKernel = m == "kernel";
   }
-  if (auto v = env("HORA_CUDA_IPC")) c.cudaIpc = parseIntVariable("HORA_CUDA_IPC", *v, 0, 1, "0 or 1") != 0;
+  if (KnobSource s = source(env, "HORA_CUDA_IPC", c); s.value) {
+    c.cudaIpc = parseIntVariable("HORA_CUDA_IPC", *s.value, 0, 1, "0 or 1") != 0;
+  } else {
+    readNcclCudaIpc(c, s);
+  }
+  if (KnobSource s = source(env, "HORA_COMM_BLOCKING", c); s.value) {
+    c.commBlocking = parseIntVariable("HORA_COMM_BLOCKING", *s.value, 0, 1, "0 or 1") != 0;
+  } else {
+    readNcclCommBlocking(c, s);
+  }
   if (auto v = env("HORA_TOPO_FILE")) {
     if (trimBlanks(*v).empty()) bad("HORA_TOPO_FILE", *v, "the path of an hwloc XML file");
     c.topoFile = *v;
   }
   return c;
+}
+
+std::vector<NcclVariables> ncclVariables() {
+  std::vector<NcclVariables> out;
+  for (const Variable& v : kVariables)
+    if (*v.nccl) out.push_back({v.name ? v.name : "", splitList(v.nccl), v.ncclNote});
+  return out;
+}
+
+std::vector<std::string> unreadNcclVariables(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (const std::string& n : names) {
+    if (n.compare(0, 5, "NCCL_") != 0) continue;
+    bool read = false;
+    for (const Variable& v : kVariables)
+      if (v.name) {
+        const std::vector<std::string> twins = splitList(v.nccl);
+        read |= std::find(twins.begin(), twins.end(), n) != twins.end();
+      }
+    if (!read && std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  }
+  return out;
 }
 
 std::vector<std::string> unknownVariables(const std::vector<std::string>& names) {
@@ -298,6 +421,7 @@ std::vector<std::string> unknownVariables(const std::vector<std::string>& names)
     size_t bestD = 1000;
     bool known = false;
     for (const Variable& v : kVariables) {
+      if (!v.name) continue;
       if (n == v.name) known = true;
       size_t d = editDistance(n, v.name);
       if (d < bestD) { bestD = d; best = v.name; }
@@ -319,7 +443,8 @@ const Config& config() {
       log::configure(cfg.debugLevel, cfg.debugSubsys);
       if (!cfg.debugFile.empty()) {
         std::string why = log::toFile(cfg.debugFile);
-        if (!why.empty()) HORA_WARN(log::kEnv, "HORA_DEBUG_FILE: %s; the log stays on stderr", why.c_str());
+        const char* from = cfg.ncclSource.count("HORA_DEBUG_FILE") ? "NCCL_DEBUG_FILE" : "HORA_DEBUG_FILE";
+        if (!why.empty()) HORA_WARN(log::kEnv, "%s: %s; the log stays on stderr", from, why.c_str());
       }
       if (cfg.kernelIsa != "auto") {
         kernels::Isa isa = cfg.kernelIsa == "scalar" ? kernels::Isa::Scalar
@@ -330,6 +455,7 @@ const Config& config() {
       }
       cuda::configure(cfg.cuda == "off" ? cuda::Mode::Off : cfg.cuda == "emulate" ? cuda::Mode::Emulate : cuda::Mode::Auto);
       log::setBanner(bannerFor(cfg));
+      if (cfg.debugVersion) log::writeBanner(true);  // NCCL_DEBUG=VERSION
       std::vector<std::string> names;
       for (char** e = environ; e && *e; ++e) {
         std::string kv = *e;
@@ -337,6 +463,11 @@ const Config& config() {
       }
       for (const std::string& u : unknownVariables(names))
         HORA_WARN(log::kEnv, "%s is not a Hora variable; it is ignored", u.c_str());
+      for (const std::string& w : cfg.ncclWarnings) HORA_WARN(log::kEnv, "%s", w.c_str());
+      for (const std::string& n : cfg.ncclNotes) HORA_INFO(log::kEnv, "%s", n.c_str());
+      const std::vector<std::string> unread = unreadNcclVariables(names);
+      if (!unread.empty())
+        HORA_INFO(log::kEnv, "NCCL variables Hora does not read, ignored: %s", joined(unread).c_str());
       HORA_INFO(log::kEnv, "kernels: %s; timeout %lld ms; %d socket(s) per peer; chunk %zu bytes",
                 kernels::isaName(kernels::activeIsa()), static_cast<long long>(cfg.timeout.count()),
                 cfg.nsocksPerPeer, cfg.chunkBytes);

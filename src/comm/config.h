@@ -1,11 +1,15 @@
-// Configuration: the one place that reads HORA_* environment variables. Every variable is
-// listed in kVariables (config.cc) with its meaning, and the README's table mirrors that
-// list. An invalid value is an error (Errc::InvalidArgument) with a message naming the
-// variable, the value and what was expected; it is never silently ignored.
+// Configuration: the one place that reads HORA_* environment variables, and the NCCL_* ones
+// that set the same knobs (whichever ABI the program uses). Every variable is listed in
+// kVariables (config.cc) with its meaning and the NCCL_* variables it also reads, and the
+// README's tables mirror that list. An invalid HORA_* value is an error (Errc::InvalidArgument)
+// with a message naming the variable, the value and what was expected; it is never silently
+// ignored. A HORA_* variable wins over its NCCL_* twins; an NCCL_* value Hora cannot take is
+// never an error, but a warning that it is ignored (Config::ncclWarnings).
 #pragma once
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +42,14 @@ struct Config {
   bool cudaIpc = true;        // HORA_CUDA_IPC
   bool cudaWaitKernel = false;  // HORA_CUDA_STREAM_WAIT=kernel
   std::string topoFile;  // HORA_TOPO_FILE: an hwloc XML file; empty: this machine
+  bool commBlocking = true;   // HORA_COMM_BLOCKING: the default of horaConfig_t.blocking
+  bool debugVersion = false;  // NCCL_DEBUG=VERSION: the version banner even at WARN
+
+  // What config() logs (subsystem ENV) of the NCCL_* variables: at INFO, which setting came from
+  // which of them and which were overridden by their HORA_* twins; at WARN, values ignored.
+  std::vector<std::string> ncclNotes;
+  std::vector<std::string> ncclWarnings;
+  std::map<std::string, std::string> ncclSource;  // HORA_* name -> the NCCL_* variable(s) it was read from
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
@@ -53,6 +65,18 @@ long long parseIntVariable(const char* name, const std::string& v, long long lo,
 
 // Names of HORA_* variables in `names` that Hora does not know, each with a suggestion.
 std::vector<std::string> unknownVariables(const std::vector<std::string>& names);
+
+// The NCCL_* variables of the table, for documentation and tests: `hora` is the HORA_* variable
+// they are read as ("" for NCCL variables Hora knows and ignores), `note` how their values are
+// translated (or why they are ignored).
+struct NcclVariables {
+  std::string hora;
+  std::vector<std::string> nccl;
+  std::string note;
+};
+std::vector<NcclVariables> ncclVariables();
+// The NCCL_* names in `names` that Hora does not read (those it knows and ignores, and others).
+std::vector<std::string> unreadNcclVariables(const std::vector<std::string>& names);
 
 // The process-wide settings, parsed once on first use from the environment; throws the parse
 // error on every call if the environment is invalid. Applies the logging and kernel settings,

@@ -63,11 +63,11 @@ class IbTransport final : public transport::Transport {
     std::string seen;
     const std::vector<PortChoice> ports = usablePorts(filter, s.ibGidIndex, s.topoFile, &seen);
     if (ports.empty()) {
-      if (!s.ibHca.empty())
+      if (!s.ibHca.empty() && !s.ibHcaLenient)
         fail(Errc::InvalidArgument, "HORA_IB_HCA='%s' leaves no usable RDMA port on this host: %s", s.ibHca.c_str(),
              seen.c_str());
-      off_ = seen;
-      HORA_INFO(log::kNet, "ib: off on this rank: %s", seen.c_str());
+      off_ = s.ibHca.empty() ? seen : format("NCCL_IB_HCA='%s' leaves no usable RDMA port: %s", s.ibHca.c_str(), seen.c_str());
+      HORA_INFO(log::kNet, "ib: off on this rank: %s", off_.c_str());
       return;
     }
     dev_ = Device::open(ports[0]);
