@@ -112,6 +112,14 @@ typedef enum {
 #define HORA_CONFIG_UNDEF_INT INT_MIN
 #define HORA_CONFIG_UNDEF_PTR NULL
 #define HORA_SPLIT_NOCOLOR -1
+
+/* horaCommShrink's flags. */
+#define HORA_SHRINK_DEFAULT 0x00 /* the parent is healthy: no call of it is in flight */
+#define HORA_SHRINK_ABORT 0x01   /* first stop every call in flight on the parent (after a failure) */
+
+/* horaCommWindowRegister's flags. */
+#define HORA_WIN_DEFAULT 0x00
+#define HORA_WIN_COLL_SYMMETRIC 0x01 /* every rank registers a window of the same size, collectively */
 #define HORA_API_MAGIC 0x686f7261u /* "hora" */
 
 /* Communicator configuration. Initialise with HORA_CONFIG_INITIALIZER, then set fields.
@@ -121,7 +129,8 @@ typedef struct horaConfig_v1 {
   size_t size;          /* sizeof(horaConfig_t): do not touch */
   unsigned int magic;   /* HORA_API_MAGIC: do not touch */
   unsigned int version; /* HORA_VERSION_CODE: do not touch */
-  int blocking;         /* accepted for compatibility; initialisation is always blocking */
+  int blocking;         /* 0: init, split, shrink and finalize return horaInProgress at once and
+                           finish in the background; horaCommGetAsyncError says when (default 1) */
   int cgaClusterSize;   /* accepted for compatibility, unused */
   int minCTAs;          /* accepted for compatibility, unused */
   int maxCTAs;          /* accepted for compatibility, unused */
@@ -193,8 +202,24 @@ horaResult_t horaCommAbort(horaComm_t comm);
 horaResult_t horaCommSplit(horaComm_t comm, int color, int key, horaComm_t* newcomm,
                            horaConfig_t* config);
 
+/* Makes a communicator of comm's ranks but those in excludeRanksList (excludeRanksCount of
+ * them), in the same order, renumbered from 0: called by every rank that is not excluded, each
+ * with the same list, and by none of the excluded ones. No new unique id is needed, and comm's
+ * links need not work: after a peer failed, the survivors call it with HORA_SHRINK_ABORT (which
+ * first stops the calls in flight on comm) and get a working communicator without the failed
+ * ranks. comm stays as it is (destroy or abort it afterwards). config as for horaCommSplit. */
+horaResult_t horaCommShrink(horaComm_t comm, int* excludeRanksList, int excludeRanksCount, horaComm_t* newcomm,
+                            horaConfig_t* config, int shrinkFlags);
+
+/* As horaCommInitRankConfig, given nId unique ids (the same ones, in the same order, on every
+ * rank) instead of one. The first id's rendezvous forms the communicator; the others are
+ * accepted so that code written for several ids runs unchanged. */
+horaResult_t horaCommInitRankScalable(horaComm_t* newcomm, int nranks, int myrank, int nId, horaUniqueId* commIds,
+                                      horaConfig_t* config);
+
 /* horaSuccess, or the error that put comm in its error state (including a failure of work
- * that ran on a host stream). */
+ * that ran on a host stream); horaInProgress while a non-blocking init, split, shrink or
+ * finalize (config->blocking = 0) is still running. */
 horaResult_t horaCommGetAsyncError(horaComm_t comm, horaResult_t* asyncError);
 
 horaResult_t horaCommCount(const horaComm_t comm, int* count);
@@ -262,6 +287,46 @@ horaResult_t horaRecv(void* recvbuff, size_t count, horaDataType_t datatype, int
  * the outermost horaGroupEnd runs them and returns the first error. */
 horaResult_t horaGroupStart(void);
 horaResult_t horaGroupEnd(void);
+
+/* What horaGroupSimulateEnd reports. Initialise with HORA_SIM_INFO_INITIALIZER. */
+typedef struct horaSimInfo_v1 {
+  size_t size;          /* sizeof(horaSimInfo_t): do not touch */
+  unsigned int magic;   /* HORA_SIM_INFO_MAGIC: do not touch */
+  unsigned int version; /* HORA_VERSION_CODE: do not touch */
+  float estimatedTime;  /* out: the planner's predicted time of the group, in microseconds */
+} horaSimInfo_t;
+#define HORA_SIM_INFO_MAGIC 0x686f7273u /* "hors" */
+#define HORA_SIM_INFO_INITIALIZER { sizeof(horaSimInfo_t), HORA_SIM_INFO_MAGIC, HORA_VERSION_CODE, -1.0f }
+
+/* Ends the group as horaGroupEnd would, but runs none of its calls: they are planned, the
+ * planner's predicted time of the slowest communicator's share is stored in
+ * simInfo->estimatedTime, and the calls are dropped. */
+horaResult_t horaGroupSimulateEnd(horaSimInfo_t* simInfo);
+
+/* ---- memory --------------------------------------------------------------------- */
+
+/* Device memory of the current CUDA device (horaUnhandledCudaError, with the reason in the
+ * last-error text, where there is no usable GPU; on the emulated GPU, its memory). */
+horaResult_t horaMemAlloc(void** ptr, size_t size);
+horaResult_t horaMemFree(void* ptr);
+
+/* Registers [buff, buff + size) with comm for later calls: a handle for horaCommDeregister. Where
+ * a transport keeps registrations (the ib transport's memory cache), the buffer is registered
+ * with it now, so a first call on it does not pay for that; elsewhere the handle only records
+ * the buffer. Local: no other rank takes part. */
+horaResult_t horaCommRegister(const horaComm_t comm, void* buff, size_t size, void** handle);
+horaResult_t horaCommDeregister(const horaComm_t comm, void* handle);
+
+/* A window: a buffer registered collectively (every rank of comm calls it, in the same order with
+ * its other collectives); with HORA_WIN_COLL_SYMMETRIC every rank's size must be the same, and a
+ * rank whose size differs fails on every rank. Later calls whose buffers lie in a window use its
+ * registration. */
+typedef struct horaWindow* horaWindow_t;
+horaResult_t horaCommWindowRegister(horaComm_t comm, void* buff, size_t size, horaWindow_t* win, int winFlags);
+horaResult_t horaCommWindowDeregister(horaComm_t comm, horaWindow_t win);
+
+/* Reads HORA_DEBUG, HORA_DEBUG_SUBSYS and HORA_DEBUG_FILE (and their NCCL_* aliases) again. */
+void horaResetDebugInit(void);
 
 /* ---- host streams (and, for Synchronize and Query, CUDA streams) ----------------- */
 

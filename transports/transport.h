@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,10 @@ class Connection {
   virtual bool pendingFrame(uint16_t* /*call*/, uint64_t* /*tag*/) { return false; }
   virtual void shutdown(const std::string& reason, Errc code) noexcept = 0;
   virtual const std::string& peerName() const = 0;  // "rank 3 (host, pid 123)"
+  // Registers [p, p + bytes) ahead of the messages that will use it (horaCommRegister), where
+  // the transport keeps registrations: the returned object holds it until released (the
+  // transport may keep it longer, in its cache). Null where the transport registers nothing.
+  virtual std::shared_ptr<void> registerMemory(const void* /*p*/, size_t /*bytes*/) { return nullptr; }
 };
 
 // Describes a tag for error messages ("AllReduce(count 1024, float, sum)"); installed by the

@@ -28,12 +28,22 @@ void setLastError(horaComm* comm, const std::string& text) {
   if (comm) comm->setLastError(text);
 }
 
-horaComm* checkComm(horaComm_t comm) {
+horaComm* checkCommAny(horaComm_t comm) {
   if (!comm) fail(Errc::InvalidArgument, "comm is NULL");
   if (!horaComm::isLive(comm) || comm->magic != horaComm::kMagic)
     fail(Errc::InvalidArgument, "comm %p is not a live communicator (destroyed, or not made by horaCommInit*)",
          static_cast<void*>(comm));
   return comm;
+}
+
+horaComm* checkComm(horaComm_t comm) {
+  horaComm* c = checkCommAny(comm);
+  // (A background operation that failed has recorded its error before it ends: the call then
+  // fails with that error, not as a call on a pending communicator.)
+  if (c->asyncError() == Errc::InProgress)
+    fail(Errc::InvalidUsage, "the communicator's non-blocking init, split, shrink or finalize is still in progress: "
+         "call horaCommGetAsyncError until it no longer returns horaInProgress");
+  return c;
 }
 
 device::StreamRef checkStream(horaStream_t stream) { return device::resolve(stream); }
@@ -71,18 +81,75 @@ UniqueId newId(const SockAddr& bind) {
   return startRendezvous(bind, secret, config().timeout);
 }
 
+}  // namespace
+
+namespace hora::api {
+
 CommOptions optionsFrom(const horaConfig_t* config) {
   CommOptions o;
   o.timeout = hora::config().timeout;
+  o.blocking = hora::config().commBlocking;
   if (!config) return o;
   if (config->magic != HORA_API_MAGIC || config->size < offsetof(horaConfig_t, timeoutMs))
     fail(Errc::InvalidArgument, "config was not initialised with HORA_CONFIG_INITIALIZER");
+  if (config->blocking != HORA_CONFIG_UNDEF_INT) {
+    if (config->blocking != 0 && config->blocking != 1)
+      fail(Errc::InvalidArgument, "config->blocking must be 0 or 1 (got %d)", config->blocking);
+    o.blocking = config->blocking == 1;
+  }
   if (config->commName) o.name = std::string(config->commName).substr(0, 128);
   if (config->size >= sizeof(horaConfig_t) && config->timeoutMs != HORA_CONFIG_UNDEF_INT) {
     if (config->timeoutMs <= 0) fail(Errc::InvalidArgument, "config->timeoutMs must be > 0 (got %d)", config->timeoutMs);
     o.timeout = milliseconds(config->timeoutMs);
   }
   return o;
+}
+
+CommOptions inherit(const horaComm* parent, const horaConfig_t* config) {
+  CommOptions o = parent->opts;
+  if (!config) return o;
+  CommOptions given = optionsFrom(config);
+  if (config->commName) o.name = given.name;
+  if (config->blocking != HORA_CONFIG_UNDEF_INT) o.blocking = given.blocking;
+  if (config->size >= sizeof(horaConfig_t) && config->timeoutMs != HORA_CONFIG_UNDEF_INT) o.timeout = given.timeout;
+  return o;
+}
+
+bool makeComm(horaComm_t* out, const UniqueId& id, int nranks, int rank, const CommOptions& o,
+              const std::function<void()>& after) {
+  std::unique_ptr<horaComm> c = horaComm::shell(nranks, rank, o, !o.blocking || group::active());
+  horaComm* raw = c.get();
+  auto work = [raw, id, after] {
+    raw->init(id);
+    if (after) after();
+  };
+  if (group::active()) {
+    *out = c.release();
+    group::addInit(raw, work);
+    return false;
+  }
+  if (!o.blocking) {
+    *out = c.release();
+    raw->runInBackground(work);
+    return true;
+  }
+  work();
+  *out = c.release();
+  return false;
+}
+
+}  // namespace hora::api
+
+namespace {
+
+// horaResetDebugInit: the logging settings from the environment as it is now.
+void reloadLogging() {
+  const Config now = parseConfig(processEnv());
+  log::configure(now.debugLevel, now.debugSubsys);
+  if (!now.debugFile.empty()) {
+    const std::string why = log::toFile(now.debugFile);
+    if (!why.empty()) HORA_WARN(log::kEnv, "HORA_DEBUG_FILE: %s; the log stays where it was", why.c_str());
+  }
 }
 
 // The version banner at INFO, once per process, from every init entry point (the log also
@@ -92,16 +159,16 @@ void banner() {
   log::writeBanner();
 }
 
-void initRank(horaComm_t* comm, int nranks, const UniqueId& id, int rank, const CommOptions& o) {
+// Returns whether the init goes on in the background (non-blocking). Inside a group the
+// communicator is made at the outermost horaGroupEnd, with the others of the group.
+bool initRank(horaComm_t* comm, int nranks, const UniqueId& id, int rank, const CommOptions& o,
+              const std::function<void()>& after = nullptr) {
   banner();
   if (!comm) fail(Errc::InvalidArgument, "comm is NULL");
   *comm = nullptr;
-  if (group::active())
-    fail(Errc::InvalidUsage, "creating a communicator inside horaGroupStart/horaGroupEnd is not supported; "
-         "use horaCommInitAll or one thread per rank");
   if (nranks < 1) fail(Errc::InvalidArgument, "nranks must be >= 1 (got %d)", nranks);
   if (rank < 0 || rank >= nranks) fail(Errc::InvalidArgument, "rank %d is out of range [0, %d)", rank, nranks);
-  *comm = horaComm::create(id, nranks, rank, o).release();
+  return api::makeComm(comm, id, nranks, rank, o, after);
 }
 
 UniqueId decodeId(const horaUniqueId& id) {
@@ -111,10 +178,13 @@ UniqueId decodeId(const horaUniqueId& id) {
 // horaCommInitRank and horaCommInitRankConfig, each under its own name in error texts.
 horaResult_t initRankEntry(const char* fn, horaComm_t* comm, int nranks, const horaUniqueId& commId, int rank,
                            const horaConfig_t* config) {
-  return guard(fn, nullptr, [&] {
-    CommOptions o = optionsFrom(config);
-    initRank(comm, nranks, decodeId(commId), rank, o);
+  bool inProgress = false;
+  const horaResult_t r = guard(fn, nullptr, [&] {
+    if (comm) *comm = nullptr;
+    CommOptions o = api::optionsFrom(config);
+    inProgress = initRank(comm, nranks, decodeId(commId), rank, o);
   });
+  return r == horaSuccess && inProgress ? horaInProgress : r;
 }
 
 }  // namespace
@@ -164,6 +234,35 @@ HORA_API horaResult_t horaCommInitRank(horaComm_t* comm, int nranks, horaUniqueI
   return initRankEntry("horaCommInitRank", comm, nranks, commId, rank, nullptr);
 }
 
+HORA_API horaResult_t horaCommInitRankScalable(horaComm_t* newcomm, int nranks, int myrank, int nId,
+                                               horaUniqueId* commIds, horaConfig_t* config) {
+  bool inProgress = false;
+  const horaResult_t r = guard("horaCommInitRankScalable", nullptr, [&] {
+    if (newcomm) *newcomm = nullptr;
+    if (nId < 1) fail(Errc::InvalidArgument, "nId must be >= 1 (got %d)", nId);
+    if (!commIds) fail(Errc::InvalidArgument, "commIds is NULL");
+    if (nranks >= 1 && nId > nranks) fail(Errc::InvalidArgument, "nId (%d) is larger than nranks (%d)", nId, nranks);
+    // Every id must be valid (a rank given garbage fails here, not at a rendezvous); the first
+    // one's rendezvous forms the communicator.
+    std::vector<UniqueId> ids;
+    for (int i = 0; i < nId; ++i) {
+      try {
+        ids.push_back(decodeId(commIds[i]));
+      } catch (const Error& e) {
+        fail(Errc::InvalidArgument, "commIds[%d]: %s", i, e.what());
+      }
+    }
+    CommOptions o = api::optionsFrom(config);
+    inProgress = initRank(newcomm, nranks, ids[0], myrank, o, [ids, myrank, nranks] {
+      // The rendezvous of each other id is released by the rank that would have led it, so
+      // that no process keeps serving an id nobody joins.
+      for (size_t i = 1; i < ids.size(); ++i)
+        if (myrank == static_cast<int>(i * static_cast<size_t>(nranks) / ids.size())) releaseRendezvous(ids[i]);
+    });
+  });
+  return r == horaSuccess && inProgress ? horaInProgress : r;
+}
+
 HORA_API horaResult_t horaCommInitAll(horaComm_t* comms, int ndev, const int* devlist) {
   return guard("horaCommInitAll", nullptr, [&] {
     banner();
@@ -172,7 +271,8 @@ HORA_API horaResult_t horaCommInitAll(horaComm_t* comms, int ndev, const int* de
     if (group::active()) fail(Errc::InvalidUsage, "horaCommInitAll inside a group is not supported");
     for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
     UniqueId id = newId(SockAddr::parse("127.0.0.1:0"));
-    CommOptions o = optionsFrom(nullptr);
+    CommOptions o = api::optionsFrom(nullptr);
+    o.blocking = true;  // no config to ask otherwise
     std::vector<std::thread> threads;
     std::vector<std::string> errors(static_cast<size_t>(ndev));
     std::vector<Errc> codes(static_cast<size_t>(ndev), Errc::Success);
@@ -270,7 +370,10 @@ HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
     // call, a short job) would take it away from a rank still waiting for its last answer.
     // After a failure, likewise until every rank connected has heard why.
     try {
-      initRank(comm, l.size, id, l.rank, optionsFrom(nullptr));
+      CommOptions o = api::optionsFrom(nullptr);
+      o.blocking = true;  // the rendezvous this process may host is awaited below
+      if (group::active()) fail(Errc::InvalidUsage, "horaCommInitFromEnv inside a group is not supported");
+      initRank(comm, l.size, id, l.rank, o);
     } catch (const Error& e) {
       if (rendezvous) rendezvous->await(config().timeout);
       // A rank that cannot reach the rendezvous names its address; say where that came from,
@@ -286,11 +389,21 @@ HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
 }
 
 HORA_API horaResult_t horaCommFinalize(horaComm_t comm) {
-  return guard("horaCommFinalize", comm, [&] {
+  bool inProgress = false;
+  const horaResult_t r = guard("horaCommFinalize", comm, [&] {
     horaComm* c = api::checkComm(comm);
+    if (!c->opts.blocking) {
+      c->runInBackground([c] {
+        awaitStreamWork(c);
+        c->check();
+      });
+      inProgress = true;
+      return;
+    }
     awaitStreamWork(c);
     c->check();
   });
+  return r == horaSuccess && inProgress ? horaInProgress : r;
 }
 
 // Destroy and abort free the communicator, so their errors go to the thread's last error
@@ -298,7 +411,8 @@ HORA_API horaResult_t horaCommFinalize(horaComm_t comm) {
 HORA_API horaResult_t horaCommDestroy(horaComm_t comm) {
   if (!comm) return horaSuccess;
   return guard("horaCommDestroy", nullptr, [&] {
-    horaComm* c = api::checkComm(comm);
+    horaComm* c = api::checkCommAny(comm);
+    c->joinBackground();  // a non-blocking init or finalize ends first
     awaitStreamWork(c);  // a stream's thread may still hold it
     if (c->busy.load()) fail(Errc::InvalidUsage, "the communicator is in use by another thread; use horaCommAbort");
     delete c;
@@ -308,7 +422,7 @@ HORA_API horaResult_t horaCommDestroy(horaComm_t comm) {
 HORA_API horaResult_t horaCommAbort(horaComm_t comm) {
   if (!comm) return horaSuccess;
   return guard("horaCommAbort", nullptr, [&] {
-    horaComm* c = api::checkComm(comm);
+    horaComm* c = api::checkCommAny(comm);
     log::RankScope scope(c->rank);
     if (c->abort()) delete c;
   });
@@ -320,7 +434,7 @@ namespace {
 // then rank) hosts a rendezvous for its color and tells the others its id; then the ranks of
 // each color make their communicator as horaCommInitRank would. Two allgathers on the parent
 // and one communicator setup.
-horaComm* splitComm(horaComm* c, int color, int key, const CommOptions& o) {
+bool splitComm(horaComm* c, int color, int key, const CommOptions& o, horaComm_t* out) {
   const int n = c->nranks;
   std::vector<int32_t> mine{color, key}, all(2 * static_cast<size_t>(n));
   coll::Args a;
@@ -346,16 +460,17 @@ horaComm* splitComm(horaComm* c, int color, int key, const CommOptions& o) {
   a.sendbuf = id.data();
   a.recvbuf = ids.data();
   group::submit(c, a);
-  if (members.empty()) return nullptr;
+  if (members.empty()) return false;
   const int newRank = static_cast<int>(std::find(members.begin(), members.end(), c->rank) - members.begin());
   const UniqueId leaderId = UniqueId::decode(ids.data() + kUniqueIdBytes * static_cast<size_t>(members[0]));
-  return horaComm::create(leaderId, static_cast<int>(members.size()), newRank, o).release();
+  return api::makeComm(out, leaderId, static_cast<int>(members.size()), newRank, o, nullptr);
 }
 
 }  // namespace
 
 HORA_API horaResult_t horaCommSplit(horaComm_t comm, int color, int key, horaComm_t* newcomm, horaConfig_t* config) {
-  return guard("horaCommSplit", comm, [&] {
+  bool inProgress = false;
+  const horaResult_t r = guard("horaCommSplit", comm, [&] {
     horaComm* c = api::checkComm(comm);
     if (!newcomm) fail(Errc::InvalidArgument, "newcomm is NULL");
     *newcomm = nullptr;
@@ -363,19 +478,14 @@ HORA_API horaResult_t horaCommSplit(horaComm_t comm, int color, int key, horaCom
       fail(Errc::InvalidArgument, "color %d is invalid: use a color >= 0, or HORA_SPLIT_NOCOLOR (-1)", color);
     if (group::active()) fail(Errc::InvalidUsage, "horaCommSplit inside horaGroupStart/horaGroupEnd is not supported");
     // The new communicator inherits what the config leaves undefined.
-    CommOptions o = c->opts;
-    if (config) {
-      CommOptions given = optionsFrom(config);
-      if (config->commName) o.name = given.name;
-      if (config->size >= sizeof(horaConfig_t) && config->timeoutMs != HORA_CONFIG_UNDEF_INT) o.timeout = given.timeout;
-    }
-    *newcomm = splitComm(c, color, key, o);
+    inProgress = splitComm(c, color, key, api::inherit(c, config), newcomm);
   });
+  return r == horaSuccess && inProgress ? horaInProgress : r;
 }
 
 HORA_API horaResult_t horaCommGetAsyncError(horaComm_t comm, horaResult_t* asyncError) {
   return guard("horaCommGetAsyncError", comm, [&] {
-    horaComm* c = api::checkComm(comm);
+    horaComm* c = api::checkCommAny(comm);
     if (!asyncError) fail(Errc::InvalidArgument, "asyncError is NULL");
     *asyncError = static_cast<horaResult_t>(c->asyncError());
   });
@@ -383,7 +493,7 @@ HORA_API horaResult_t horaCommGetAsyncError(horaComm_t comm, horaResult_t* async
 
 HORA_API horaResult_t horaCommCount(const horaComm_t comm, int* count) {
   return guard("horaCommCount", comm, [&] {
-    horaComm* c = api::checkComm(comm);
+    horaComm* c = api::checkCommAny(comm);
     if (!count) fail(Errc::InvalidArgument, "count is NULL");
     *count = c->nranks;
   });
@@ -391,7 +501,7 @@ HORA_API horaResult_t horaCommCount(const horaComm_t comm, int* count) {
 
 HORA_API horaResult_t horaCommCuDevice(const horaComm_t comm, int* device) {
   return guard("horaCommCuDevice", comm, [&] {
-    horaComm* c = api::checkComm(comm);
+    horaComm* c = api::checkCommAny(comm);
     if (!device) fail(Errc::InvalidArgument, "device is NULL");
     *device = c->opts.cudaDev;
   });
@@ -399,7 +509,7 @@ HORA_API horaResult_t horaCommCuDevice(const horaComm_t comm, int* device) {
 
 HORA_API horaResult_t horaCommUserRank(const horaComm_t comm, int* rank) {
   return guard("horaCommUserRank", comm, [&] {
-    horaComm* c = api::checkComm(comm);
+    horaComm* c = api::checkCommAny(comm);
     if (!rank) fail(Errc::InvalidArgument, "rank is NULL");
     *rank = c->rank;
   });
@@ -441,7 +551,25 @@ HORA_API horaResult_t horaGroupStart(void) {
 }
 
 HORA_API horaResult_t horaGroupEnd(void) {
-  return guard("horaGroupEnd", nullptr, [&] { group::end(); });
+  bool inProgress = false;
+  const horaResult_t r = guard("horaGroupEnd", nullptr, [&] { inProgress = group::end(); });
+  return r == horaSuccess && inProgress ? horaInProgress : r;
+}
+
+HORA_API horaResult_t horaGroupSimulateEnd(horaSimInfo_t* simInfo) {
+  return guard("horaGroupSimulateEnd", nullptr, [&] {
+    if (!simInfo) fail(Errc::InvalidArgument, "simInfo is NULL");
+    if (simInfo->magic != HORA_SIM_INFO_MAGIC || simInfo->size < sizeof(horaSimInfo_t))
+      fail(Errc::InvalidArgument, "simInfo was not initialised with HORA_SIM_INFO_INITIALIZER");
+    simInfo->estimatedTime = static_cast<float>(group::simulateEnd());
+  });
+}
+
+HORA_API void horaResetDebugInit(void) {
+  try {
+    reloadLogging();
+  } catch (...) {
+  }
 }
 
 HORA_API horaResult_t horaStreamCreate(horaStream_t* stream) {

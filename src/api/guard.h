@@ -2,6 +2,7 @@
 // exception into a result code and the last-error text, so nothing throws across the ABI.
 #pragma once
 #include <cstring>
+#include <functional>
 #include <new>
 #include <string>
 
@@ -85,7 +86,20 @@ int rawInt(const E& e) {
 }
 
 // Argument checks shared by the entry points; each throws Errc::InvalidArgument.
+// A live communicator that is ready for calls (not in a non-blocking operation: InvalidUsage).
 horaComm* checkComm(horaComm_t comm);
+// A live communicator, ready or not (for the calls that ask about it, destroy or abort it).
+horaComm* checkCommAny(horaComm_t comm);
+
+// The options of a config (NULL: the defaults); throws InvalidArgument for a bad one.
+CommOptions optionsFrom(const horaConfig_t* config);
+// A child's options: the parent's, with what config defines.
+CommOptions inherit(const horaComm* parent, const horaConfig_t* config);
+// Makes the communicator *out of `rank` among `nranks` sharing id, then runs `after` (may be
+// null): now (blocking), in the background (returns true: the caller returns horaInProgress),
+// or, inside a group, at its outermost end. On a blocking failure *out is left NULL.
+bool makeComm(horaComm_t* out, const UniqueId& id, int nranks, int rank, const CommOptions& o,
+              const std::function<void()>& after);
 // The host stream behind stream (nullptr for NULL); throws for anything else.
 device::StreamRef checkStream(horaStream_t stream);
 DataType checkType(int t);  // pass rawInt(datatype)

@@ -18,6 +18,7 @@ enum class Errc : int {
   InvalidArgument = 4,  // a bad argument from the caller
   InvalidUsage = 5,     // a call that is wrong in this state (e.g. on a failed communicator)
   Remote = 6,           // a peer died, closed its connection or sent malformed data
+  InProgress = 7,       // a non-blocking operation on a communicator has not finished
   Timeout = 8,          // a peer stopped answering within the timeout
 };
 

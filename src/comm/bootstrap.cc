@@ -34,6 +34,8 @@ struct HelloPayload {
   char host[kHandshakePayloadBytes - 12];  // NUL-padded, cut to fit
 };
 static_assert(sizeof(HelloPayload) == kHandshakePayloadBytes, "the hello fills the handshake's payload");
+// A hello with nranks 0 and this rank releases a rendezvous nobody joined (releaseRendezvous).
+constexpr uint32_t kReleaseRank = 0xfffffffeu;
 
 // "rank R (host, pid P)", as PeerInfo::name() says it.
 std::string rankName(int rank, const std::string& host, int pid) {
@@ -257,6 +259,7 @@ class Root {
 
  private:
   bool finished() const {
+    if (released_) return true;
     if (nranks_ < 0 || static_cast<int>(members_.size()) < nranks_) return false;
     for (const Member& m : members_)
       if (!m.gone) return false;
@@ -293,6 +296,12 @@ class Root {
       // stray of another job that shares the address and secret. Should it be one of this job,
       // the job's timeout names its missing rank and this process.
       const std::string where = format("the rendezvous at %s", address().str().c_str());
+      if (h.nranks == 0 && h.rank == kReleaseRank && members_.empty()) {
+        HORA_INFO(log::kBootstrap, "the rendezvous at %s is released by %s: its job formed elsewhere",
+                  address().str().c_str(), host.c_str());
+        released_ = true;
+        continue;
+      }
       if (h.nranks < 1 || h.nranks > (1u << 20) || h.rank >= h.nranks) {
         turnAway(std::move(a.fd), format("%s cannot join %s as rank %u of %u ranks", name.c_str(), where.c_str(),
                                          h.rank, h.nranks));
@@ -471,6 +480,7 @@ class Root {
   std::vector<Fd> turnedAway_;    // told why, waiting for them to close
   std::string firstTurnedAway_;   // why, for the timeout's text
   int nranks_;
+  bool released_ = false;  // by releaseRendezvous: ends without waiting for anyone
   int round_ = 0;
 };
 
@@ -500,8 +510,31 @@ bool RendezvousEnd::await(milliseconds most) {
 
 UniqueId startRendezvous(const SockAddr& bindAddr, const Secret& secret, milliseconds timeout,
                          std::shared_ptr<RendezvousEnd> end, int nranks) {
+  return startRendezvous(listenSocket(bindAddr), secret, timeout, std::move(end), nranks);
+}
+
+void releaseRendezvous(const UniqueId& id) noexcept {
+  try {
+    static const std::atomic<bool> never{false};
+    Waiter w(milliseconds(5000), &never, [&] { return format("releasing the rendezvous at %s", id.root.str().c_str()); });
+    Fd fd = connectWithRetry(id.root, w);
+    uint8_t payload[kHandshakePayloadBytes] = {0};
+    HelloPayload h{};
+    h.rank = kReleaseRank;
+    h.nranks = 0;
+    h.pid = static_cast<uint32_t>(getpid());
+    strncpy(h.host, log::hostName(), sizeof h.host - 1);
+    memcpy(payload, &h, sizeof h);
+    clientHandshake(fd.get(), id.secret, LinkKind::Bootstrap, payload, w, "the rendezvous");
+  } catch (const std::exception& e) {
+    HORA_INFO(log::kBootstrap, "the rendezvous at %s could not be released: %s", id.root.str().c_str(), e.what());
+  }
+}
+
+UniqueId startRendezvous(Fd listener, const Secret& secret, milliseconds timeout, std::shared_ptr<RendezvousEnd> end,
+                         int nranks) {
   installForkHandler();
-  auto root = std::make_shared<Root>(listenSocket(bindAddr), secret, timeout, nranks, end);
+  auto root = std::make_shared<Root>(std::move(listener), secret, timeout, nranks, end);
   UniqueId id;
   id.root = root->address();
   id.secret = secret;

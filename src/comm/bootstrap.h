@@ -70,6 +70,14 @@ class RendezvousEnd {
 UniqueId startRendezvous(const SockAddr& bindAddr, const Secret& secret, milliseconds timeout,
                          std::shared_ptr<RendezvousEnd> end = nullptr, int nranks = -1);
 
+// As above, on a socket already listening (a communicator's rejoin listener, for a shrink).
+UniqueId startRendezvous(Fd listener, const Secret& secret, milliseconds timeout,
+                         std::shared_ptr<RendezvousEnd> end = nullptr, int nranks = -1);
+
+// Ends, quietly, the rendezvous of an id that no rank will join (horaCommInitRankScalable's
+// other ids), if no rank has joined it; a failure to reach it is logged at INFO and ignored.
+void releaseRendezvous(const UniqueId& id) noexcept;
+
 // The root's report that the job failed: it names the first cause, with its code (Timeout when
 // ranks never joined, Remote when a rank failed).
 class RendezvousFailure : public Error {

@@ -126,6 +126,14 @@ PeerInfo decodePeer(const std::string& blob, int expectRank, CoreSettings* setti
   for (char& c : p.host)
     if (c < 0x20 || c > 0x7e) c = '?';
   p.pid = static_cast<int>(pid);
+  const std::string* rejoin = p.record.get("rejoin");
+  uint8_t packed[SockAddr::kPackedBytes];
+  bool rejoinOk = rejoin && rejoin->size() == sizeof packed;
+  if (rejoinOk) {
+    memcpy(packed, rejoin->data(), sizeof packed);
+    rejoinOk = SockAddr::unpack(packed, &p.rejoin);
+  }
+  if (!rejoinOk) hora::fail(Errc::Remote, "%s sent a malformed peer record: no valid rejoin address", p.name().c_str());
   const std::string* topology = p.record.get("topo");
   if (!topology || !topo::decode(*topology, &p.machine, &p.place, &why))
     hora::fail(Errc::Remote, "%s sent a malformed topology in its peer record: %s", p.name().c_str(),
@@ -164,20 +172,35 @@ bool enabled(const transport::Registration& r, const Config& cfg) {
 using namespace hora;
 
 std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int rank, const CommOptions& opts) {
+  std::unique_ptr<horaComm> c = shell(nranks, rank, opts, false);
+  c->init(id);
+  return c;
+}
+
+std::unique_ptr<horaComm> horaComm::shell(int nranks, int rank, const CommOptions& opts, bool pending) {
   const Config& cfg = config();
   transport::setTagDescriber(coll::describeTag);
   std::unique_ptr<horaComm> c(new horaComm());
   c->rank = rank;
   c->nranks = nranks;
-  c->commId = id.commId();
   c->opts = opts;
   c->opts.cudaDev = hora::device::commDevice(opts.cudaDev);
   c->planner.chunkBytes = cfg.chunkBytes;
   c->planner.forced = cfg.algoForced;
   c->planner.costs = cfg.costs;
-  log::RankScope scope(rank);
+  c->pending_.store(pending);
   c->wakeFd = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!c->wakeFd.valid()) hora::fail(Errc::System, "eventfd: %s", errnoText(errno).c_str());
+  return c;
+}
+
+void horaComm::init(const UniqueId& id) {
+  const Config& cfg = config();
+  horaComm* const c = this;
+  const CommOptions& opts = c->opts;
+  c->commId = id.commId();
+  c->secret = id.secret;
+  log::RankScope scope(rank);
 
   std::string stage = format("joining the rendezvous at %s, which rank 0 hosts", id.root.str().c_str());
   Waiter w(opts.timeout, &c->aborting, [&] { return stage; });
@@ -185,6 +208,9 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
   try {
     c->address = cfg.socketIfname.empty() ? bs.localAddress() : chooseInterface(cfg.socketIfname, id.root.family());
     c->address.setPort(0);
+    // The listener a shrink led by this rank will use (see comm.h): opened now, accepted from
+    // only then.
+    c->rejoin = listenSocket(c->address);
     transport::Settings ts;
     ts.secret = id.secret;
     ts.commId = id.commId();
@@ -205,6 +231,11 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
     Record mine;
     mine.set("core", coreField(rank, cfg));
     mine.set("topo", topologyField(cfg));
+    {
+      uint8_t packed[SockAddr::kPackedBytes];
+      localAddress(c->rejoin.get()).pack(packed);
+      mine.set("rejoin", FieldWriter().raw(packed, sizeof packed).take());
+    }
     for (const transport::Registration& reg : transport::registry()) {
       if (!enabled(reg, cfg)) continue;
       owned.push_back(reg.make(ts));
@@ -334,7 +365,6 @@ std::unique_ptr<horaComm> horaComm::create(const UniqueId& id, int nranks, int r
               listening.c_str(), links.empty() ? "none" : links.c_str(),
               c->stage ? format("; a shared stage of %d ranks", c->stage->size()).c_str() : "");
   }
-  return c;
 }
 
 namespace {
@@ -353,6 +383,7 @@ horaComm::horaComm() {
 }
 
 horaComm::~horaComm() {
+  joinBackground();
   magic = kDead;
   std::unique_lock<std::shared_mutex> lock(gLiveMu);
   liveComms().erase(this);
@@ -397,6 +428,41 @@ void horaComm::fail(const Error& e) noexcept {
       conns[r]->finishPartial(until);
   for (auto& c : conns)
     if (c) c->shutdown(reason, e.code());
+}
+
+void horaComm::failInit(const Error& e) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (asyncError_.load() != 0) return;
+    errorText_ = e.what();
+    lastError_ = e.what();
+    asyncError_.store(static_cast<int>(e.code()), std::memory_order_release);
+  }
+  HORA_WARN(log::kInit, "rank %d of %d%s%s: %s", rank, nranks, opts.name.empty() ? "" : " of ", opts.name.c_str(),
+            e.what());
+  conns.clear();  // whatever an init that failed half way had connected
+  connPtrs.clear();
+  rejoin.reset();
+}
+
+void horaComm::runInBackground(std::function<void()> work) {
+  joinBackground();
+  pending_.store(true, std::memory_order_release);
+  background_ = std::thread([this, work = std::move(work)] {
+    log::RankScope scope(rank);
+    try {
+      work();
+    } catch (const Error& e) {
+      failInit(e);
+    } catch (const std::exception& e) {
+      failInit(Error(Errc::Internal, std::string("internal error: ") + e.what()));
+    }
+    pending_.store(false, std::memory_order_release);
+  });
+}
+
+void horaComm::joinBackground() {
+  if (background_.joinable() && background_.get_id() != std::this_thread::get_id()) background_.join();
 }
 
 void horaComm::setLastError(const std::string& text) {

@@ -10,9 +10,12 @@
 #include <array>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "base/error.h"
@@ -49,6 +52,7 @@ struct PeerInfo {
   std::string machineId;  // equal for ranks on one kernel, whatever their namespaces
   topo::Host machine;  // its host's topology (the record's "topo" field)
   topo::Place place;   // where it runs on that host
+  SockAddr rejoin;     // where it listens for the rendezvous of a shrink it leads (the "rejoin" field)
   Record record;
   std::string name() const;  // "rank 3 (host, pid 123)"
   transport::PeerView view(const char* transportName) const;
@@ -74,6 +78,7 @@ struct CommOptions {
   milliseconds timeout{600000};
   std::string name;  // horaConfig_t.commName
   int cudaDev = -1;
+  bool blocking = true;  // horaConfig_t.blocking: false runs init, split, shrink and finalize in the background
 };
 
 // A PreMulSum op made by horaRedOpCreatePreMulSum.
@@ -92,7 +97,23 @@ struct horaComm {
   // Creates this rank's communicator; collective over the nranks ranks sharing `id`.
   static std::unique_ptr<horaComm> create(const hora::UniqueId& id, int nranks, int rank,
                                           const hora::CommOptions& opts);
+  // A communicator not yet initialised: live (a handle the caller may hold, destroy or abort),
+  // its rank and size set, every other call refused until init() has run. With pending, it
+  // reports Errc::InProgress until finish() (a non-blocking init, split or shrink).
+  static std::unique_ptr<horaComm> shell(int nranks, int rank, const hora::CommOptions& opts, bool pending);
+  // Joins the ranks sharing `id` and connects to them (the body of create); throws on failure.
+  void init(const hora::UniqueId& id);
   ~horaComm();
+
+  // Non-blocking operations (init, split, shrink, finalize with opts.blocking false): `work`
+  // runs on a thread of the communicator's own while asyncError() says InProgress; its failure
+  // becomes the communicator's error. One at a time; joinBackground() waits for it.
+  void runInBackground(std::function<void()> work);
+  void joinBackground();
+  bool pending() const { return pending_.load(std::memory_order_acquire); }
+  // A failed init (or other work before the communicator was ever usable): the error every
+  // later call and asyncError() report; nothing is sent to peers.
+  void failInit(const hora::Error& e) noexcept;
 
   // Whether p is a communicator that exists now: the process's live ones are kept in a set, so
   // a handle is checked without touching the memory it points at (a destroyed communicator, or
@@ -106,7 +127,11 @@ struct horaComm {
   void fail(const hora::Error& e) noexcept;
   void setLastError(const std::string& text);
   const char* lastError();
-  hora::Errc asyncError() const { return static_cast<hora::Errc>(asyncError_.load()); }
+  // The recorded error, else InProgress while a non-blocking operation runs, else Success.
+  hora::Errc asyncError() const {
+    const int e = asyncError_.load();
+    return e == 0 && pending() ? hora::Errc::InProgress : static_cast<hora::Errc>(e);
+  }
 
   // Abort: stop calls in other threads, close links. Never waits for a peer; waits only for
   // other threads inside calls on this communicator to notice (each does within
@@ -150,6 +175,11 @@ struct horaComm {
   // Waits spin a little before yielding when this host has a CPU for each of its ranks.
   std::chrono::microseconds spinFor{0};
   uint64_t commId = 0;  // the same on every rank of this communicator (UniqueId::commId)
+  hora::Secret secret;  // the id's secret: a shrink derives its new one from it
+  // Listens (unaccepted until then) for the rendezvous of a shrink this rank leads: the
+  // survivors of a failure find each other here without a new unique id (api shrink).
+  hora::Fd rejoin;
+  int shrinks = 0;  // shrinks made from this communicator so far (each derives its own secret)
   uint64_t collectives = 0;  // groups with a collective run so far: the call number announced on the host
   uint16_t frameCall = 0;    // the last collective's number in frames (transports/frame.h), 0 skipped
   uint16_t nextFrameCall() { return ++frameCall ? frameCall : ++frameCall; }
@@ -164,6 +194,10 @@ struct horaComm {
   };
   std::mutex deviceMu;
   std::unique_ptr<hora::device::CommState, DeviceStateFree> device;
+  // Buffers registered with horaCommRegister and horaCommWindowRegister, by handle; each entry
+  // holds the transports' registrations until it is deregistered or the communicator goes.
+  std::mutex registeredMu;
+  std::unordered_map<const void*, std::shared_ptr<void>> registered;
 
   // Last, away from the fields every call touches:
   // the collectives and size classes whose choice has been explained at INFO (kind << 8 | log2),
@@ -178,6 +212,8 @@ struct horaComm {
  private:
   horaComm();  // registers it as live (isLive)
   std::atomic<int> asyncError_{0};
+  std::atomic<bool> pending_{false};
+  std::thread background_;
   mutable std::mutex mu_;
   std::string errorText_;
   std::string lastError_;

@@ -1,5 +1,9 @@
 #include "comm/group.h"
 
+#include <algorithm>
+
+#include "coll/algorithm.h"
+
 namespace hora::group {
 
 namespace {
@@ -10,6 +14,7 @@ struct State {
   std::vector<void*> cudaStreams;  // or the CUDA stream of each held call (empty for host groups)
   bool named = false;            // whether any call has been held yet
   Calls one = Calls(1);
+  std::vector<std::pair<horaComm*, std::function<void()>>> inits;  // communicators to make at the end
 };
 thread_local State tState;
 
@@ -28,16 +33,57 @@ void noteGroupError(const Calls& calls, const Error& e) {
     if (first) calls[i].first->setLastError(text);
   }
 }
+
+
+// The held inits, all at once (each on its communicator's own thread); waits for the blocking
+// ones and throws the first failure. Returns whether non-blocking ones go on.
+bool runInits(std::vector<std::pair<horaComm*, std::function<void()>>>& inits) {
+  bool anyPending = false;
+  for (auto& [c, work] : inits) c->runInBackground(std::move(work));
+  const Error* first = nullptr;
+  Error firstError(Errc::Success, "");
+  for (auto& [c, work] : inits) {
+    if (!c->opts.blocking) {
+      anyPending = true;
+      continue;
+    }
+    c->joinBackground();
+    const Errc e = c->asyncError();
+    if (e != Errc::Success && !first) {
+      firstError = Error(e, format("making the communicator of rank %d of %d: %s", c->rank, c->nranks, c->lastError()));
+      first = &firstError;
+    }
+  }
+  inits.clear();
+  if (first) throw firstError;
+  return anyPending;
+}
 }  // namespace
 
 void start() { ++tState.depth; }
 
 bool active() { return tState.depth > 0; }
 
-void end() {
+void addInit(horaComm* comm, std::function<void()> init) { tState.inits.emplace_back(comm, std::move(init)); }
+
+bool end() {
   State& t = tState;
   if (t.depth == 0) fail(Errc::InvalidUsage, "horaGroupEnd without a matching horaGroupStart");
-  if (--t.depth > 0) return;
+  if (--t.depth > 0) return false;
+  bool pending = false;
+  if (!t.inits.empty()) {
+    std::vector<std::pair<horaComm*, std::function<void()>>> inits;
+    inits.swap(t.inits);
+    try {
+      pending = runInits(inits);
+    } catch (const Error&) {
+      t.calls.clear();
+      t.cudaStreams.clear();
+      t.stream = nullptr;
+      t.named = false;
+      throw;
+    }
+  }
   Calls calls;
   calls.swap(t.calls);
   HostStream* stream = t.stream;
@@ -45,10 +91,10 @@ void end() {
   cudaStreams.swap(t.cudaStreams);
   t.stream = nullptr;
   t.named = false;
-  if (calls.empty()) return;
+  if (calls.empty()) return pending;
   if (stream) {
     stream->enqueue("horaGroupEnd", std::move(calls));
-    return;
+    return pending;
   }
   try {
     if (!cudaStreams.empty()) device::enqueue("horaGroupEnd", calls, cudaStreams);
@@ -57,6 +103,44 @@ void end() {
     noteGroupError(calls, e);
     throw;
   }
+  return pending;
+}
+
+double simulateEnd() {
+  State& t = tState;
+  if (t.depth == 0) fail(Errc::InvalidUsage, "horaGroupSimulateEnd without a matching horaGroupStart");
+  if (t.depth > 1) fail(Errc::InvalidUsage, "horaGroupSimulateEnd ends only the outermost group (%d are open)", t.depth);
+  if (!t.inits.empty())
+    fail(Errc::InvalidUsage, "horaGroupSimulateEnd: the group makes communicators; end it with horaGroupEnd");
+  --t.depth;
+  Calls calls;
+  calls.swap(t.calls);
+  t.cudaStreams.clear();
+  t.stream = nullptr;
+  t.named = false;
+  std::vector<std::pair<horaComm*, double>> perComm;
+  for (const auto& [c, a] : calls) {
+    c->check();
+    // Planned as runCalls plans it: alone when it is its communicator's only collective.
+    size_t collectives = 0;
+    for (const auto& [c2, a2] : calls)
+      collectives += c2 == c && a2.kind != coll::Kind::Send && a2.kind != coll::Kind::Recv;
+    const bool alone = collectives == 1;
+    double us;
+    if (a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv) {
+      us = coll::algorithm(coll::Algo::P2P).predictUs(a, c->shape, c->planner.costs);
+    } else {
+      coll::Choice why;
+      coll::plan(a, c->shape, c->planner, alone, &why);
+      us = why.predictedUs;
+    }
+    auto it = std::find_if(perComm.begin(), perComm.end(), [&](const auto& p) { return p.first == c; });
+    if (it == perComm.end()) perComm.emplace_back(c, us);
+    else it->second += us;
+  }
+  double most = 0;
+  for (const auto& p : perComm) most = std::max(most, p.second);
+  return most;
 }
 
 void submit(horaComm* comm, const coll::Args& a, device::StreamRef ref, const char* fn) {

@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <thread>
 
 #include "base/log.h"
 #include "comm/comm.h"
@@ -120,6 +122,28 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const c
   }
   return true;
 }
+// The lone calls that run at once, each on a thread of its own; throws the first failure.
+void runAtOnceTogether(const std::vector<std::pair<horaComm*, coll::Args>>& calls, const std::vector<coll::Args>& adjusted,
+                       const std::vector<coll::Plan>& plans, const std::vector<size_t>& atOnce) {
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(atOnce.size());
+  for (size_t k = 0; k < atOnce.size(); ++k)
+    threads.emplace_back([&, k] {
+      const size_t i = atOnce[k];
+      try {
+        core::Executor executor;
+        log::RankScope scope(calls[i].first->rank);
+        if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor))
+          fail(Errc::Internal, "a shared-stage plan did not run at once");
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 // Marks c as in use by this thread's call (released by the guard), after checking its state.
 void claim(horaComm* c, BusyGuard& guard) {
   c->check();
@@ -220,9 +244,18 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
   }
   if (!atOnce.empty()) {
     std::sort(atOnce.begin(), atOnce.end(), [&](size_t x, size_t y) { return calls[x].first->commId < calls[y].first->commId; });
-    for (size_t i : atOnce) {
-      if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor))
-        fail(Errc::Internal, "a shared-stage plan did not run at once");
+    // Several ranks of one communicator in this group (one thread driving them, as with
+    // horaCommInitAll): each waits for the others, so they run side by side, a thread each.
+    bool sameComm = false;
+    for (size_t k = 1; k < atOnce.size(); ++k)
+      sameComm |= calls[atOnce[k]].first->commId == calls[atOnce[k - 1]].first->commId;
+    if (sameComm) {
+      runAtOnceTogether(calls, adjusted, plans, atOnce);
+    } else {
+      for (size_t i : atOnce) {
+        if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor))
+          fail(Errc::Internal, "a shared-stage plan did not run at once");
+      }
     }
     if (atOnce.size() == calls.size()) return;
   }

@@ -761,3 +761,20 @@ void Connection::shutdown(const std::string& reason, Errc code) noexcept {
 }
 
 }  // namespace hora::ib
+
+namespace hora::ib {
+
+// A registration from the device's cache, held (and so kept in the cache) until the returned
+// object goes; the messages that later use the buffer find it there.
+std::shared_ptr<void> Connection::registerMemory(const void* p, size_t bytes) {
+  if (!p || bytes == 0) return nullptr;
+  std::shared_ptr<Device> dev = dev_;
+  auto* h = new MrCache::Handle(dev->cache().acquire(p, bytes, true));
+  return std::shared_ptr<void>(h, [dev](void* x) {
+    auto* handle = static_cast<MrCache::Handle*>(x);
+    dev->cache().release(*handle);
+    delete handle;
+  });
+}
+
+}  // namespace hora::ib

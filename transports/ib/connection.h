@@ -79,6 +79,7 @@ class QueuePairs {
 
 class Connection final : public transport::Connection {
  public:
+  std::shared_ptr<void> registerMemory(const void* p, size_t bytes) override;
   static constexpr size_t kEagerBytes = 8192;
   static constexpr size_t kExtBytes = 32;
   static constexpr size_t kFrameBytes = frame::kFrameHeaderBytes + kExtBytes;
