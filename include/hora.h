@@ -105,7 +105,9 @@ typedef enum {
 
 /* Where the scalar of horaRedOpCreatePreMulSum lives. */
 typedef enum {
-  horaScalarDevice = 0,       /* device memory: not supported (pass the value itself) */
+  horaScalarDevice = 0,       /* memory the device can read (device memory, or host memory), read as
+                                 each call that uses the op runs, in its stream's order: it must
+                                 stay valid as long as the op is used */
   horaScalarHostImmediate = 1 /* host memory, read when the op is created */
 } horaScalarResidence_t;
 

@@ -111,7 +111,7 @@ std::string badCalls(horaComm_t comm, int rank, int n) {
   // Reduction ops: device scalars, null scalar, foreign or destroyed ops, wrong dtype.
   horaRedOp_t op;
   float two = 2.0f;
-  c.expect(horaRedOpCreatePreMulSum(&op, &two, horaFloat, horaScalarDevice, comm), IA, comm, "device scalar");
+  c.expect(horaRedOpCreatePreMulSum(&op, &two, horaFloat, static_cast<horaScalarResidence_t>(7), comm), IA, comm, "bad residence");
   c.expect(horaRedOpCreatePreMulSum(&op, nullptr, horaFloat, horaScalarHostImmediate, comm), IA, comm, "null scalar");
   c.expect(horaRedOpCreatePreMulSum(nullptr, &two, horaFloat, horaScalarHostImmediate, comm), IA, comm, "null op");
   c.expect(horaRedOpDestroy(horaSum, comm), IA, comm, "destroying a built-in op");

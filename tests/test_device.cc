@@ -157,6 +157,52 @@ TEST_CASE("a group over two CUDA streams waits for both and both wait for it", "
   for (const auto& r : results) CHECK(r.ok());
 }
 
+TEST_CASE("a PreMulSum scalar in device memory is read in stream order, as each call runs", "[device][stream]") {
+  auto results = runProcesses(3, [](horaComm_t comm, int rank, int nranks) -> std::string {
+    const size_t count = 4099;
+    void* s = cu::streamCreate();
+    float* scalar = static_cast<float*>(cu::deviceAlloc(sizeof(float)));
+    float* data = static_cast<float*>(cu::deviceAlloc(count * 4));
+    horaRedOp_t op;
+    if (horaRedOpCreatePreMulSum(&op, scalar, horaFloat32, horaScalarDevice, comm) != horaSuccess)
+      return std::string("create: ") + horaGetLastError(comm);
+    std::vector<float> ones(count, 1.0f), got(count);
+    std::string e;
+    // Each call's scalar is written on the stream just before it: a call that read it when it
+    // was queued, or out of order, would see the other value.
+    for (int k = 1; k <= 3 && e.empty(); ++k) {
+      const float mine = static_cast<float>(k * (rank + 1));
+      cu::copyAsync(scalar, &mine, sizeof mine, s);
+      cu::copyAsync(data, ones.data(), count * 4, s);
+      if (horaAllReduce(data, data, count, horaFloat32, op, comm, static_cast<horaStream_t>(s)) != horaSuccess)
+        return std::string("AllReduce: ") + horaGetLastError(comm);
+      cu::copyAsync(got.data(), data, count * 4, s);
+      if (horaStreamSynchronize(static_cast<horaStream_t>(s)) != horaSuccess)
+        return std::string("sync: ") + horaGetLastError(nullptr);
+      const float want = static_cast<float>(k * nranks * (nranks + 1) / 2);
+      for (size_t i = 0; i < count && e.empty(); ++i)
+        if (got[i] != want) e = "call " + std::to_string(k) + " element " + std::to_string(i) + ": " + std::to_string(got[i]);
+    }
+    // Without a stream, the same op reads the scalar when the call runs.
+    const float last = static_cast<float>(rank + 1) * 0.5f;
+    cu::copyAsync(scalar, &last, sizeof last, nullptr);
+    cu::copyAsync(data, ones.data(), count * 4, nullptr);
+    if (e.empty() && horaAllReduce(data, data, count, horaFloat32, op, comm, nullptr) != horaSuccess)
+      e = std::string("AllReduce without a stream: ") + horaGetLastError(comm);
+    cu::copyAsync(got.data(), data, count * 4, nullptr);
+    cu::streamSync(nullptr);
+    if (e.empty() && got[count - 1] != 0.5f * static_cast<float>(nranks * (nranks + 1) / 2))
+      e = "without a stream: " + std::to_string(got[count - 1]);
+    horaRedOpDestroy(op, comm);
+    cu::deviceFree(scalar);
+    cu::deviceFree(data);
+    cu::streamDestroy(s);
+    return e;
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
 TEST_CASE("one thread drives two ranks: a group over both communicators on their own streams", "[device][stream]") {
   // NCCL's pattern for several GPUs in one thread: the group's calls on each communicator must
   // all be under way before any can finish.

@@ -523,13 +523,12 @@ HORA_API horaResult_t horaRedOpCreatePreMulSum(horaRedOp_t* op, void* scalar, ho
     if (!scalar) fail(Errc::InvalidArgument, "scalar is NULL");
     DataType dt = api::checkType(api::rawInt(datatype));
     const int where = api::rawInt(residence);
-    if (where == horaScalarDevice)
-      fail(Errc::InvalidArgument, "horaScalarDevice (a scalar read from device memory when the call runs) is not "
-           "supported; use horaScalarHostImmediate with the value");
-    if (where != horaScalarHostImmediate) fail(Errc::InvalidArgument, "invalid residence %d", where);
+    if (where != horaScalarHostImmediate && where != horaScalarDevice)
+      fail(Errc::InvalidArgument, "invalid residence %d (horaScalarDevice or horaScalarHostImmediate)", where);
     PreMulOp p;
     p.dtype = dt;
-    p.scalar = kernels::scalarFromBytes(scalar, dt);
+    if (where == horaScalarDevice) p.at = scalar;  // read as each call runs (device::readScalars)
+    else p.scalar = kernels::scalarFromBytes(scalar, dt);
     int idx = c->addPreMulOp(p);
     if (idx < 0) fail(Errc::InvalidUsage, "too many reduction ops alive on this communicator (1024)");
     *op = static_cast<horaRedOp_t>(horaNumOps + idx);

@@ -38,6 +38,9 @@ struct Args {
   DataType dtype = DataType::Float32;
   RedOp op = RedOp::Sum;
   kernels::Scalar scalar{0.0};  // PreMulSum's scalar, in the type's domain
+  // PreMulSum's scalar in memory, read as the call runs (horaScalarDevice): set until then
+  // (device::readScalars), null once `scalar` holds it.
+  const void* scalarAt = nullptr;
   int root = 0;                 // Broadcast, Reduce, Gather, Scatter
   int peer = -1;                // Send, Recv
   // Avg: how many ranks' inputs the sum divides by (0: the ranks the call runs on). A phase of

@@ -529,6 +529,7 @@ void horaComm::resolveOp(int op, DataType dt, coll::Args& a) const {
          dataTypeName(dt));
   a.op = RedOp::PreMulSum;
   a.scalar = preMulOps_[i].scalar;
+  a.scalarAt = preMulOps_[i].at;
 }
 
 bool horaComm::destroyPreMulOp(int op) {

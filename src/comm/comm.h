@@ -86,6 +86,7 @@ struct PreMulOp {
   bool used = false;
   DataType dtype = DataType::Float32;
   kernels::Scalar scalar{0.0};
+  const void* at = nullptr;  // horaScalarDevice: where the scalar is, read as each call runs
 };
 
 }  // namespace hora

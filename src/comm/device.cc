@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "base/cuda.h"
+#include "kernels/cpu/scalar.h"
 #include "base/log.h"
 #include "comm/config.h"
 #include "core/device_engine.h"
@@ -545,7 +546,32 @@ StreamRef resolve(const void* handle) {
        "(NULL means synchronous)", handle);
 }
 
+void readScalars(Calls& calls, void* stream) {
+  for (auto& call : calls) {
+    coll::Args& a = call.second;
+    if (!a.scalarAt) continue;
+    alignas(16) unsigned char value[16] = {0};
+    const size_t e = dataTypeSize(a.dtype);
+    if (cuda::usable() && cuda::deviceOf(a.scalarAt) >= 0) {
+      cuda::copyAsync(value, a.scalarAt, e, stream);
+      cuda::streamSync(stream);
+    } else {
+      memcpy(value, a.scalarAt, e);
+    }
+    a.scalar = kernels::scalarFromBytes(value, a.dtype);
+    a.scalarAt = nullptr;
+  }
+}
+
 void runCalls(const Calls& calls) {
+  for (const auto& call : calls)
+    if (call.second.scalarAt) {
+      // A scalar in memory (horaScalarDevice): read now, after the work queued before the call
+      // (the legacy default stream's order, as the call's own copies).
+      Calls read = calls;
+      readScalars(read, nullptr);
+      return runCalls(read);
+    }
   if (!cuda::usable()) return hora::runCalls(calls);
   thread_local std::vector<Where> ws;
   if (!anyOnDevice(calls, ws)) return hora::runCalls(calls);
@@ -637,8 +663,14 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
         const long long ready = usSince(queued);
         for (const auto& call : calls)
           if (call.first->aborting.load()) fail(Errc::InvalidUsage, "the communicator was aborted");
-        if (plan) execute(*plan, st.copyStream);
-        else hora::runCalls(calls);
+        if (plan) {
+          readScalars(plan->calls, st.copyStream);
+          execute(*plan, st.copyStream);
+        } else {
+          Calls run = calls;
+          readScalars(run, st.copyStream);
+          hora::runCalls(run);
+        }
         HORA_TRACE(log::kColl, "%s #%u on a CUDA stream: taken up %lld us after it was queued, the stream's work "
                    "before it done at %lld us, the call done at %lld us", fn, seq, picked, ready, usSince(queued));
         return;

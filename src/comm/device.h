@@ -46,6 +46,10 @@ StreamRef resolve(const void* handle);
 // Runs the calls now on this thread, staging device buffers (the synchronous path).
 void runCalls(const Calls& calls);
 
+// Reads the PreMulSum scalars the calls keep in memory (horaScalarDevice) into their Args, in
+// `stream`'s order where the memory is the device's (null: the legacy default stream).
+void readScalars(Calls& calls, void* stream);
+
 // Queues calls on CUDA streams (streams[i] is calls[i]'s) and returns.
 void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& streams);
 

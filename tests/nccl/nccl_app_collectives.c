@@ -235,6 +235,27 @@ void premulSum(void) {
   g_premul = 0;
   OK(ncclRedOpDestroy(op, g_comm), g_comm);
 
+  /* ncclScalarDevice: the scalar stays in memory (device memory in device mode, from
+   * ncclMemAlloc; host memory otherwise) and is read as each call runs, so a new value between two
+   * calls of one op changes the second result. */
+  {
+    float* at = (float*)bufAlloc(sizeof(float)); /* device mode: the emulated GPU's host-visible memory */
+    *at = 0.5f * (float)(me + 1);
+    OK(ncclRedOpCreatePreMulSum(&op, at, ncclFloat32, ncclScalarDevice, g_comm), g_comm);
+    g_premul = 1;
+    for (r = 0; r < g_n; ++r) g_scalar[r] = 0.5 * (r + 1);
+    runCase(K_ALLREDUCE, ncclFloat32, op, COUNT, 0, 0);
+    *at = (float)(me + 2);
+    for (r = 0; r < g_n; ++r) g_scalar[r] = r + 2;
+    runCase(K_ALLREDUCE, ncclFloat32, op, COUNT, 0, 1);
+    runCase(K_REDUCESCATTER, ncclFloat32, op, COUNT, 0, 0);
+    g_premul = 0;
+    OK(ncclRedOpDestroy(op, g_comm), g_comm);
+    bufFree(at);
+    ret = ncclRedOpCreatePreMulSum(&op, &fscalar, ncclFloat32, (ncclScalarResidence_t)7, g_comm);
+    EXPECT(ret == ncclInvalidArgument, "a residence of 7 returned %d", ret);
+  }
+
   /* Two ops alive at once, each with its own scalar. */
   {
     ncclRedOp_t a = ncclSum, b = ncclSum;
