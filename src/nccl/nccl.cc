@@ -167,6 +167,20 @@ bool toHora(const ncclConfig_t* given, horaConfig_t* out, const horaConfig_t** u
   return true;
 }
 
+// Runs `call` with the horaConfig_t of an NCCL config (null: null); a config that is not one is
+// ncclInvalidArgument, its text naming fn, and *out (a communicator to be made) is left NULL.
+template <class F>
+ncclResult_t withConfig(const char* fn, const ncclConfig_t* config, ncclComm_t* out, F&& call) {
+  horaConfig_t hc;
+  const horaConfig_t* use;
+  std::string why;
+  if (!toHora(config, &hc, &use, &why)) {
+    if (out) *out = nullptr;
+    return ours(ncclInvalidArgument, std::string(fn) + ": " + why);
+  }
+  return toNccl(call(const_cast<horaConfig_t*>(use)));
+}
+
 }  // namespace
 
 // ---- memory ------------------------------------------------------------------------------
@@ -188,14 +202,9 @@ HORA_NCCL_API(ncclResult_t, ncclGetUniqueId, (ncclUniqueId* uniqueId)) {
 
 HORA_NCCL_API(ncclResult_t, ncclCommInitRankConfig,
               (ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config)) {
-  horaConfig_t hc;
-  const horaConfig_t* use;
-  std::string why;
-  if (!toHora(config, &hc, &use, &why)) {
-    if (comm) *comm = nullptr;
-    return ours(ncclInvalidArgument, "ncclCommInitRankConfig: " + why);
-  }
-  return toNccl(horaCommInitRankConfig(H(comm), nranks, H(commId), rank, const_cast<horaConfig_t*>(use)));
+  return withConfig("ncclCommInitRankConfig", config, comm, [&](horaConfig_t* hc) {
+    return horaCommInitRankConfig(H(comm), nranks, H(commId), rank, hc);
+  });
 }
 
 HORA_NCCL_API(ncclResult_t, ncclCommInitRank, (ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank)) {
@@ -208,15 +217,10 @@ HORA_NCCL_API(ncclResult_t, ncclCommInitAll, (ncclComm_t* comm, int ndev, const 
 
 HORA_NCCL_API(ncclResult_t, ncclCommInitRankScalable,
               (ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds, ncclConfig_t* config)) {
-  horaConfig_t hc;
-  const horaConfig_t* use;
-  std::string why;
-  if (!toHora(config, &hc, &use, &why)) {
-    if (newcomm) *newcomm = nullptr;
-    return ours(ncclInvalidArgument, "ncclCommInitRankScalable: " + why);
-  }
-  return toNccl(horaCommInitRankScalable(H(newcomm), nranks, myrank, nId, reinterpret_cast<horaUniqueId*>(commIds),
-                                         const_cast<horaConfig_t*>(use)));
+  return withConfig("ncclCommInitRankScalable", config, newcomm, [&](horaConfig_t* hc) {
+    return horaCommInitRankScalable(H(newcomm), nranks, myrank, nId, reinterpret_cast<horaUniqueId*>(commIds),
+                                         hc);
+  });
 }
 
 HORA_NCCL_API(ncclResult_t, ncclCommFinalize, (ncclComm_t comm)) { return toNccl(horaCommFinalize(H(comm))); }
@@ -225,28 +229,17 @@ HORA_NCCL_API(ncclResult_t, ncclCommAbort, (ncclComm_t comm)) { return toNccl(ho
 
 HORA_NCCL_API(ncclResult_t, ncclCommSplit,
               (ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config)) {
-  horaConfig_t hc;
-  const horaConfig_t* use;
-  std::string why;
-  if (!toHora(config, &hc, &use, &why)) {
-    if (newcomm) *newcomm = nullptr;
-    return ours(ncclInvalidArgument, "ncclCommSplit: " + why);
-  }
-  return toNccl(horaCommSplit(H(comm), color, key, H(newcomm), const_cast<horaConfig_t*>(use)));
+  return withConfig("ncclCommSplit", config, newcomm, [&](horaConfig_t* hc) {
+    return horaCommSplit(H(comm), color, key, H(newcomm), hc);
+  });
 }
 
 HORA_NCCL_API(ncclResult_t, ncclCommShrink,
               (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
                ncclConfig_t* config, int shrinkFlags)) {
-  horaConfig_t hc;
-  const horaConfig_t* use;
-  std::string why;
-  if (!toHora(config, &hc, &use, &why)) {
-    if (newcomm) *newcomm = nullptr;
-    return ours(ncclInvalidArgument, "ncclCommShrink: " + why);
-  }
-  return toNccl(horaCommShrink(H(comm), excludeRanksList, excludeRanksCount, H(newcomm),
-                               const_cast<horaConfig_t*>(use), shrinkFlags));
+  return withConfig("ncclCommShrink", config, newcomm, [&](horaConfig_t* hc) {
+    return horaCommShrink(H(comm), excludeRanksList, excludeRanksCount, H(newcomm), hc, shrinkFlags);
+  });
 }
 
 HORA_NCCL_API(const char*, ncclGetErrorString, (ncclResult_t result)) {

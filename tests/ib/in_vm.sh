@@ -70,6 +70,11 @@ case $mode in
     # 64 MiB buffers, at the default pipeline chunk as a user would run them.
     HORA_CHUNK_BYTES=512K exact large2 2 large AllReduce ReduceScatter
     HORA_CHUNK_BYTES=512K exact large3 3 large AllGather
+    # NCCL's ABI over ib: the program written against nccl.h (every collective, registrations,
+    # windows, a killed rank shrunk away), with libhora preloaded so that its memory hooks keep
+    # the registration cache (and so ncclCommRegister's registrations) on.
+    HORA_TRANSPORTS=ib LD_PRELOAD="$build/libhora.so.0" HORA_TIMEOUT_MS=30000 "$build/tests/nccl/nccl_app" 3 host ||
+      fail "the NCCL program over ib"
     ;;
   hosts)
     # Two "hosts" (network namespaces made by tools/hora-netns inside the VM; the RDMA device is

@@ -767,7 +767,9 @@ namespace hora::ib {
 // A registration from the device's cache, held (and so kept in the cache) until the returned
 // object goes; the messages that later use the buffer find it there.
 std::shared_ptr<void> Connection::registerMemory(const void* p, size_t bytes) {
-  if (!p || bytes == 0) return nullptr;
+  // Without a cache (no ODP and the memory hooks inactive: mrcache.h) each message registers its
+  // own buffer: a registration held here would pin memory no message uses.
+  if (!p || bytes == 0 || !dev_->cache().stats().caching) return nullptr;
   std::shared_ptr<Device> dev = dev_;
   auto* h = new MrCache::Handle(dev->cache().acquire(p, bytes, true));
   return std::shared_ptr<void>(h, [dev](void* x) {
