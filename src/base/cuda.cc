@@ -41,7 +41,11 @@ void configure(Mode m) { gMode.store(m); }
 Mode mode() { return gMode.load(); }
 bool usable() { return chosen().backend != nullptr; }
 const std::string& unusableWhy() { return chosen().why; }
-bool built() { return HORA_CUDA + 0 != 0; }
+#if HORA_CUDA
+bool built() { return true; }
+#else
+bool built() { return false; }  // (a build without CUDA: HORA_CUDA undefined)
+#endif
 bool emulated() { return usable() && gMode.load() == Mode::Emulate; }
 
 int deviceOf(const void* p) { return p && usable() ? b().deviceOf(p) : -1; }

@@ -171,17 +171,33 @@ int main(void) {
   horaUniqueId id;
   int version = 0;
   if (horaGetVersion(&version) != horaSuccess || version != HORA_VERSION_CODE) return 2;
+  /* The ranks are forked first and given the id through a pipe once it exists, as a launcher
+   * hands it over: no fork happens while the rendezvous's thread runs in this process (a child
+   * forked while another thread holds an allocator lock may never get it). */
+  pid_t pids[NRANKS];
+  int pipes[NRANKS][2];
+  for (int r = 0; r < NRANKS; ++r) {
+    if (pipe(pipes[r]) != 0) return 2;
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      alarm(240); /* a hang kills the rank, which fails the test */
+      size_t got = 0;
+      while (got < sizeof id) {
+        ssize_t k = read(pipes[r][0], (char*)&id + got, sizeof id - got);
+        if (k <= 0) _exit(3);
+        got += (size_t)k;
+      }
+      _exit(rankMain(id, r));
+    }
+    close(pipes[r][0]);
+  }
   if (horaGetUniqueId(&id) != horaSuccess) {
     fprintf(stderr, "horaGetUniqueId: %s\n", horaGetLastError(NULL));
     return 2;
   }
-  pid_t pids[NRANKS];
   for (int r = 0; r < NRANKS; ++r) {
-    pids[r] = fork();
-    if (pids[r] == 0) {
-      alarm(240); /* a hang kills the rank, which fails the test */
-      _exit(rankMain(id, r));
-    }
+    if (write(pipes[r][1], &id, sizeof id) != (ssize_t)sizeof id) return 2;
+    close(pipes[r][1]);
   }
   int bad = 0;
   for (int r = 0; r < NRANKS; ++r) {

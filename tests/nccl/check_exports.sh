@@ -4,9 +4,9 @@
 #   - it exports every function of the list and its pnccl twin, and nothing else;
 #   - nccl.h declares exactly those functions and twins;
 #   - ncclGetVersion (called through the library) says NCCL_VERSION_CODE of the header.
-# usage: check_exports.sh <libnccl.so.2> <api list> <nccl.h> <cc>
+# usage: check_exports.sh <libnccl.so.2> <api list> <nccl.h> <cc> [the build's -fsanitize=...]
 set -euo pipefail
-lib=$1 list=$2 header=$3 cc=$4
+lib=$1 list=$2 header=$3 cc=$4 sanitize=${5:-}
 fail=0
 say() { echo "FAIL: $*"; fail=1; }
 
@@ -44,7 +44,7 @@ int main(void) {
   return v == NCCL_VERSION_CODE && pv == v ? 0 : 1;
 }
 PROG
-"$cc" -I"$(dirname "$header")" "$tmp/v.c" -L"$dir" -lnccl -Wl,-rpath,"$dir" -o "$tmp/v"
+"$cc" $sanitize -I"$(dirname "$header")" "$tmp/v.c" -L"$dir" -lnccl -Wl,-rpath,"$dir" -o "$tmp/v"
 out=$("$tmp/v") || say "ncclGetVersion: $out (library, twin, header)"
 echo "exports: ${#api[@]} functions and their twins; ncclGetVersion: $out"
 [ $fail -eq 0 ] && echo "PASS"
