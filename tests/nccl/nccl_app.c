@@ -3,9 +3,9 @@
  *
  *   nccl_app <nranks> <host|device>
  *
- * The parent makes the job's unique id (ncclGetUniqueId) and forks <nranks> ranks, each of which
- * calls ncclCommInitRank with it and then checks, each against a reference this program computes
- * itself (exact results, never timings):
+ * The parent forks <nranks> ranks, makes the job's unique id (ncclGetUniqueId) and hands it to
+ * them through pipes; each calls ncclCommInitRank with it and then checks, each against a
+ * reference this program computes itself (exact results, never timings):
  *   collectives  every collective x every dtype (fp8 and the 16-bit floats included) x every op,
  *                in and out of place, roots other than 0, counts 1031, 1 and 0 (and one large)
  *   premulsum    ncclRedOpCreatePreMulSum (float, half and int32 scalars), ncclRedOpDestroy
@@ -123,6 +123,7 @@ static int describe(int st, char* buf, size_t len) {
 int main(int argc, char** argv) {
   ncclUniqueId id;
   pid_t pids[MAX_RANKS + 1];
+  int pipes[MAX_RANKS + 1][2];
   int r, s, st, bad = 0, total = 0, v = 0;
   char how[64];
   if (argc != 3 || atoi(argv[1]) < 2 || atoi(argv[1]) > MAX_RANKS ||
@@ -143,15 +144,35 @@ int main(int argc, char** argv) {
     fprintf(stderr, "ncclGetVersion gave %d\n", v);
     return 1;
   }
+  /* Every process is forked before ncclGetUniqueId starts the rendezvous's thread here, and gets
+   * the id (or, the ncclCommInitAll one, its turn) through a pipe, as a launcher hands it over: a
+   * child forked while another thread of its parent holds a lock (the allocator's, a sanitizer's)
+   * could never take it. */
+  fflush(NULL);
+  for (r = 0; r <= g_n; ++r) {
+    const int slot = r < g_n ? r : MAX_RANKS;
+    if (pipe(pipes[slot]) != 0) return 2;
+    pids[slot] = fork();
+    if (pids[slot] < 0) return 2;
+    if (pids[slot] == 0) {
+      size_t got = 0;
+      close(pipes[slot][1]);
+      while (got < sizeof id) {
+        ssize_t k = read(pipes[slot][0], (char*)&id + got, sizeof id - got);
+        if (k <= 0) _exit(3);
+        got += (size_t)k;
+      }
+      _exit(r < g_n ? rankMain(id, r) : initAllMain());
+    }
+    close(pipes[slot][0]);
+  }
   if (ncclGetUniqueId(&id) != ncclSuccess) {
     fprintf(stderr, "ncclGetUniqueId: %s\n", ncclGetLastError(NULL));
     return 1;
   }
-  fflush(NULL);
   for (r = 0; r < g_n; ++r) {
-    pids[r] = fork();
-    if (pids[r] < 0) return 2;
-    if (pids[r] == 0) _exit(rankMain(id, r));
+    if (write(pipes[r][1], &id, sizeof id) != (ssize_t)sizeof id) return 2;
+    close(pipes[r][1]);
   }
   for (r = 0; r < g_n; ++r) {
     if (waitpid(pids[r], &st, 0) != pids[r]) {
@@ -166,11 +187,9 @@ int main(int argc, char** argv) {
       bad = 1;
     }
   }
-  /* ncclCommInitAll in a process of its own, after the job. */
-  fflush(NULL);
-  pids[MAX_RANKS] = fork();
-  if (pids[MAX_RANKS] < 0) return 2;
-  if (pids[MAX_RANKS] == 0) _exit(initAllMain());
+  /* ncclCommInitAll in a process of its own, after the job (it waits for any id as its turn). */
+  if (write(pipes[MAX_RANKS][1], &id, sizeof id) != (ssize_t)sizeof id) return 2;
+  close(pipes[MAX_RANKS][1]);
   if (waitpid(pids[MAX_RANKS], &st, 0) != pids[MAX_RANKS] || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
     describe(st, how, sizeof how);
     fprintf(stderr, "nccl_app: the ncclCommInitAll process ended with %s\n", how);
