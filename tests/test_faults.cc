@@ -185,9 +185,10 @@ TEST_CASE("a rank that fails during init makes every rank fail at once", "[fault
   // fails. With a ten-minute timeout only the rendezvous's report can end the others' init.
   auto results = runRawProcesses(3, [](const horaUniqueId& id, int rank, int n) -> std::string {
     if (rank == 2) {
-      // Leave exactly three free descriptors: the eventfd, the rendezvous link, the listener.
+      // Leave exactly four free descriptors: the eventfd, the rendezvous link, the rejoin
+      // listener (a later shrink's) and the data listener.
       int limit = 0, free = 0;
-      for (int fd = 0; fd < 4096 && free < 3; ++fd)
+      for (int fd = 0; fd < 4096 && free < 4; ++fd)
         if (fcntl(fd, F_GETFD) == -1) {
           ++free;
           limit = fd + 1;
@@ -205,6 +206,48 @@ TEST_CASE("a rank that fails during init makes every rank fail at once", "[fault
       return std::string("unexpected error ") + horaGetErrorString(r) + ": " + text;
     return "";
   });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+TEST_CASE("a rank that fails during init while another has not joined yet: a peer's failure, not a timeout",
+          "[faults][bootstrap]") {
+  // Rank 2 fails (out of descriptors) before rank 1 even starts: rank 1 waits on a pipe that rank
+  // 2 writes once its init has failed. The others are told of rank 2's failure as such
+  // (horaRemoteError), whoever the root was still waiting for; only a rank that gave up waiting
+  // makes it a timeout.
+  int order[2];
+  REQUIRE(pipe(order) == 0);
+  auto results = runRawProcesses(3, [&](const horaUniqueId& id, int rank, int n) -> std::string {
+    if (rank == 1) {
+      char c;
+      if (read(order[0], &c, 1) != 1) return "no word from rank 2";
+    }
+    if (rank == 2) {
+      // Three free descriptors: the eventfd, the rendezvous link and the rejoin listener, so
+      // that it fails opening its transports, before it waits for anyone.
+      int limit = 0, free = 0;
+      for (int fd = 0; fd < 4096 && free < 3; ++fd)
+        if (fcntl(fd, F_GETFD) == -1) {
+          ++free;
+          limit = fd + 1;
+        }
+      rlimit lim{static_cast<rlim_t>(limit), static_cast<rlim_t>(limit)};
+      setrlimit(RLIMIT_NOFILE, &lim);
+    }
+    horaConfig_t cfg = HORA_CONFIG_INITIALIZER;
+    cfg.timeoutMs = 600000;
+    horaComm_t comm = nullptr;
+    horaResult_t r = horaCommInitRankConfig(&comm, n, id, rank, &cfg);
+    if (rank == 2 && write(order[1], "x", 1) != 1) return "cannot tell rank 1";
+    if (r == horaSuccess) return "init succeeded";
+    std::string text = horaGetLastError(nullptr);
+    if (rank != 2 && (r != horaRemoteError || text.find("rank 2") == std::string::npos))
+      return std::string("unexpected error ") + horaGetErrorString(r) + ": " + text;
+    return "";
+  });
+  close(order[0]);
+  close(order[1]);
   INFO(describe(results));
   for (const auto& r : results) CHECK(r.ok());
 }

@@ -25,7 +25,10 @@ constexpr uint32_t kIdMagic = 0x44495248;  // "HRID"
 // root's Error: the u32 code of the failure, then its text),
 // Reject from the root to a process that it turns away (its rank is taken, or its size is not
 // the job's) without failing the job.
-enum class FrameType : uint32_t { Gather = 1, Result = 2, Error = 3, Bye = 4, Reject = 5 };
+// Error: a rank failed during init (its own failure, or a peer's it saw); GaveUp: a rank stopped
+// waiting for the others (its timeout), the one case the root reports as a timeout when ranks
+// are still missing.
+enum class FrameType : uint32_t { Gather = 1, Result = 2, Error = 3, Bye = 4, Reject = 5, GaveUp = 6 };
 
 // Who joins: the rank and size it was started with, and its host and pid, so that a process
 // turned away can be told which one holds its rank.
@@ -392,18 +395,21 @@ class Root {
         uint32_t type, len;
         memcpy(&type, m.in.data(), 4);
         memcpy(&len, m.in.data() + 4, 4);
-        const bool known = type == static_cast<uint32_t>(FrameType::Gather) ||
-                           type == static_cast<uint32_t>(FrameType::Error) ||
+        const bool failure = type == static_cast<uint32_t>(FrameType::Error) ||
+                             type == static_cast<uint32_t>(FrameType::GaveUp);
+        const bool known = type == static_cast<uint32_t>(FrameType::Gather) || failure ||
                            type == static_cast<uint32_t>(FrameType::Bye);
         if (!known || len > kMaxBootstrapFrame)
           fail(Errc::Remote, "%s sent a malformed bootstrap frame (type %u, %u bytes)", m.name.c_str(), type, len);
-        if (m.in.size() == 8 + static_cast<size_t>(len) && type == static_cast<uint32_t>(FrameType::Error)) {
+        if (m.in.size() == 8 + static_cast<size_t>(len) && failure) {
           std::string why = m.in.substr(8, std::min<size_t>(len, 1024));
           for (char& ch : why)
             if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) ch = '?';
-          // A rank that gave up waiting, while ranks are missing, gave up on them.
+          // A rank that gave up waiting, while ranks are missing, gave up on them: a timeout. Any
+          // other failure of a rank is a peer's failure to the others, whoever is missing.
           const bool missing = nranks_ > 0 && static_cast<int>(members_.size()) < nranks_;
-          fail(missing ? Errc::Timeout : Errc::Remote, "%s failed during init: %s%s%s", m.name.c_str(), why.c_str(),
+          const bool timedOut = missing && type == static_cast<uint32_t>(FrameType::GaveUp);
+          fail(timedOut ? Errc::Timeout : Errc::Remote, "%s failed during init: %s%s%s", m.name.c_str(), why.c_str(),
                missing ? "; the root was still waiting for " : "", missing ? describe().c_str() : "");
         }
         if (m.in.size() == 8 + static_cast<size_t>(len) && type == static_cast<uint32_t>(FrameType::Bye)) {
@@ -579,8 +585,8 @@ void BootstrapClient::finish(Waiter& w) {
   fd_.reset();
 }
 
-void BootstrapClient::tellRoot(const std::string& why) noexcept {
-  std::string f = frame(FrameType::Error, why.substr(0, 1024));
+void BootstrapClient::tellRoot(const std::string& why, bool gaveUp) noexcept {
+  std::string f = frame(gaveUp ? FrameType::GaveUp : FrameType::Error, why.substr(0, 1024));
   (void)::send(fd_.get(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
@@ -592,7 +598,7 @@ void BootstrapClient::abandon(const std::string& why) noexcept {
 
 void BootstrapClient::giveUp(const std::string& why, milliseconds most) {
   if (!fd_.valid()) return;
-  tellRoot(why);
+  tellRoot(why, true);
   awaitFailureReport(most);
   fd_.reset();
 }

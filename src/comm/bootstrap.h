@@ -113,8 +113,9 @@ class BootstrapClient {
   int fd() const { return fd_.get(); }
 
  private:
-  // Sends the root this rank's failure (an Error frame), without waiting or closing.
-  void tellRoot(const std::string& why) noexcept;
+  // Sends the root this rank's failure (an Error frame; GaveUp for a rank that stopped waiting),
+  // without waiting or closing.
+  void tellRoot(const std::string& why, bool gaveUp = false) noexcept;
 
   Fd fd_;
   int rank_, nranks_;

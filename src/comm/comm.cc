@@ -208,6 +208,7 @@ void horaComm::init(const UniqueId& id) {
   try {
     c->address = cfg.socketIfname.empty() ? bs.localAddress() : chooseInterface(cfg.socketIfname, id.root.family());
     c->address.setPort(0);
+    stage = "opening this rank's listeners and transports";
     // The listener a shrink led by this rank will use (see comm.h): opened now, accepted from
     // only then.
     c->rejoin = listenSocket(c->address);

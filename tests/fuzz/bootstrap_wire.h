@@ -7,7 +7,7 @@
 
 namespace fuzz {
 
-enum BootstrapType : uint32_t { kGather = 1, kResult = 2, kError = 3, kBye = 4 };
+enum BootstrapType : uint32_t { kGather = 1, kResult = 2, kError = 3, kBye = 4, kGaveUp = 6 };
 
 inline std::string bootstrapFrame(uint32_t type, const std::string& payload) {
   std::string s(8, '\0');

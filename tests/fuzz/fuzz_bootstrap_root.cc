@@ -80,7 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   while (in.left()) {
     const uint8_t op = in.u8();
     const size_t r = (op & 3) % static_cast<size_t>(nranks);
-    const int action = (op >> 2) % 5;
+    const int action = (op >> 2) % 6;
     const std::string bytes = in.bytes(in.u8());
     if (closed[r]) continue;
     const int fd = ranks[r]->fd();
@@ -91,6 +91,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 2: out = fuzz::bootstrapFrame(fuzz::kBye, bytes); break;
       case 3: out = fuzz::bootstrapFrame(fuzz::kError, bytes); break;
       case 4: ::shutdown(fd, SHUT_WR); closed[r] = true; break;
+      case 5: out = fuzz::bootstrapFrame(fuzz::kGaveUp, bytes); break;
     }
     // The root may have failed and closed already: then the write fails, as it would for a rank.
     (void)fuzz::sendAll(fd, out.data(), out.size());
