@@ -180,21 +180,28 @@ TEST_CASE("a rank that never joins: the others fail at init", "[faults][bootstra
   for (const auto& r : results) CHECK(r.ok());
 }
 
+namespace {
+// Lowers this process's descriptor limit so that exactly `n` descriptors are free below it.
+void leaveFreeDescriptors(int n) {
+  int limit = 0, free = 0;
+  for (int fd = 0; fd < 4096 && free < n; ++fd)
+    if (fcntl(fd, F_GETFD) == -1) {
+      ++free;
+      limit = fd + 1;
+    }
+  rlimit lim{static_cast<rlim_t>(limit), static_cast<rlim_t>(limit)};
+  setrlimit(RLIMIT_NOFILE, &lim);
+}
+}  // namespace
+
 TEST_CASE("a rank that fails during init makes every rank fail at once", "[faults][bootstrap]") {
   // Rank 2 runs out of file descriptors after joining the rendezvous: its first data socket
   // fails. With a ten-minute timeout only the rendezvous's report can end the others' init.
   auto results = runRawProcesses(3, [](const horaUniqueId& id, int rank, int n) -> std::string {
     if (rank == 2) {
-      // Leave exactly four free descriptors: the eventfd, the rendezvous link, the rejoin
-      // listener (a later shrink's) and the data listener.
-      int limit = 0, free = 0;
-      for (int fd = 0; fd < 4096 && free < 4; ++fd)
-        if (fcntl(fd, F_GETFD) == -1) {
-          ++free;
-          limit = fd + 1;
-        }
-      rlimit lim{static_cast<rlim_t>(limit), static_cast<rlim_t>(limit)};
-      setrlimit(RLIMIT_NOFILE, &lim);
+      // Four free descriptors: the eventfd, the rendezvous link, the rejoin listener (a later
+      // shrink's) and the data listener.
+      leaveFreeDescriptors(4);
     }
     horaConfig_t cfg = HORA_CONFIG_INITIALIZER;
     cfg.timeoutMs = 600000;
@@ -226,14 +233,7 @@ TEST_CASE("a rank that fails during init while another has not joined yet: a pee
     if (rank == 2) {
       // Three free descriptors: the eventfd, the rendezvous link and the rejoin listener, so
       // that it fails opening its transports, before it waits for anyone.
-      int limit = 0, free = 0;
-      for (int fd = 0; fd < 4096 && free < 3; ++fd)
-        if (fcntl(fd, F_GETFD) == -1) {
-          ++free;
-          limit = fd + 1;
-        }
-      rlimit lim{static_cast<rlim_t>(limit), static_cast<rlim_t>(limit)};
-      setrlimit(RLIMIT_NOFILE, &lim);
+      leaveFreeDescriptors(3);
     }
     horaConfig_t cfg = HORA_CONFIG_INITIALIZER;
     cfg.timeoutMs = 600000;

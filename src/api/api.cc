@@ -142,16 +142,6 @@ bool makeComm(horaComm_t* out, const UniqueId& id, int nranks, int rank, const C
 
 namespace {
 
-// horaResetDebugInit: the logging settings from the environment as it is now.
-void reloadLogging() {
-  const Config now = parseConfig(processEnv());
-  log::configure(now.debugLevel, now.debugSubsys);
-  if (!now.debugFile.empty()) {
-    const std::string why = log::toFile(now.debugFile);
-    if (!why.empty()) HORA_WARN(log::kEnv, "HORA_DEBUG_FILE: %s; the log stays where it was", why.c_str());
-  }
-}
-
 // The version banner at INFO, once per process, from every init entry point (the log also
 // writes it before the process's first INFO line, whichever comes first).
 void banner() {
@@ -178,13 +168,11 @@ UniqueId decodeId(const horaUniqueId& id) {
 // horaCommInitRank and horaCommInitRankConfig, each under its own name in error texts.
 horaResult_t initRankEntry(const char* fn, horaComm_t* comm, int nranks, const horaUniqueId& commId, int rank,
                            const horaConfig_t* config) {
-  bool inProgress = false;
-  const horaResult_t r = guard(fn, nullptr, [&] {
+  return api::guardPending(fn, nullptr, [&] {
     if (comm) *comm = nullptr;
     CommOptions o = api::optionsFrom(config);
-    inProgress = initRank(comm, nranks, decodeId(commId), rank, o);
+    return initRank(comm, nranks, decodeId(commId), rank, o);
   });
-  return r == horaSuccess && inProgress ? horaInProgress : r;
 }
 
 }  // namespace
@@ -236,8 +224,7 @@ HORA_API horaResult_t horaCommInitRank(horaComm_t* comm, int nranks, horaUniqueI
 
 HORA_API horaResult_t horaCommInitRankScalable(horaComm_t* newcomm, int nranks, int myrank, int nId,
                                                horaUniqueId* commIds, horaConfig_t* config) {
-  bool inProgress = false;
-  const horaResult_t r = guard("horaCommInitRankScalable", nullptr, [&] {
+  return api::guardPending("horaCommInitRankScalable", nullptr, [&] {
     if (newcomm) *newcomm = nullptr;
     if (nId < 1) fail(Errc::InvalidArgument, "nId must be >= 1 (got %d)", nId);
     if (!commIds) fail(Errc::InvalidArgument, "commIds is NULL");
@@ -253,14 +240,13 @@ HORA_API horaResult_t horaCommInitRankScalable(horaComm_t* newcomm, int nranks, 
       }
     }
     CommOptions o = api::optionsFrom(config);
-    inProgress = initRank(newcomm, nranks, ids[0], myrank, o, [ids, myrank, nranks] {
+    return initRank(newcomm, nranks, ids[0], myrank, o, [ids, myrank, nranks] {
       // The rendezvous of each other id is released by the rank that would have led it, so
       // that no process keeps serving an id nobody joins.
       for (size_t i = 1; i < ids.size(); ++i)
         if (myrank == static_cast<int>(i * static_cast<size_t>(nranks) / ids.size())) releaseRendezvous(ids[i]);
     });
   });
-  return r == horaSuccess && inProgress ? horaInProgress : r;
 }
 
 HORA_API horaResult_t horaCommInitAll(horaComm_t* comms, int ndev, const int* devlist) {
@@ -389,21 +375,19 @@ HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
 }
 
 HORA_API horaResult_t horaCommFinalize(horaComm_t comm) {
-  bool inProgress = false;
-  const horaResult_t r = guard("horaCommFinalize", comm, [&] {
+  return api::guardPending("horaCommFinalize", comm, [&] {
     horaComm* c = api::checkComm(comm);
     if (!c->opts.blocking) {
       c->runInBackground([c] {
         awaitStreamWork(c);
         c->check();
       });
-      inProgress = true;
-      return;
+      return true;
     }
     awaitStreamWork(c);
     c->check();
+    return false;
   });
-  return r == horaSuccess && inProgress ? horaInProgress : r;
 }
 
 // Destroy and abort free the communicator, so their errors go to the thread's last error
@@ -469,8 +453,7 @@ bool splitComm(horaComm* c, int color, int key, const CommOptions& o, horaComm_t
 }  // namespace
 
 HORA_API horaResult_t horaCommSplit(horaComm_t comm, int color, int key, horaComm_t* newcomm, horaConfig_t* config) {
-  bool inProgress = false;
-  const horaResult_t r = guard("horaCommSplit", comm, [&] {
+  return api::guardPending("horaCommSplit", comm, [&] {
     horaComm* c = api::checkComm(comm);
     if (!newcomm) fail(Errc::InvalidArgument, "newcomm is NULL");
     *newcomm = nullptr;
@@ -478,9 +461,8 @@ HORA_API horaResult_t horaCommSplit(horaComm_t comm, int color, int key, horaCom
       fail(Errc::InvalidArgument, "color %d is invalid: use a color >= 0, or HORA_SPLIT_NOCOLOR (-1)", color);
     if (group::active()) fail(Errc::InvalidUsage, "horaCommSplit inside horaGroupStart/horaGroupEnd is not supported");
     // The new communicator inherits what the config leaves undefined.
-    inProgress = splitComm(c, color, key, api::inherit(c, config), newcomm);
+    return splitComm(c, color, key, api::inherit(c, config), newcomm);
   });
-  return r == horaSuccess && inProgress ? horaInProgress : r;
 }
 
 HORA_API horaResult_t horaCommGetAsyncError(horaComm_t comm, horaResult_t* asyncError) {
@@ -550,9 +532,7 @@ HORA_API horaResult_t horaGroupStart(void) {
 }
 
 HORA_API horaResult_t horaGroupEnd(void) {
-  bool inProgress = false;
-  const horaResult_t r = guard("horaGroupEnd", nullptr, [&] { inProgress = group::end(); });
-  return r == horaSuccess && inProgress ? horaInProgress : r;
+  return api::guardPending("horaGroupEnd", nullptr, [&] { return group::end(); });
 }
 
 HORA_API horaResult_t horaGroupSimulateEnd(horaSimInfo_t* simInfo) {
@@ -564,10 +544,16 @@ HORA_API horaResult_t horaGroupSimulateEnd(horaSimInfo_t* simInfo) {
   });
 }
 
+// No result to return: an environment that does not parse leaves the logging as it was, and
+// says why.
 HORA_API void horaResetDebugInit(void) {
   try {
     reloadLogging();
-  } catch (...) {
+  } catch (const std::exception& e) {
+    try {
+      HORA_WARN(log::kEnv, "horaResetDebugInit: %s; the logging settings stay as they were", e.what());
+    } catch (...) {
+    }
   }
 }
 

@@ -75,6 +75,16 @@ horaResult_t guard(const char* fn, horaComm* comm, F&& body) noexcept {
   return code;
 }
 
+// As guard(), for an entry point whose work may go on in the background (a non-blocking init,
+// split, shrink or finalize): the body returns true when it does, and the call then returns
+// horaInProgress.
+template <class F>
+horaResult_t guardPending(const char* fn, horaComm* comm, F&& body) noexcept {
+  bool pending = false;
+  const horaResult_t r = guard(fn, comm, [&] { pending = body(); });
+  return r == horaSuccess && pending ? horaInProgress : r;
+}
+
 // The value of an enum argument as the caller passed it. A C caller may pass any int; reading
 // it as the C++ enum type would be undefined for values outside the enum's range.
 template <class E>

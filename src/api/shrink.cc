@@ -52,8 +52,7 @@ void stopCalls(horaComm* c) {
 
 HORA_API horaResult_t horaCommShrink(horaComm_t comm, int* excludeRanksList, int excludeRanksCount,
                                      horaComm_t* newcomm, horaConfig_t* config, int shrinkFlags) {
-  bool inProgress = false;
-  const horaResult_t r = guard("horaCommShrink", comm, [&] {
+  return api::guardPending("horaCommShrink", comm, [&] {
     horaComm* c = api::checkComm(comm);
     if (!newcomm) fail(Errc::InvalidArgument, "newcomm is NULL");
     *newcomm = nullptr;
@@ -107,10 +106,9 @@ HORA_API horaResult_t horaCommShrink(horaComm_t comm, int* excludeRanksList, int
     const milliseconds timeout = o.timeout;
     // The leader's process serves the rendezvous: it returns only once every survivor has been
     // served, or a leader that exits at once would leave one waiting for its last answer.
-    inProgress = api::makeComm(newcomm, id, static_cast<int>(survivors.size()), newRank, o,
+    return api::makeComm(newcomm, id, static_cast<int>(survivors.size()), newRank, o,
                                [end, timeout] {
                                  if (end) end->await(timeout);
                                });
   });
-  return r == horaSuccess && inProgress ? horaInProgress : r;
 }

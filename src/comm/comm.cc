@@ -366,6 +366,7 @@ void horaComm::init(const UniqueId& id) {
               listening.c_str(), links.empty() ? "none" : links.c_str(),
               c->stage ? format("; a shared stage of %d ranks", c->stage->size()).c_str() : "");
   }
+  ready_ = true;
 }
 
 namespace {
@@ -451,12 +452,18 @@ void horaComm::runInBackground(std::function<void()> work) {
   pending_.store(true, std::memory_order_release);
   background_ = std::thread([this, work = std::move(work)] {
     log::RankScope scope(rank);
+    // A failure before the communicator was ever ready is its init's (nothing to tell peers);
+    // one after (a finalize) fails it as a call would.
+    auto failed = [this](const Error& e) {
+      if (ready_) fail(e);
+      else failInit(e);
+    };
     try {
       work();
     } catch (const Error& e) {
-      failInit(e);
+      failed(e);
     } catch (const std::exception& e) {
-      failInit(Error(Errc::Internal, std::string("internal error: ") + e.what()));
+      failed(Error(Errc::Internal, std::string("internal error: ") + e.what()));
     }
     pending_.store(false, std::memory_order_release);
   });

@@ -214,6 +214,7 @@ struct horaComm {
   horaComm();  // registers it as live (isLive)
   std::atomic<int> asyncError_{0};
   std::atomic<bool> pending_{false};
+  std::atomic<bool> ready_{false};  // init() has completed
   std::thread background_;
   mutable std::mutex mu_;
   std::string errorText_;

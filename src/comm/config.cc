@@ -433,6 +433,20 @@ std::vector<std::string> unknownVariables(const std::vector<std::string>& names)
   return out;
 }
 
+namespace {
+// The logging settings of c: level, subsystems and file.
+void applyLogging(const Config& c) {
+  log::configure(c.debugLevel, c.debugSubsys);
+  if (!c.debugFile.empty()) {
+    std::string why = log::toFile(c.debugFile);
+    const char* from = c.ncclSource.count("HORA_DEBUG_FILE") ? "NCCL_DEBUG_FILE" : "HORA_DEBUG_FILE";
+    if (!why.empty()) HORA_WARN(log::kEnv, "%s: %s; the log stays where it was", from, why.c_str());
+  }
+}
+}  // namespace
+
+void reloadLogging() { applyLogging(parseConfig(processEnv())); }
+
 const Config& config() {
   static std::once_flag once;
   static Config cfg;
@@ -440,12 +454,7 @@ const Config& config() {
   std::call_once(once, [] {
     try {
       cfg = parseConfig(processEnv());
-      log::configure(cfg.debugLevel, cfg.debugSubsys);
-      if (!cfg.debugFile.empty()) {
-        std::string why = log::toFile(cfg.debugFile);
-        const char* from = cfg.ncclSource.count("HORA_DEBUG_FILE") ? "NCCL_DEBUG_FILE" : "HORA_DEBUG_FILE";
-        if (!why.empty()) HORA_WARN(log::kEnv, "%s: %s; the log stays on stderr", from, why.c_str());
-      }
+      applyLogging(cfg);
       if (cfg.kernelIsa != "auto") {
         kernels::Isa isa = cfg.kernelIsa == "scalar" ? kernels::Isa::Scalar
                            : cfg.kernelIsa == "avx2" ? kernels::Isa::Avx2 : kernels::Isa::Avx512;

@@ -83,6 +83,10 @@ std::vector<std::string> unreadNcclVariables(const std::vector<std::string>& nam
 // and hands the log the version banner.
 const Config& config();
 
+// Applies the logging settings of the environment as it is now (horaResetDebugInit); throws
+// the parse error of an invalid environment.
+void reloadLogging();
+
 // "Hora <version> (<build type>, kernels: <isa>, transports: <list>)": the line that opens a
 // process's log at INFO (log::setBanner), with the settings of config().
 std::string versionBanner();
