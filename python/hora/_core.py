@@ -19,7 +19,7 @@ import threading
 __all__ = [
     "HoraError", "Comm", "Stream", "unique_id", "lib", "version",
     "INT8", "UINT8", "INT32", "UINT32", "INT64", "UINT64", "FLOAT16", "FLOAT32", "FLOAT64",
-    "BFLOAT16", "SUM", "PROD", "MAX", "MIN", "AVG", "SPLIT_NOCOLOR", "dtype_size",
+    "BFLOAT16", "SUM", "PROD", "MAX", "MIN", "AVG", "SPLIT_NOCOLOR", "dtype_size", "as_buffer",
 ]
 
 # horaDataType_t
@@ -189,7 +189,121 @@ def _config(timeout_ms=None, name=None):
 
 
 def _stream_handle(stream):
-    return None if stream is None else stream.handle
+    """The handle a call takes for `stream`: None (blocking), a host Stream, a CUDA stream as an
+    int or as an object of torch (.cuda_stream), CuPy (.ptr) or Numba (.handle.value)."""
+    if stream is None or isinstance(stream, int):
+        return stream
+    for attr in ("handle", "cuda_stream", "ptr"):
+        v = getattr(stream, attr, None)
+        if isinstance(v, int):
+            return v
+        if v is not None and isinstance(getattr(v, "value", None), int):
+            return v.value
+    raise TypeError("not a stream: %r" % (stream,))
+
+
+# ---- buffers: torch tensors, objects with __cuda_array_interface__ or __array_interface__ ----
+
+_TYPESTRS = {"f4": FLOAT32, "f8": FLOAT64, "f2": FLOAT16, "i1": INT8, "u1": UINT8, "i4": INT32,
+             "u4": UINT32, "i8": INT64, "u8": UINT64, "b1": UINT8}
+_TORCH_CODES = None
+
+
+def _torch_code(dtype):
+    global _TORCH_CODES
+    if _TORCH_CODES is None:
+        import torch
+        _TORCH_CODES = {torch.float32: FLOAT32, torch.float64: FLOAT64, torch.float16: FLOAT16,
+                        torch.bfloat16: BFLOAT16, torch.int8: INT8, torch.uint8: UINT8,
+                        torch.int32: INT32, torch.int64: INT64, torch.bool: UINT8}
+    try:
+        return _TORCH_CODES[dtype]
+    except KeyError:
+        raise TypeError("hora cannot move %s" % dtype) from None
+
+
+class Buffer:
+    """A contiguous buffer as the library takes it: address, element count, dtype code, and for
+    device memory the stream its producer wrote it on (None: no stream to follow)."""
+    __slots__ = ("addr", "count", "dtype", "device", "stream", "owner")
+
+    def __init__(self, addr, count, dtype, device=False, stream=None, owner=None):
+        self.addr, self.count, self.dtype = addr, count, dtype
+        self.device, self.stream, self.owner = device, stream, owner
+
+
+def _contiguous(shape, strides, itemsize):
+    if strides is None:
+        return True
+    want = itemsize
+    for dim, st in zip(reversed(shape), reversed(strides)):
+        if dim != 1 and st != want:
+            return False
+        want *= dim
+    return True
+
+
+def _from_interface(obj, iface, device):
+    shape = tuple(iface["shape"])
+    typestr = iface["typestr"]
+    code = _TYPESTRS.get(typestr[1:])
+    if code is None or (typestr[0] == ">" and typestr[1:] not in ("i1", "u1", "b1")):
+        raise TypeError("hora cannot move elements of type %r" % typestr)
+    addr, readonly = iface["data"]
+    if not _contiguous(shape, iface.get("strides"), _SIZES[code]):
+        raise ValueError("hora takes contiguous buffers (C order); this one has strides %s"
+                         % (iface.get("strides"),))
+    count = 1
+    for d in shape:
+        count *= d
+    stream = None
+    if device:
+        s = iface.get("stream")  # version 3: 1 the legacy default, 2 per-thread default
+        stream = 0 if s == 1 else s
+    return Buffer(addr or 0, count, code, device, stream, obj)
+
+
+def as_buffer(obj):
+    """The Buffer of a torch tensor, an object with __cuda_array_interface__ (CuPy, Numba, a CUDA
+    tensor) or __array_interface__ (NumPy). A CUDA tensor brings torch's current stream."""
+    if type(obj).__module__ == "torch" or hasattr(obj, "data_ptr") and hasattr(obj, "is_cuda"):
+        if not obj.is_contiguous():
+            raise ValueError("hora takes contiguous tensors")
+        if obj.is_complex():
+            import torch
+            obj = torch.view_as_real(obj)
+        stream = None
+        if obj.is_cuda:
+            import torch
+            stream = torch.cuda.current_stream(obj.device).cuda_stream
+        return Buffer(obj.data_ptr(), obj.numel(), _torch_code(obj.dtype), obj.is_cuda, stream, obj)
+    iface = getattr(obj, "__cuda_array_interface__", None)
+    if iface is not None:
+        return _from_interface(obj, iface, True)
+    iface = getattr(obj, "__array_interface__", None)
+    if iface is not None:
+        return _from_interface(obj, iface, False)
+    raise TypeError("hora takes a torch tensor or an object with __cuda_array_interface__ or "
+                    "__array_interface__, not %s" % type(obj).__name__)
+
+
+def _call_stream(bufs, stream):
+    """The stream a call on these buffers runs on: the caller's `stream` if given (made to wait for
+    each device buffer's producer stream), else the first device buffer's producer stream."""
+    producers = [b.stream for b in bufs if b.device and b.stream is not None]
+    if stream is None:
+        if not producers:
+            return None
+        stream = producers[0]
+    handle = _stream_handle(stream)
+    others = {p for p in producers if p != handle}
+    if others:
+        from hora import _device
+        for p in others:
+            e = _device.Event()
+            e.record(_device.Stream(handle=p))
+            _device.Stream(handle=handle).wait_event(e)
+    return handle
 
 
 class Comm:
@@ -226,32 +340,83 @@ class Comm:
             raise HoraError(5, "%s: the communicator was destroyed" % name)
         _check(_fn(name)(*args), self.handle)
 
-    def allreduce(self, send, recv, count, dtype, op, stream=None):
+    # Each collective takes either addresses (ints) with an element count and a dtype code, or
+    # buffers (see as_buffer): then recv defaults to send (in place), the count and dtype come
+    # from the buffer, and a device buffer's call runs on its producer's stream unless `stream`
+    # names another (which then waits for the producer's).
+
+    def allreduce(self, send, recv=None, count=None, dtype=None, op=SUM, stream=None):
+        if not isinstance(send, int):
+            s, r = self._pair(send, recv, 1)
+            stream = _call_stream((s, r), stream)
+            send, recv, count, dtype = s.addr, r.addr, s.count, s.dtype
         self._call("horaAllReduce", send, recv, count, dtype, op, self.handle, _stream_handle(stream))
 
-    def broadcast(self, send, recv, count, dtype, root, stream=None):
+    def broadcast(self, send, recv=None, count=None, dtype=None, root=0, stream=None):
+        if not isinstance(send, int):
+            s, r = self._pair(send, recv, 1)
+            stream = _call_stream((s, r), stream)
+            send, recv, count, dtype = s.addr, r.addr, s.count, s.dtype
         self._call("horaBroadcast", send, recv, count, dtype, root, self.handle, _stream_handle(stream))
 
-    def reduce(self, send, recv, count, dtype, op, root, stream=None):
+    def reduce(self, send, recv=None, count=None, dtype=None, op=SUM, root=0, stream=None):
+        if not isinstance(send, int):
+            s, r = self._pair(send, recv, 1)
+            stream = _call_stream((s, r), stream)
+            send, recv, count, dtype = s.addr, r.addr, s.count, s.dtype
         self._call("horaReduce", send, recv, count, dtype, op, root, self.handle, _stream_handle(stream))
 
-    def allgather(self, send, recv, sendcount, dtype, stream=None):
+    def allgather(self, send, recv, sendcount=None, dtype=None, stream=None):
+        if not isinstance(send, int):
+            s, r = self._pair(send, recv, self.size)
+            stream = _call_stream((s, r), stream)
+            send, recv, sendcount, dtype = s.addr, r.addr, s.count, s.dtype
         self._call("horaAllGather", send, recv, sendcount, dtype, self.handle, _stream_handle(stream))
 
-    def reduce_scatter(self, send, recv, recvcount, dtype, op, stream=None):
+    def reduce_scatter(self, send, recv, recvcount=None, dtype=None, op=SUM, stream=None):
+        if not isinstance(send, int):
+            r, s = self._pair(recv, send, self.size)
+            stream = _call_stream((s, r), stream)
+            send, recv, recvcount, dtype = s.addr, r.addr, r.count, s.dtype
         self._call("horaReduceScatter", send, recv, recvcount, dtype, op, self.handle, _stream_handle(stream))
 
-    def alltoall(self, send, recv, count, dtype, stream=None):
+    def alltoall(self, send, recv, count=None, dtype=None, stream=None):
+        if not isinstance(send, int):
+            s, r = self._pair(send, recv, 1)
+            if s.count % self.size:
+                raise ValueError("alltoall: %d elements do not split in %d" % (s.count, self.size))
+            stream = _call_stream((s, r), stream)
+            send, recv, count, dtype = s.addr, r.addr, s.count // self.size, s.dtype
         self._call("horaAllToAll", send, recv, count, dtype, self.handle, _stream_handle(stream))
 
     def barrier(self, stream=None):
         self._call("horaBarrier", self.handle, _stream_handle(stream))
 
-    def send(self, buf, count, dtype, peer, stream=None):
+    def send(self, buf, count=None, dtype=None, peer=None, stream=None):
+        if not isinstance(buf, int):
+            b = as_buffer(buf)
+            stream = _call_stream((b,), stream)
+            buf, count, dtype = b.addr, b.count, b.dtype
         self._call("horaSend", buf, count, dtype, peer, self.handle, _stream_handle(stream))
 
-    def recv(self, buf, count, dtype, peer, stream=None):
+    def recv(self, buf, count=None, dtype=None, peer=None, stream=None):
+        if not isinstance(buf, int):
+            b = as_buffer(buf)
+            stream = _call_stream((b,), stream)
+            buf, count, dtype = b.addr, b.count, b.dtype
         self._call("horaRecv", buf, count, dtype, peer, self.handle, _stream_handle(stream))
+
+    @staticmethod
+    def _pair(send, recv, ratio):
+        """The buffers of a call whose recv holds ratio x send's elements (recv None: send)."""
+        s = as_buffer(send)
+        r = s if recv is None else as_buffer(recv)
+        if r.dtype != s.dtype:
+            raise TypeError("the send and receive buffers differ in element type")
+        if r.count != s.count * ratio:
+            raise ValueError("the receive buffer holds %d elements where %d x %d are needed"
+                             % (r.count, ratio, s.count))
+        return s, r
 
     def premul_sum(self, scalar_addr, dtype):
         """A reduction op "sum of scalar * input" (the scalar of type dtype at scalar_addr)."""

@@ -94,8 +94,18 @@ class EmuStream {
   std::thread thread_;
 };
 
+// Freed when destroyed and no stream's queued record or wait still refers to it (CUDA lets a
+// program destroy an event that queued work still uses).
 struct EmuEvent {
   std::atomic<uint64_t> recorded{0}, reached{0};
+  std::atomic<int> refs{1};
+  EmuEvent* hold() {
+    refs.fetch_add(1);
+    return this;
+  }
+  void release() {
+    if (refs.fetch_sub(1) == 1) delete this;
+  }
 };
 
 class Emulated final : public Backend {
@@ -185,15 +195,16 @@ class Emulated final : public Backend {
   }
   void eventDestroy(void* e) override {
     std::unique_lock<std::shared_mutex> driver(driver_);
-    delete static_cast<EmuEvent*>(e);
+    static_cast<EmuEvent*>(e)->release();
   }
   void eventRecord(void* e, void* s) override {
-    EmuEvent* ev = static_cast<EmuEvent*>(e);
+    EmuEvent* ev = static_cast<EmuEvent*>(e)->hold();
     const uint64_t gen = ++ev->recorded;
     run(s, [ev, gen] {  // the latest record wins, whichever stream reaches its record last
       uint64_t at = ev->reached.load();
       while (at < gen && !ev->reached.compare_exchange_weak(at, gen)) {
       }
+      ev->release();
     });
   }
   bool eventDone(void* e) override {
@@ -205,10 +216,11 @@ class Emulated final : public Backend {
     return 0;
   }
   void streamWaitEvent(void* s, void* e) override {
-    EmuEvent* ev = static_cast<EmuEvent*>(e);
+    EmuEvent* ev = static_cast<EmuEvent*>(e)->hold();
     const uint64_t gen = ev->recorded.load();
     run(s, [ev, gen] {
       while (ev->reached.load() < gen) std::this_thread::sleep_for(std::chrono::microseconds(20));
+      ev->release();
     });
   }
   void streamWaitFlag(void* s, const volatile uint32_t* flag, uint32_t value, bool) override {
