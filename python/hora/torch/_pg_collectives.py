@@ -54,7 +54,7 @@ class Collectives:
                     t.copy_(buf)
             return list(tensors)
 
-        return self._submit(issue, finish)
+        return self._submit(issue, finish, tensors=tensors, pure=len(tensors) == 1)
 
     def allreduce_coalesced(self, tensors, opts=None):
         if not tensors:
@@ -87,7 +87,7 @@ class Collectives:
                     off += n
             return list(tensors)
 
-        return self._submit(issue, finish)
+        return self._submit(issue, finish, tensors=tensors)
 
     def broadcast(self, tensors, opts=None):
         if isinstance(tensors, torch.Tensor):
@@ -116,7 +116,7 @@ class Collectives:
                     t.copy_(src)
             return list(tensors)
 
-        return self._submit(issue, finish)
+        return self._submit(issue, finish, tensors=tensors, pure=len(tensors) == 1)
 
     def reduce(self, tensors, opts=None):
         if isinstance(tensors, torch.Tensor):
@@ -140,7 +140,7 @@ class Collectives:
                 staged.back()
             return [t]
 
-        return self._submit(issue, finish)
+        return self._submit(issue, finish, tensors=[t], pure=True)
 
     def allgather(self, output_lists, input_tensors, opts=None):
         if isinstance(input_tensors, torch.Tensor):
@@ -158,7 +158,8 @@ class Collectives:
                 raise ValueError("allgather: every output must match the input's dtype and size")
         src = inp.contiguous()
         flat = _flat_view(outs) if _consecutive(outs) else None
-        dst = flat if flat is not None else torch.empty((self._size * inp.numel(),), dtype=inp.dtype)
+        dst = flat if flat is not None else torch.empty((self._size * inp.numel(),), dtype=inp.dtype,
+                                                         device=inp.device)
 
         def issue(comm):
             addr, n, dt = _wire(src)
@@ -171,7 +172,7 @@ class Collectives:
                     o.copy_(chunks[i].view_as(o))
             return [outs]
 
-        return self._submit(issue, finish)
+        return self._submit(issue, finish, tensors=[inp] + outs)
 
     def _allgather_base(self, output, input, opts=None):
         _check_tensor(input, "input")
@@ -189,7 +190,7 @@ class Collectives:
             staged.back()
             return [output]
 
-        return self._submit(issue, finish)
+        return self._submit(issue, finish, tensors=[input, output], pure=True)
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
         if len(output_lists) != len(input_tensors):
@@ -207,7 +208,7 @@ class Collectives:
                                  "shaped like its input")
         sizes = [t.numel() for t in input_tensors]
         total = sum(sizes)
-        dst = torch.empty((self._size * total,), dtype=dtype)
+        dst = torch.empty((self._size * total,), dtype=dtype, device=input_tensors[0].device)
         src = [None]
 
         def issue(comm):
@@ -224,7 +225,7 @@ class Collectives:
                     off += n
             return [o for outs in output_lists for o in outs]
 
-        return self._submit(issue, finish)
+        return self._submit(issue, finish, tensors=list(input_tensors))
 
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
         if isinstance(output_tensors, torch.Tensor):
@@ -256,7 +257,7 @@ class Collectives:
             staged.back()
             return [out]
 
-        return self._submit(issue, finish)
+        return self._submit(issue, finish, tensors=[out] + ins)
 
     def _reduce_scatter_base(self, output, input, opts=None):
         _check_tensor(output, "output")
@@ -276,7 +277,7 @@ class Collectives:
             staged.back()
             return [output]
 
-        return self._submit(issue, finish)
+        return self._submit(issue, finish, tensors=[output, input], pure=True)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         _check_tensor(output, "output")
@@ -303,7 +304,7 @@ class Collectives:
             staged.back()
             return [output]
 
-        return self._submit(issue, finish)
+        return self._submit(issue, finish, tensors=[output, input], pure=use_native)
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         n = self._size
@@ -333,7 +334,7 @@ class Collectives:
                 s.back()
             return list(output_tensors)
 
-        return self._submit(issue, finish)
+        return self._submit(issue, finish, tensors=list(output_tensors) + list(input_tensors))
 
     def gather(self, output_lists, input_tensors, opts=None):
         if len(input_tensors) != 1:
@@ -373,7 +374,7 @@ class Collectives:
                 s.back()
             return outs if outs else [inp]
 
-        return self._submit(issue, finish)
+        return self._submit(issue, finish, tensors=[inp] + outs)
 
     def scatter(self, output_tensors, input_lists, opts=None):
         if len(output_tensors) != 1:
@@ -411,7 +412,7 @@ class Collectives:
             staged.back()
             return [out]
 
-        return self._submit(issue, finish)
+        return self._submit(issue, finish, tensors=[out] + ins)
 
     def barrier(self, opts=None):
         token = torch.zeros(1, dtype=torch.int32)
@@ -446,7 +447,7 @@ class Collectives:
         def finish():
             return [t]
 
-        return self._submit(issue, finish, p2p=True)
+        return self._submit(issue, finish, p2p=True, tensors=[t], pure=True)
 
     def recv(self, tensors, src, tag=0):
         if isinstance(tensors, torch.Tensor):
@@ -467,7 +468,7 @@ class Collectives:
             staged.back()
             return [t]
 
-        return self._submit(issue, finish, p2p=True, src=peer)
+        return self._submit(issue, finish, p2p=True, src=peer, tensors=[t], pure=True)
 
     def recv_anysource(self, tensors, tag=0):
         raise RuntimeError("the hora backend has no receive from any source; name the source rank")

@@ -2,8 +2,6 @@
 library: dtype and reduction codes, argument checks, addresses and element counts, contiguous
 stand-ins for other tensors, and the local steps of some collectives.
 """
-import ctypes
-
 import torch
 from torch._C import _distributed_c10d as _c10d
 
@@ -36,8 +34,8 @@ def _op_code(reduce_op):
 def _check_tensor(t, what="tensor"):
     if not isinstance(t, torch.Tensor):
         raise TypeError("%s must be a torch.Tensor, not %s" % (what, type(t).__name__))
-    if t.device.type != "cpu":
-        raise ValueError("the hora backend works on CPU tensors; %s is on %s" % (what, t.device))
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError("the hora backend works on CPU and CUDA tensors; %s is on %s" % (what, t.device))
     if t.is_sparse:
         raise ValueError("the hora backend does not support sparse tensors (%s)" % what)
     if t.dtype not in _DTYPES and t.dtype not in _COMPLEX:
@@ -137,6 +135,10 @@ def _splits(t, sizes, n, what):
     return out
 
 
+def _real_flat(t):
+    return (torch.view_as_real(t) if t.dtype in _COMPLEX else t).reshape(-1)
+
+
 def _exchange(comm, rank, src, in_splits, dst, out_splits):
     s_addr, _, dt = _wire(src)
     d_addr, _, _ = _wire(dst)
@@ -147,8 +149,8 @@ def _exchange(comm, rank, src, in_splits, dst, out_splits):
                 if sn != dn:
                     raise ValueError("alltoall_base: this rank sends itself %d elements but expects %d"
                                      % (sn, dn))
-                if sn:
-                    ctypes.memmove(d_addr + do * es, s_addr + so * es, sn * es)
+                if sn:  # (a copy of the tensors: the memory may be a GPU's)
+                    _real_flat(dst)[do:do + dn].copy_(_real_flat(src)[so:so + sn])
                 continue
             if sn:
                 comm.send(s_addr + so * es, sn, dt, peer)

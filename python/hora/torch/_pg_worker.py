@@ -4,6 +4,7 @@ queued to it, and the work and future objects handed to torch's Python and C++ c
 """
 import atexit
 import datetime
+import functools
 import os
 import queue
 import sys
@@ -31,20 +32,37 @@ class _Job:
 
 
 class _Engine:
-    """The communicator and the one thread that calls it."""
+    """The communicator and the one thread that calls it for host tensors. Work on device
+    tensors is queued on a CUDA stream by the caller's thread instead (run_now), after the
+    host work queued before it: the library's calls on a stream return once queued."""
 
     def __init__(self, comm, name):
         self.comm = comm
         self.error = None
         self.closed = False
         self.queue = queue.SimpleQueue()
+        self.lock = threading.Lock()  # one issuer at a time: the thread, or a caller (run_now)
+        self.idle = threading.Condition()
+        self.queued = 0  # batches submitted and not yet run
         self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self.thread.start()
 
     def submit(self, jobs):
         if self.closed:
             raise RuntimeError("the hora process group was shut down")
+        with self.idle:
+            self.queued += 1
         self.queue.put(jobs)
+
+    def run_now(self, jobs, context):
+        """Runs jobs in the calling thread, inside context (a stream's), once the batches
+        submitted before have run, so that every rank issues its calls in program order."""
+        if self.closed:
+            raise RuntimeError("the hora process group was shut down")
+        with self.idle:
+            self.idle.wait_for(lambda: self.queued == 0)
+        with self.lock, context:
+            self._run(jobs)
 
     def _loop(self):
         torch.set_grad_enabled(False)  # results land in tensors that may require grad
@@ -52,7 +70,11 @@ class _Engine:
             jobs = self.queue.get()
             if jobs is None:
                 break
-            self._run(jobs)
+            with self.lock:
+                self._run(jobs)
+            with self.idle:
+                self.queued -= 1
+                self.idle.notify_all()
         self._close()
 
     def _run(self, jobs):
@@ -118,6 +140,49 @@ class _Engine:
             self.thread.join(wait_s)
 
 
+class _OnStream:
+    """A communicator whose calls all go on one CUDA stream (the group's, for a device)."""
+    __slots__ = ("_comm", "_stream")
+
+    def __init__(self, comm, stream):
+        self._comm, self._stream = comm, stream
+
+    def __getattr__(self, name):
+        method = getattr(self._comm, name)
+        if name in ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall",
+                    "barrier", "send", "recv"):
+            return functools.partial(method, stream=self._stream)
+        return method
+
+
+class _DeviceOp:
+    """An operation queued on a process group's stream for a device: the caller's stream (then)
+    is waited for by `ready`, `done` is recorded after the operation, and the tensors stay
+    referenced here until the work object and the group's in-flight list let go of them (no
+    record_stream: the caching allocator cannot reuse their memory while the stream may read
+    it, since whoever frees them orders after `done` or the group holds them until it passed)."""
+    __slots__ = ("rt", "index", "stream", "done_event", "tensors")
+
+    def __init__(self, rt, index, stream, tensors):
+        self.rt, self.index, self.stream, self.tensors = rt, index, stream, tensors
+        ready = rt.Event()
+        ready.record(rt.current_stream(index))
+        stream.wait_event(ready)
+        self.done_event = None
+
+    def record_done(self):
+        self.done_event = self.rt.Event()
+        self.done_event.record(self.stream)
+
+    def done(self):
+        return self.done_event is None or self.done_event.query()
+
+    def order_current(self):
+        """The caller's current stream waits for the operation (the CPU does not)."""
+        if self.done_event is not None:
+            self.rt.current_stream(self.index).wait_event(self.done_event)
+
+
 _ENGINES = weakref.WeakSet()
 
 
@@ -132,11 +197,12 @@ class _PyWork(_c10d.Work):
     DistributedDataParallel get torch's future-wrapping work instead, which they check through
     its future.)"""
 
-    def __init__(self, future, checked, rank=-1):
+    def __init__(self, future, checked, rank=-1, device=None):
         super().__init__()
         self._future = future
         self._checked = checked
         self._src = rank
+        self._device = device  # a _DeviceOp for work queued on a CUDA stream
 
     def wait(self, timeout=None):
         if timeout is not None and timeout != _dc10d.default_pg_timeout and not self._future.done():
@@ -146,10 +212,12 @@ class _PyWork(_c10d.Work):
             if seconds > 0 and not done.wait(seconds):
                 raise RuntimeError("hora work: timed out after %.3f s" % seconds)
         self._future.wait()
+        if self._device is not None:
+            self._device.order_current()
         return True
 
     def is_completed(self):
-        return self._future.done()
+        return self._future.done() and (self._device is None or self._device.done())
 
     def is_success(self):
         if not self._future.done():
@@ -176,7 +244,8 @@ class _PyWork(_c10d.Work):
         return self._future.value()
 
     def synchronize(self):
-        pass
+        if self._device is not None and self._future.done():
+            self._device.order_current()
 
     def source_rank(self):
         return self._src

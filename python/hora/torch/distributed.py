@@ -8,10 +8,21 @@ Importing this module registers the backend, after which
 works with every init method (env://, tcp://, file://) and with
 torch.nn.parallel.DistributedDataParallel unchanged.
 
-Each process group owns one Hora communicator and one worker thread. Every operation is queued
-to that thread, which runs the collective on the tensors' memory in place (contiguous CPU tensors
-pass by address, without a copy) and then completes a torch.futures.Future. Callers go on at once:
-DistributedDataParallel's gradient buckets reduce while autograd computes the next ones.
+Each process group owns one Hora communicator and one worker thread. Every operation on host
+tensors is queued to that thread, which runs the collective on the tensors' memory in place
+(contiguous CPU tensors pass by address, without a copy) and then completes a
+torch.futures.Future. Callers go on at once: DistributedDataParallel's gradient buckets reduce
+while autograd computes the next ones.
+
+CUDA tensors (the backend registers for "cpu" and "cuda"): the caller's thread queues the
+operation on the group's stream for that GPU, which first waits for the caller's current stream
+(an event), and records an event after it; the library's calls take that stream and return once
+queued, as NCCL's do. wait() makes the caller's current stream wait for that event and does not
+block the CPU; DistributedDataParallel gets a CUDA-aware future that does the same. The tensors
+stay referenced by the work object and by the group until the event has passed, so the caching
+allocator cannot hand their memory out while the GPU may still use it (no record_stream).
+Host work queued before a device operation is issued first, so that every rank calls the
+library in program order.
 
 A failure (a dead or silent peer, an exhausted timeout) completes the future with the HoraError;
 every later operation of the group fails at once with the same error. wait() on a work object that
@@ -26,6 +37,7 @@ Point-to-point: send() and recv() ignore the tag; sends of large messages wait f
 two ranks that exchange large messages should use torch.distributed.batch_isend_irecv, whose
 operations run together as one group.
 """
+import collections
 import datetime
 import os
 
@@ -34,11 +46,11 @@ import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
 from torch.distributed import distributed_c10d as _dc10d
 
-from hora import _core
+from hora import _core, _device
 from hora.torch import _pg_worker
 from hora.torch._pg_collectives import Collectives
-from hora.torch._pg_worker import (GroupFailedError, _Engine, _has, _Job, _PyWork,
-                                   _python_caller, _unwrap)
+from hora.torch._pg_worker import (GroupFailedError, _DeviceOp, _Engine, _has, _Job, _OnStream,
+                                   _PyWork, _python_caller, _unwrap)
 
 __all__ = ["ProcessGroupHora", "BACKEND_NAME", "GroupFailedError", "create_process_group"]
 
@@ -65,6 +77,9 @@ class ProcessGroupHora(Collectives, _c10d.ProcessGroup):
         self._engine = _Engine(comm, "hora-pg-r%d" % rank)
         _pg_worker._ENGINES.add(self._engine)
         self._coalescing = None
+        self._coalescing_device = None
+        self._streams = {}  # (runtime, device) -> the group's stream there
+        self._inflight = collections.deque()  # device operations whose tensors are held
         self._has_alltoall = _has("horaAllToAll")
         self._has_barrier = _has("horaBarrier")
 
@@ -79,21 +94,89 @@ class ProcessGroupHora(Collectives, _c10d.ProcessGroup):
         """Finish queued work, destroy the communicator and stop the worker thread."""
         self._engine.shutdown(wait_s)
 
-    def _submit(self, issue, finish, p2p=False, src=-1):
-        future = torch.futures.Future()
-        job = _Job(issue, finish, future, p2p)
+    def _submit(self, issue, finish, p2p=False, src=-1, tensors=(), pure=False):
+        """Queues one operation: host tensors to the group's thread; device tensors on the
+        group's stream for their device, from this thread (_device_job). pure: issue() and
+        finish() do nothing but library calls when the tensors are contiguous."""
+        dev = self._device_of(tensors) if tensors else None
         engine = self._engine
+        if dev is None:
+            future = torch.futures.Future()
+            job = _Job(issue, finish, future, p2p)
+            op = None
+        else:
+            job, op = self._device_job(issue, finish, p2p, tensors, pure, *dev)
+            future = job.future
         if engine.error is not None:
             future.set_exception(GroupFailedError("an earlier operation of this hora process group "
                                                   "failed: %s" % engine.error))
         elif self._coalescing is not None:
             self._coalescing.append(job)
-        else:
+            if op is not None:
+                self._coalescing_device = dev
+        elif op is None:
             engine.submit([job])
+        else:
+            engine.run_now([job], dev[0].use_stream(op.stream))
         checked = future.then(_unwrap)
         if _python_caller(2):
-            return _PyWork(future, checked, src)
+            return _PyWork(future, checked, src, op)
         return _c10d._create_work_from_future(checked)
+
+    # -- device tensors -------------------------------------------------------------------------
+
+    def _device_of(self, tensors):
+        """(runtime, device index) when the tensors are on a device, else None; all of one call's
+        tensors must then be on that one device."""
+        rt = _device.ops_for(tensors[0])
+        if rt is None and not any(t.is_cuda for t in tensors):
+            return None
+        index = _device.device_index(tensors[0]) if rt is not None else -1
+        for t in tensors:
+            if _device.ops_for(t) is not rt or _device.device_index(t) != index:
+                raise ValueError("the hora backend takes the tensors of one call on one device; "
+                                 "here they are on %s" % sorted({str(x.device) for x in tensors}))
+        return rt, index
+
+    def _stream_for(self, rt, index):
+        key = (rt.name, index)
+        s = self._streams.get(key)
+        if s is None:
+            s = self._streams[key] = rt.Stream(index) if rt.name == "torch" else rt.Stream()
+        return s
+
+    def _device_job(self, issue, finish, p2p, tensors, pure, rt, index):
+        """The job of an operation on device tensors, run on the group's stream for the device
+        after the caller's current stream (an event), with the results' event recorded after it.
+        The library's calls take that stream, so they return once queued. Local steps (packing,
+        copies back into non-contiguous tensors) are torch operations queued on the same stream;
+        on the library's own runtime (the emulated device of the tests), whose streams torch does
+        not know, the stream is synchronized before them instead."""
+        stream = self._stream_for(rt, index)
+        while self._inflight and self._inflight[0].done():
+            self._inflight.popleft()
+        op = _DeviceOp(rt, index, stream, list(tensors))
+        self._inflight.append(op)
+        host_order = rt is _device.RUNTIME and not (pure and all(t.is_contiguous() for t in tensors))
+        handle = stream.cuda_stream
+
+        def dev_issue(comm):
+            if host_order:
+                stream.synchronize()
+            issue(_OnStream(comm, handle))
+
+        def dev_finish():
+            if host_order:
+                stream.synchronize()
+            value = finish()
+            op.record_done()
+            return value
+
+        if rt.name == "torch":  # a future that orders its users after the stream (set on it)
+            future = torch.futures.Future(devices=[torch.device("cuda", index)])
+        else:
+            future = torch.futures.Future()
+        return _Job(dev_issue, dev_finish, future, p2p), op
 
     def _start_coalescing(self):
         if self._coalescing is not None:
@@ -102,10 +185,13 @@ class ProcessGroupHora(Collectives, _c10d.ProcessGroup):
 
     def _end_coalescing(self, reqs=None):
         jobs, self._coalescing = self._coalescing, None
+        dev, self._coalescing_device = self._coalescing_device, None
         if jobs is None:
             raise RuntimeError("hora process group: _end_coalescing without _start_coalescing")
-        if jobs:
+        if jobs and dev is None:
             self._engine.submit(jobs)
+        elif jobs:
+            self._engine.run_now(jobs, dev[0].use_stream(self._stream_for(*dev)))
 
     def _peer(self, r, what):
         if not isinstance(r, int) or not 0 <= r < self._size:
@@ -141,7 +227,10 @@ def create_process_group(store, rank, size, timeout):
 def _register():
     if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}):
         return
-    dist.Backend.register_backend(BACKEND_NAME, create_process_group)
+    try:
+        dist.Backend.register_backend(BACKEND_NAME, create_process_group, devices=["cpu", "cuda"])
+    except TypeError:  # a torch whose register_backend takes no devices (before 2.0): all of them
+        dist.Backend.register_backend(BACKEND_NAME, create_process_group)
 
 
 _register()
