@@ -100,3 +100,16 @@ def batches(x, y, sampler, batch_size, limit=0):
             break
         idx = order[start:start + batch_size]
         yield x[idx], y[idx]
+
+
+def device(choice, local_rank):
+    """The torch device of --device: cuda (this rank's local GPU, made current), cpu, or auto (the
+    GPU where torch has CUDA and a GPU, else the CPU). Ranks beyond the GPUs share them in turn."""
+    import torch
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise SystemExit("--device cuda: this torch has no CUDA or this machine no GPU")
+    index = local_rank % torch.cuda.device_count()
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)

@@ -39,12 +39,14 @@ def parse_args():
     p.add_argument("--gradient-predivide-factor", type=float, default=1.0,
                    help="divide gradients by this before the sum and by size/factor after it")
     p.add_argument("--data-dir", default=fashion_mnist.DEFAULT_DIR)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where the model and batches live (auto: this rank's local GPU if there is one)")
     p.add_argument("--save", metavar="PATH", help="rank 0 saves the trained model's state_dict here")
     return p.parse_args()
 
 
-def metric_average(value, name):
-    return hvd.allreduce(torch.tensor(value), name=name).item()
+def metric_average(value, name, device):
+    return hvd.allreduce(torch.tensor(value, device=device), name=name).item()
 
 
 def train(epoch, args, model, optimizer, train_x, train_y, sampler):
@@ -53,6 +55,7 @@ def train(epoch, args, model, optimizer, train_x, train_y, sampler):
     seen = 0
     for batch_idx, (data, target) in enumerate(fashion_mnist.batches(train_x, train_y, sampler,
                                                                       args.batch_size, args.limit_batches)):
+        data, target = data.to(args.dev), target.to(args.dev)
         optimizer.zero_grad()
         loss = F.nll_loss(model(data), target)
         loss.backward()
@@ -69,13 +72,14 @@ def test(args, model, test_x, test_y, sampler):
     with torch.no_grad():
         for data, target in fashion_mnist.batches(test_x, test_y, sampler, args.test_batch_size,
                                                   args.limit_batches):
+            data, target = data.to(args.dev), target.to(args.dev)
             output = model(data)
             loss_sum += F.nll_loss(output, target, reduction="sum").item()
             correct += (output.argmax(dim=1) == target).sum().item()
             count += len(data)
     # averages over this rank's shard, then over the ranks
-    test_loss = metric_average(loss_sum / max(count, 1), "avg_loss")
-    test_accuracy = metric_average(correct / max(count, 1), "avg_accuracy")
+    test_loss = metric_average(loss_sum / max(count, 1), "avg_loss", args.dev)
+    test_accuracy = metric_average(correct / max(count, 1), "avg_accuracy", args.dev)
     return test_loss, test_accuracy
 
 
@@ -83,8 +87,7 @@ def main():
     args = parse_args()
     hvd.init()
     torch.manual_seed(args.seed)
-    if torch.cuda.is_available():  # pin this rank to its local GPU, as Horovod's example does
-        torch.cuda.set_device(hvd.local_rank())
+    args.dev = fashion_mnist.device(args.device, hvd.local_rank())  # this rank's GPU, or the CPU
     torch.set_num_threads(1)  # ranks share the cores; hora-run binds each to its own when it can
 
     train_x, train_y = fashion_mnist.tensors(args.data_dir, train=True)
@@ -93,7 +96,7 @@ def main():
                                        seed=args.seed)
     test_sampler = DistributedSampler(test_x, num_replicas=hvd.size(), rank=hvd.rank(), shuffle=False)
 
-    model = fashion_mnist.make_model()
+    model = fashion_mnist.make_model().to(args.dev)
     # The global batch grows with the number of ranks; so does the learning rate.
     optimizer = optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=args.momentum)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)

@@ -42,6 +42,8 @@ def parse_args():
     p.add_argument("--limit-batches", type=int, default=0,
                    help="train and test on at most this many batches per epoch (0: all)")
     p.add_argument("--data-dir", default=fashion_mnist.DEFAULT_DIR)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where the model and batches live (auto: this rank's local GPU if there is one)")
     p.add_argument("--save", metavar="PATH", help="rank 0 saves the trained model's state_dict here")
     return p.parse_args()
 
@@ -72,6 +74,7 @@ def train(epoch, args, model, optimizer, train_x, train_y, sampler, rank):
     seen = 0
     for batch_idx, (data, target) in enumerate(fashion_mnist.batches(train_x, train_y, sampler,
                                                                       args.batch_size, args.limit_batches)):
+        data, target = data.to(args.dev), target.to(args.dev)
         optimizer.zero_grad()
         loss = F.nll_loss(model(data), target)
         loss.backward()
@@ -88,11 +91,13 @@ def test(args, model, test_x, test_y, sampler, size):
     with torch.no_grad():
         for data, target in fashion_mnist.batches(test_x, test_y, sampler, args.test_batch_size,
                                                   args.limit_batches):
+            data, target = data.to(args.dev), target.to(args.dev)
             output = model(data)
             loss_sum += F.nll_loss(output, target, reduction="sum").item()
             correct += (output.argmax(dim=1) == target).sum().item()
             count += len(data)
-    metrics = torch.tensor([loss_sum / max(count, 1), correct / max(count, 1)], dtype=torch.float64)
+    metrics = torch.tensor([loss_sum / max(count, 1), correct / max(count, 1)], dtype=torch.float64,
+                           device=args.dev)
     dist.all_reduce(metrics)
     metrics /= size
     return metrics[0].item(), metrics[1].item()
@@ -107,13 +112,18 @@ def main():
     dist.init_process_group(args.backend, init_method=method, rank=rank, world_size=size)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
+    local_rank = int(os.environ.get("HORA_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")))
+    args.dev = fashion_mnist.device(args.device, local_rank)  # this rank's GPU, or the CPU
 
     train_x, train_y = fashion_mnist.tensors(args.data_dir, train=True)
     test_x, test_y = fashion_mnist.tensors(args.data_dir, train=False)
     train_sampler = DistributedSampler(train_x, num_replicas=size, rank=rank, shuffle=True, seed=args.seed)
     test_sampler = DistributedSampler(test_x, num_replicas=size, rank=rank, shuffle=False)
 
-    model = DistributedDataParallel(fashion_mnist.make_model())  # broadcasts rank 0's parameters
+    model = fashion_mnist.make_model().to(args.dev)
+    on_gpu = args.dev.type == "cuda"
+    # broadcasts rank 0's parameters
+    model = DistributedDataParallel(model, device_ids=[args.dev.index] if on_gpu else None)
     optimizer = optim.SGD(model.parameters(), lr=args.lr * size, momentum=args.momentum)
 
     if rank == 0:
