@@ -15,8 +15,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
+# HORA_TEST_DEVICE=cuda: on the GPU (tests/gpu/run-torch-gpu.sh), every rank on device 0.
+CUDA = os.environ.get("HORA_TEST_DEVICE") == "cuda"
 if not harness.in_rank():
-    sys.exit(harness.launch_self(__file__, [2, 3], timeout=120, env={"HORA_CUDA": "emulate"}))
+    sys.exit(harness.launch_self(__file__, [2, 3], timeout=120, env={} if CUDA else {"HORA_CUDA": "emulate"}))
 
 from hora import _core as h  # noqa: E402
 from hora import _device as D  # noqa: E402
@@ -47,7 +49,8 @@ class DeviceArray:
         """Queues a copy of values into the array on stream behind gate (done once it opens)."""
         host = np.ascontiguousarray(values, dtype=self.dtype)
         staged = D.alloc(max(1, self.nbytes))  # device memory: the copy is a stream's work
-        ctypes.memmove(staged, host.ctypes.data, self.nbytes)
+        D.copy_(staged, host.ctypes.data, self.nbytes, D.current_stream())  # (pageable: done on return)
+        D.current_stream().synchronize()
         gate.hold(stream)
         D.copy_(self.addr, staged, self.nbytes, stream)
         self._staged = staged  # freed once the stream is synchronized (in read)
@@ -55,7 +58,8 @@ class DeviceArray:
     def read(self):
         """The array's bytes now (no stream order: the caller has synchronized)."""
         out = np.empty(self.count, dtype=self.dtype)
-        ctypes.memmove(out.ctypes.data, self.addr, self.nbytes)
+        D.copy_(out.ctypes.data, self.addr, self.nbytes, D.current_stream())
+        D.current_stream().synchronize()
         if getattr(self, "_staged", None):
             D.free(self._staged)
             self._staged = None

@@ -1,6 +1,8 @@
 """The torch.distributed backend "hora" on device tensors, on the emulated GPU (HORA_CUDA=emulate):
 tensors over the emulated device's memory (hora._device.emulated_tensor) and the library's own
 streams stand in for CUDA tensors and torch's streams, through the same lines of the backend.
+With HORA_TEST_DEVICE=cuda (tests/gpu/run-torch-gpu.sh, on a machine with a GPU and torch with
+CUDA) the same checks run on CUDA tensors and torch's streams, every rank on GPU 0.
 
 What is checked, at 2 and 3 ranks: each collective's results on device tensors; that an operation
 runs after the work queued before it on the caller's current stream (the producer's write sits
@@ -16,12 +18,15 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
+CUDA = os.environ.get("HORA_TEST_DEVICE") == "cuda"
 if not harness.in_rank():
     harness.require_torch()
     rc = 0
     for n in (2, 3):
-        rc = rc or harness.launch_self(__file__, [n], timeout=120, env={
-            "HORA_CUDA": "emulate", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": harness.free_port()})
+        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": harness.free_port()}
+        if not CUDA:
+            env["HORA_CUDA"] = "emulate"
+        rc = rc or harness.launch_self(__file__, [n], timeout=120, env=env)
     sys.exit(rc)
 
 import torch  # noqa: E402
@@ -33,16 +38,31 @@ from hora import _device as D  # noqa: E402
 rank, size = int(os.environ["HORA_RANK"]), int(os.environ["HORA_SIZE"])
 dist.init_process_group("hora", init_method="env://", rank=rank, world_size=size)
 check = harness.Checker("[%d] " % rank)
-rt = D.RUNTIME
+if CUDA:
+    torch.cuda.set_device(0)
+    rt = D.torch_runtime()
+else:
+    rt = D.RUNTIME
 s1 = rt.Stream()  # the caller's current stream below
 N = 4096
+
+
+def new(shape, dtype, fill=None):
+    """A device tensor (with fill's values when given)."""
+    if not CUDA:
+        return D.emulated_tensor(shape, dtype, fill=fill)
+    t = torch.empty(shape, dtype=dtype, device="cuda")
+    if fill is not None:
+        t.copy_(fill if isinstance(fill, torch.Tensor) else torch.full(tuple(shape), fill, dtype=dtype))
+        torch.cuda.synchronize()
+    return t
 
 
 def produced(values, dtype=torch.float32, gate=None):
     """A device tensor that the caller's current stream fills with values: behind gate if given
     (so not before it opens), from device memory (so the copy is the stream's work)."""
-    t = D.emulated_tensor((len(values),) if not isinstance(values, torch.Tensor) else tuple(values.shape), dtype)
-    src = D.emulated_tensor(tuple(t.shape), dtype, fill=torch.as_tensor(values, dtype=dtype))
+    t = new((len(values),) if not isinstance(values, torch.Tensor) else tuple(values.shape), dtype)
+    src = new(tuple(t.shape), dtype, fill=torch.as_tensor(values, dtype=dtype))
     if gate is not None:
         gate.hold(rt.current_stream())
     rt.copy_(t, src, rt.current_stream())
@@ -53,7 +73,7 @@ def produced(values, dtype=torch.float32, gate=None):
 def read(t):
     """The tensor after the caller's stream: the caller synchronizes its own stream only."""
     rt.current_stream().synchronize()
-    return t.clone()
+    return t.cpu().clone()
 
 
 with rt.use_stream(s1):
@@ -81,37 +101,37 @@ with rt.use_stream(s1):
     check(torch.equal(read(b), torch.full((N,), 5, dtype=torch.int32)), "broadcast")
     g = D.Gate()
     a = produced(torch.full((8,), float(rank)), gate=g)
-    out = D.emulated_tensor((8 * size,), torch.float32, fill=-1.0)
+    out = new((8 * size,), torch.float32, fill=-1.0)
     dist._all_gather_base(out, a)
     g.open()
     check(torch.equal(read(out), torch.arange(size, dtype=torch.float32).repeat_interleave(8)),
           "_all_gather_base")
     g = D.Gate()
     rs_in = produced(torch.arange(4 * size, dtype=torch.float32) + rank, gate=g)
-    rs_out = D.emulated_tensor((4,), torch.float32, fill=0.0)
+    rs_out = new((4,), torch.float32, fill=0.0)
     dist._reduce_scatter_base(rs_out, rs_in)
     g.open()
     want = (torch.arange(4 * size, dtype=torch.float32) * size + size * (size - 1) / 2)[4 * rank:4 * rank + 4]
     check(torch.equal(read(rs_out), want), "_reduce_scatter_base")
 
     # Local steps (a list of outputs): packed and unpacked in the stream's order.
-    outs = [D.emulated_tensor((3,), torch.int64, fill=0) for _ in range(size)]
+    outs = [new((3,), torch.int64, fill=0) for _ in range(size)]
     dist.all_gather(outs, produced(torch.full((3,), rank), torch.int64))
     rt.current_stream().synchronize()
-    check(all(torch.equal(o, torch.full((3,), r, dtype=torch.int64)) for r, o in enumerate(outs)),
+    check(all(torch.equal(o.cpu(), torch.full((3,), r, dtype=torch.int64)) for r, o in enumerate(outs)),
           "all_gather into a list")
     ins = [produced(torch.full((2,), 10 * rank + r), torch.int64) for r in range(size)]
-    outs = [D.emulated_tensor((2,), torch.int64, fill=0) for _ in range(size)]
+    outs = [new((2,), torch.int64, fill=0) for _ in range(size)]
     dist.all_to_all(outs, ins)
     rt.current_stream().synchronize()
-    check(all(torch.equal(o, torch.full((2,), 10 * r + rank, dtype=torch.int64)) for r, o in enumerate(outs)),
+    check(all(torch.equal(o.cpu(), torch.full((2,), 10 * r + rank, dtype=torch.int64)) for r, o in enumerate(outs)),
           "all_to_all of lists")
 
     # Point-to-point: a ring of isend/irecv as one coalesced batch, and a plain send/recv.
     right, left = (rank + 1) % size, (rank - 1) % size
     g = D.Gate()
     mine = produced(torch.full((N,), float(rank)), gate=g)
-    got = D.emulated_tensor((N,), torch.float32, fill=-1.0)
+    got = new((N,), torch.float32, fill=-1.0)
     reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, right), dist.P2POp(dist.irecv, got, left)])
     g.open()
     for q in reqs:
@@ -132,10 +152,10 @@ with rt.use_stream(s1):
 # Host and device operations in one program order; a call mixing them is refused.
 h = torch.full((16,), float(rank))
 dist.all_reduce(h)
-d = D.emulated_tensor((16,), torch.float32, fill=float(rank))
+d = new((16,), torch.float32, fill=float(rank))
 dist.all_reduce(d)
-D.current_stream().synchronize()
-check(torch.equal(h, torch.full((16,), float(size * (size - 1) // 2))) and torch.equal(h, d),
+rt.current_stream().synchronize()
+check(torch.equal(h, torch.full((16,), float(size * (size - 1) // 2))) and torch.equal(h, d.cpu()),
       "host then device all_reduce")
 check.raises_(ValueError, lambda: dist.all_gather([torch.zeros(16) for _ in range(size)], d),
               "tensors on host and device in one call")
