@@ -20,8 +20,16 @@
 #                                            the shared libraries it needs into tests/gpu/.libs, so
 #                                            that build-gpu and tests/gpu/.libs can be carried to a
 #                                            GPU machine that has none of the build dependencies
-#   tests/gpu/run-on-device.sh --prebuilt    run a carried build-gpu as it is (no meson, no ninja:
-#                                            the tests' executables are run directly)
+#   tests/gpu/run-on-device.sh --prebuilt    run a carried build (no meson, no ninja: the tests'
+#                                            executables are run directly): build-gpu-pack, which
+#                                            --pack fills with just what this script runs (about
+#                                            20 MB: build-gpu is over 200 MB, more than a device call
+#                                            carries), else build-gpu
+#
+# The device call (the tool `run`), after --pack here (with tests/gpu/run-torch-gpu.sh --pack, the
+# two fit one call):
+#   command: tests/gpu/run-on-device.sh --prebuilt; tests/gpu/run-torch-gpu.sh --prebuilt
+#   carry:   ["build-gpu-pack", "build-torch-gpu", "tests/gpu/.libs"]
 #
 # GPU_ARCHS (default: this GPU's, from nvidia-smi, else 90) picks what nvcc compiles for.
 set -euo pipefail
@@ -51,13 +59,24 @@ if [[ ${1:-} == --pack ]]; then
   for l in libstdc++.so.6 libgcc_s.so.1; do
     cp -L "$(ldd build-gpu/libhora.so | awk -v l=$l '$1 == l { print $3 }')" tests/gpu/.libs/fallback/
   done
-  du -sh build-gpu tests/gpu/.libs
+  # What --prebuilt runs, in build-gpu's layout (the executables find libhora.so.0 at $ORIGIN/..).
+  rm -rf build-gpu-pack
+  mkdir -p build-gpu-pack/tests build-gpu-pack/perf build-gpu-pack/tools
+  cp -L build-gpu/libhora.so.0 build-gpu-pack/
+  cp build-gpu/tests/test_device build-gpu-pack/tests/
+  cp build-gpu/tools/hora-run build-gpu-pack/tools/
+  for t in kernel allreduce broadcast reduce allgather reducescatter sendrecv; do
+    cp build-gpu/perf/${t}_perf build-gpu-pack/perf/
+  done
+  du -sh build-gpu build-gpu-pack tests/gpu/.libs
   exit 0
 fi
 prebuilt=0
 [[ ${1:-} == --prebuilt ]] && prebuilt=1
 cd "$root"
-out=${OUT:-$root/build-gpu/out}
+b=build-gpu
+((prebuilt)) && [ -e build-gpu-pack/libhora.so.0 ] && b=build-gpu-pack
+out=${OUT:-$root/$b/out}
 mkdir -p "$out"
 log() { echo "== $*" | tee -a "$out/summary.txt"; }
 : >"$out/summary.txt"
@@ -67,7 +86,7 @@ if ((prebuilt)); then
   libs=$root/tests/gpu/.libs
   ldconfig -p | grep -q 'libudev.so.1 ' || export LD_LIBRARY_PATH=$libs/udev${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  if ldd build-gpu/tests/test_device build-gpu/libhora.so.0 | grep -q 'not found'; then
+  if ldd $b/tests/test_device $b/libhora.so.0 | grep -q 'not found'; then
     export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$libs/fallback
     log "this system's C++ runtime is too old for the build: using the carried one"
   fi
@@ -118,16 +137,16 @@ step() {  # step NAME LOGFILE COMMAND...: run it under the limit, tee its output
   ((r == 0)) || rc=1
 }
 log "gpu suite"
-step "gpu-device" gpu-tests.log build-gpu/tests/test_device
-step "gpu-device-staged" gpu-tests.log env HORA_CUDA_IPC=0 build-gpu/tests/test_device '[sweep]'
-step "kernel_perf" kernel_perf.txt build-gpu/perf/kernel_perf -b 256M -n 20
-run=build-gpu/tools/hora-run
+step "gpu-device" gpu-tests.log $b/tests/test_device
+step "gpu-device-staged" gpu-tests.log env HORA_CUDA_IPC=0 $b/tests/test_device '[sweep]'
+step "kernel_perf" kernel_perf.txt $b/perf/kernel_perf -b 256M -n 20
+run=$b/tools/hora-run
 step "allreduce 2 ranks, CUDA IPC" device_perf.txt \
-  "$run" -n 2 build-gpu/perf/allreduce_perf -M device -b 1M -e 256M -f 4 -n 20 -w 5
+  "$run" -n 2 $b/perf/allreduce_perf -M device -b 1M -e 256M -f 4 -n 20 -w 5
 step "allreduce 2 ranks, staged (HORA_CUDA_IPC=0)" device_perf.txt \
-  env HORA_CUDA_IPC=0 "$run" -n 2 build-gpu/perf/allreduce_perf -M device -b 1M -e 256M -f 4 -n 20 -w 5
+  env HORA_CUDA_IPC=0 "$run" -n 2 $b/perf/allreduce_perf -M device -b 1M -e 256M -f 4 -n 20 -w 5
 for t in allreduce broadcast reduce allgather reducescatter sendrecv; do
-  step "${t}_perf 4 ranks" device_perf.txt "$run" -n 4 build-gpu/perf/${t}_perf -M device -b 8 -e 64M -f 16 -n 5 -w 2
+  step "${t}_perf 4 ranks" device_perf.txt "$run" -n 4 $b/perf/${t}_perf -M device -b 8 -e 64M -f 16 -n 5 -w 2
 done
 log "done, rc=$rc"
 exit $rc
