@@ -90,6 +90,7 @@ const Variable kVariables[] = {
     {"HORA_TIMELINE", "", "hora.torch: file to write a Chrome-trace timeline to"},
     {"HORA_TIMELINE_MARK_CYCLES", "0", "hora.torch: 1 marks each engine round that starts work in the timeline"},
     {"HORA_STALL_CHECK_TIME_SECONDS", "60", "hora.torch: warn about operations some ranks have not submitted after this long (0: never)"},
+    {"HORA_TORCH_ANY_SOURCE", "0", "torch.distributed backend hora: 1 lets recv() omit the source in groups of 3+ ranks (each send then announces itself in the group's store first)"},
     {"HORA_STALL_SHUTDOWN_TIME_SECONDS", "(HORA_TIMEOUT_MS)", "hora.torch: cancel, on every rank, an operation some ranks have not submitted after this long (0: never)"},
     // NCCL's variables that Hora knows and ignores (any other NCCL_* is ignored too).
     {nullptr, "", "", "NCCL_BUFFSIZE,NCCL_CHUNK_SIZE,NCCL_P2P_NET_CHUNKSIZE,NCCL_P2P_NVL_CHUNKSIZE,NCCL_P2P_PCI_CHUNKSIZE",

@@ -11,6 +11,9 @@ $HORA_RUN:
                "gloo" group and against one process training on the union of the batches
   failure      2 ranks: a silent peer makes the waiting rank raise once the group's timeout
                passes; a dead peer makes dist.all_reduce and DDP's backward raise
+  suite_needs  3 ranks: what torch's own test suite asks of a backend: all_gather_coalesced,
+               sparse all_reduce, recv from any source (several senders; no sender: Timed out),
+               monitored_barrier (missing ranks named), profiler events, torch's timeout words
 Each rank asserts its results and exits non-zero on a failure.
 """
 import datetime
@@ -446,6 +449,168 @@ def role_failure(tmp):
     os._exit(0)  # the group cannot be torn down politely any more
 
 
+# -- role: torch's own suite's needs (3 ranks) --------------------------------------------------
+
+def role_suite_needs(tmp):
+    import hora.torch.distributed as hdist
+    rank, size = rank_env()
+    torch.set_num_threads(1)
+    dist.init_process_group("hora", init_method="file://" + os.path.join(tmp, "store"),
+                            rank=rank, world_size=size)
+
+    # all_gather_coalesced: one output list per rank, each with one tensor per input
+    a, b = torch.full((2,), rank + 1.0), torch.full((3, 2), 10.0 * (rank + 1))
+    outs = [[torch.zeros(2), torch.zeros(3, 2)] for _ in range(size)]
+    dist.all_gather_coalesced(outs, [a, b])
+    for r in range(size):
+        expect(outs[r][0], [r + 1.0] * 2, "all_gather_coalesced output of rank %d, input 0" % r)
+        expect(outs[r][1], [10.0 * (r + 1)] * 6, "all_gather_coalesced output of rank %d, input 1" % r)
+    say("all_gather_coalesced with torch's per-rank output lists")
+
+    # sparse allreduce (SUM): the union of every rank's indices, equal indices added
+    idx = torch.tensor([[0, rank + 1], [1, 2]])
+    sp = torch.sparse_coo_tensor(idx, torch.tensor([1.0, float(rank + 1)]), (4, 3))
+    dense = sum(torch.sparse_coo_tensor(torch.tensor([[0, r + 1], [1, 2]]),
+                                        torch.tensor([1.0, float(r + 1)]), (4, 3)).to_dense()
+                for r in range(size))
+    dist.all_reduce(sp)
+    check(sp.is_sparse and torch.equal(sp.to_dense(), dense),
+          "sparse all_reduce: got %s, expected %s" % (sp.to_dense().tolist(), dense.tolist()))
+    say("sparse COO all_reduce (SUM)")
+
+    # receive from any source, several senders: rank 0 gets two messages from each other rank,
+    # first one named receive from rank 2, then the rest from any source
+    if rank == 0:
+        got = {}
+        t = torch.zeros(3)
+        dist.recv(t, src=2)
+        check(t.tolist() == [2.0, 0.0, 0.0], "named recv among any-source ones: %s" % t.tolist())
+        got.setdefault(2, []).append(0)
+        for i in range(2 * (size - 1) - 1):
+            t = torch.zeros(3)
+            if i % 2:
+                work = dist.irecv(t)
+                work.wait()
+                src = work.source_rank()
+            else:
+                src = dist.recv(t)
+            check(t[0].item() == src, "recv from any source says %d, the data says %s" % (src, t.tolist()))
+            got.setdefault(src, []).append(int(t[1].item()))
+        check(got == {r: [0, 1] for r in range(1, size)},
+              "any-source receives: sources and per-source order %s" % got)
+    else:
+        for seq in range(2):
+            dist.send(torch.tensor([float(rank), float(seq), 0.0]), dst=0)
+    say("recv from any source with %d senders, mixed with a named recv" % (size - 1))
+
+    # nobody sends: the receive from any source fails within the group's timeout, naming the wait
+    quick = dist.new_group(backend="hora", timeout=datetime.timedelta(seconds=1))
+    if rank == 0:
+        try:
+            dist.recv(torch.zeros(1), group=quick)
+        except RuntimeError as e:
+            text = str(e)
+            check(" Timed out " in text and "none of ranks 1, 2 sent rank 0" in text,
+                  "any-source timeout text: %s" % text)
+        else:
+            raise AssertionError("a receive from any source with no sender returned")
+    dist.barrier()
+    dist.barrier(group=quick)  # the group still works after that timeout
+    say("recv from any source with no sender: Timed out, naming the ranks waited for")
+
+    # without HORA_TORCH_ANY_SOURCE=1 when a group of 3+ is made, its sends announce nothing and
+    # a receive from any source is refused at once, saying what to set
+    os.environ["HORA_TORCH_ANY_SOURCE"] = "0"
+    plain = dist.new_group(backend="hora")
+    os.environ["HORA_TORCH_ANY_SOURCE"] = "1"
+    if rank == 0:
+        try:
+            dist.recv(torch.zeros(1), group=plain)
+        except RuntimeError as e:
+            check("HORA_TORCH_ANY_SOURCE=1" in str(e), "any-source refusal text: %s" % e)
+        else:
+            raise AssertionError("a receive from any source without HORA_TORCH_ANY_SOURCE returned")
+    dist.barrier(group=plain)
+    say("recv from any source without HORA_TORCH_ANY_SOURCE: refused, saying what to set")
+
+    # monitored_barrier: all come; one rank does not come; two do not come (wait_all_ranks)
+    hdist.monitored_barrier(timeout=datetime.timedelta(seconds=30))
+    hdist.monitored_barrier(timeout=datetime.timedelta(seconds=30), wait_all_ranks=True)
+    one_missing = dist.new_group(backend="hora")
+    two_missing = dist.new_group(backend="hora")
+    short = datetime.timedelta(seconds=1)
+    if rank != 2:
+        try:
+            hdist.monitored_barrier(one_missing, timeout=short)
+        except RuntimeError as e:
+            text = str(e)
+            if rank == 0:
+                check(text.startswith("Rank 2 failed to pass monitoredBarrier in 1000 ms"),
+                      "monitored_barrier on rank 0: %s" % text)
+            else:
+                check(text.startswith("Rank 1 successfully reached monitoredBarrier, but received "
+                                      "errors while waiting for send/recv from rank 0"),
+                      "monitored_barrier on rank 1: %s" % text)
+        else:
+            raise AssertionError("monitored_barrier with rank 2 missing returned on rank %d" % rank)
+    if rank == 0:
+        try:
+            hdist.monitored_barrier(two_missing, timeout=short, wait_all_ranks=True)
+        except RuntimeError as e:
+            check(str(e).startswith("Ranks 1, 2 failed to pass monitoredBarrier"),
+                  "monitored_barrier, wait_all_ranks: %s" % e)
+        else:
+            raise AssertionError("monitored_barrier with ranks 1 and 2 missing returned")
+        try:
+            two_missing.monitored_barrier(datetime.timedelta(seconds=0))
+        except RuntimeError as e:
+            check(str(e).startswith("Rank 0 timed out in monitoredBarrier"),
+                  "monitored_barrier with no time: %s" % e)
+        else:
+            raise AssertionError("monitored_barrier with a zero timeout returned")
+    dist.barrier()
+    dist.barrier(group=one_missing)  # the groups still work
+    say("monitored_barrier: passes, names a missing rank, all missing ranks, rank 0's own timeout")
+
+    # profiler events: "hora:<op>" with the inputs' shapes, asynchronous, one per operation
+    t = torch.ones(2, 3)
+    with torch.autograd.profiler.profile(record_shapes=True) as prof:
+        dist.all_reduce(t)
+        dist.broadcast(t, src=0)
+        dist.all_reduce(t, async_op=True).wait()
+    events = [e for e in prof.function_events if e.name.startswith("hora:")]
+    names = sorted(e.name for e in events)
+    check(names == ["hora:all_reduce", "hora:all_reduce", "hora:broadcast"],
+          "autograd profiler events: %s" % names)
+    for e in events:
+        check(e.is_async and e.input_shapes == [[2, 3]], "event %s: async %s, shapes %s"
+              % (e.name, e.is_async, e.input_shapes))
+    with torch.profiler.profile(record_shapes=True) as prof:
+        if rank == 0:
+            dist.send(torch.ones(5), dst=1)
+        elif rank == 1:
+            dist.recv(torch.zeros(5), src=0)
+        dist.barrier()
+    names = sorted(e.name for e in prof.events() if e.name.startswith("hora:"))
+    mine = {0: ["hora:barrier", "hora:send"], 1: ["hora:barrier", "hora:recv"]}.get(rank, ["hora:barrier"])
+    check(names == mine, "torch.profiler events on rank %d: %s" % (rank, names))
+    say("profiler events hora:all_reduce, hora:broadcast, hora:send, hora:recv, hora:barrier")
+
+    # the group's timeout: torch's words ("Timed out") before the library's text
+    quick = dist.new_group(backend="hora", timeout=datetime.timedelta(seconds=1))
+    if rank == 0:
+        try:
+            dist.all_reduce(torch.ones(2), group=quick)
+        except RuntimeError as e:
+            text = str(e)
+            check(" Timed out " in text and "timed out after 1000 ms" in text,
+                  "timeout text: %s" % text)
+        else:
+            raise AssertionError("all_reduce with silent peers returned")
+    dist.barrier()
+    say("a timeout says Timed out, then the library's text")
+
+
 # -- launcher ----------------------------------------------------------------------------------
 
 def run(n, role, *args, env=None, timeout=45):
@@ -479,6 +644,7 @@ def main():
         ok &= run(3, "uneven", free_port())
         ok &= run(2, "ddp", env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
         ok &= run(2, "failure", os.path.join(tmp, "f"), env={"HORA_TIMEOUT_MS": "20000"})
+        ok &= run(3, "suite_needs", os.path.join(tmp, "s"), env={"HORA_TORCH_ANY_SOURCE": "1"})
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
@@ -486,9 +652,9 @@ def main():
 if __name__ == "__main__":
     if len(sys.argv) > 1:
         role, rest = sys.argv[1], sys.argv[2:]
-        if role in ("collectives", "failure"):
+        if role in ("collectives", "failure", "suite_needs"):
             os.makedirs(rest[0], exist_ok=True)
         {"collectives": role_collectives, "uneven": role_uneven, "ddp": role_ddp,
-         "failure": role_failure}[role](*rest)
+         "failure": role_failure, "suite_needs": role_suite_needs}[role](*rest)
         sys.exit(0)
     sys.exit(main())

@@ -2,6 +2,8 @@
 (hora.torch.distributed) that check their arguments and queue a job (issue, finish) to the
 group's worker thread through self._submit.
 """
+import time
+
 import torch
 from torch._C import _distributed_c10d as _c10d
 
@@ -24,6 +26,8 @@ class Collectives:
         if not tensors:
             raise ValueError("allreduce: no tensors")
         op = _op_code(opts.reduceOp if opts is not None else _c10d.ReduceOp.SUM)
+        if any(isinstance(t, torch.Tensor) and t.is_sparse for t in tensors):
+            return self._sparse_allreduce(tensors, op)
         for t in tensors:
             _check_tensor(t)
             if t.dtype != tensors[0].dtype or t.shape != tensors[0].shape:
@@ -54,7 +58,54 @@ class Collectives:
                     t.copy_(buf)
             return list(tensors)
 
-        return self._submit(issue, finish, tensors=tensors, pure=len(tensors) == 1)
+        return self._submit(issue, finish, title="all_reduce", inputs=tensors,
+                            tensors=tensors, pure=len(tensors) == 1)
+
+    def _sparse_allreduce(self, tensors, op):
+        """The sum of sparse COO tensors: every rank gathers the others' indices and values
+        (their counts first, then both padded to the largest count) and coalesces the union,
+        which adds the values of equal indices; the result replaces the tensor in place."""
+        if len(tensors) != 1:
+            raise ValueError("allreduce: the hora backend takes one sparse tensor")
+        t = tensors[0]
+        if not t.is_sparse or t.layout != torch.sparse_coo:
+            raise ValueError("allreduce: sparse tensors must be sparse COO tensors")
+        if t.device.type != "cpu":
+            raise ValueError("the hora backend works on CPU tensors; the tensor is on %s" % t.device)
+        if op != _core.SUM:
+            raise ValueError("allreduce: the hora backend reduces sparse tensors with SUM only")
+        n = self._size
+        result = [None]
+
+        def gather(comm, x):
+            """Every rank's x (same shape on every rank), stacked along a new first dim."""
+            x = x.contiguous()
+            out = torch.empty((n,) + tuple(x.shape), dtype=x.dtype)
+            if x.numel():
+                addr, cnt, dt = _wire(x)
+                comm.allgather(addr, _wire(out)[0], cnt, dt)
+            return out
+
+        def issue(comm):
+            local = t.coalesce()
+            indices, values = local._indices(), local._values()
+            _check_tensor(values, "the sparse tensor's values")
+            nnz = gather(comm, torch.tensor([indices.shape[1]], dtype=torch.int64)).view(-1)
+            most = int(nnz.max())
+            pad_i = torch.zeros((indices.shape[0], most), dtype=torch.int64)
+            pad_i[:, :indices.shape[1]] = indices
+            pad_v = torch.zeros((most,) + tuple(values.shape[1:]), dtype=values.dtype)
+            pad_v[:values.shape[0]] = values
+            all_i, all_v = gather(comm, pad_i), gather(comm, pad_v)
+            idx = torch.cat([all_i[r, :, :int(nnz[r])] for r in range(n)], dim=1)
+            val = torch.cat([all_v[r, :int(nnz[r])] for r in range(n)], dim=0)
+            result[0] = torch.sparse_coo_tensor(idx, val, t.shape).coalesce()
+
+        def finish():
+            t.copy_(result[0])
+            return [t]
+
+        return self._submit(issue, finish, title="all_reduce", inputs=tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
         if not tensors:
@@ -87,7 +138,8 @@ class Collectives:
                     off += n
             return list(tensors)
 
-        return self._submit(issue, finish, tensors=tensors)
+        return self._submit(issue, finish, title="all_reduce", inputs=tensors,
+                            tensors=tensors)
 
     def broadcast(self, tensors, opts=None):
         if isinstance(tensors, torch.Tensor):
@@ -116,7 +168,8 @@ class Collectives:
                     t.copy_(src)
             return list(tensors)
 
-        return self._submit(issue, finish, tensors=tensors, pure=len(tensors) == 1)
+        return self._submit(issue, finish, title="broadcast", inputs=tensors,
+                            tensors=tensors, pure=len(tensors) == 1)
 
     def reduce(self, tensors, opts=None):
         if isinstance(tensors, torch.Tensor):
@@ -140,7 +193,8 @@ class Collectives:
                 staged.back()
             return [t]
 
-        return self._submit(issue, finish, tensors=[t], pure=True)
+        return self._submit(issue, finish, title="reduce", inputs=tensors,
+                            tensors=[t], pure=True)
 
     def allgather(self, output_lists, input_tensors, opts=None):
         if isinstance(input_tensors, torch.Tensor):
@@ -172,7 +226,8 @@ class Collectives:
                     o.copy_(chunks[i].view_as(o))
             return [outs]
 
-        return self._submit(issue, finish, tensors=[inp] + outs)
+        return self._submit(issue, finish, title="all_gather", inputs=input_tensors,
+                            tensors=[inp] + outs)
 
     def _allgather_base(self, output, input, opts=None):
         _check_tensor(input, "input")
@@ -190,22 +245,28 @@ class Collectives:
             staged.back()
             return [output]
 
-        return self._submit(issue, finish, tensors=[input, output], pure=True)
+        return self._submit(issue, finish, title="_allgather_base", inputs=[input],
+                            tensors=[input, output], pure=True)
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
-        if len(output_lists) != len(input_tensors):
-            raise ValueError("allgather_coalesced: one output list per input tensor")
+        # torch's convention: output_lists[r][i] receives input_tensors[i] of rank r
         if not input_tensors:
             raise ValueError("allgather_coalesced: no tensors")
+        if len(output_lists) != self._size:
+            raise ValueError("allgather_coalesced: %d output lists for a group of %d (one list per "
+                             "rank)" % (len(output_lists), self._size))
         dtype = input_tensors[0].dtype
         for t in input_tensors:
             _check_tensor(t, "input")
             if t.dtype != dtype:
                 raise ValueError("allgather_coalesced: the inputs must share one dtype")
-        for outs, t in zip(output_lists, input_tensors):
-            if len(outs) != self._size or any(o.numel() != t.numel() or o.dtype != dtype for o in outs):
-                raise ValueError("allgather_coalesced: each output list needs one tensor per rank "
-                                 "shaped like its input")
+        for outs in output_lists:
+            if len(outs) != len(input_tensors) or any(
+                    o.numel() != t.numel() or o.dtype != dtype for o, t in zip(outs, input_tensors)):
+                raise ValueError("allgather_coalesced: each rank's output list needs one tensor per "
+                                 "input, shaped like it")
+            for o in outs:
+                _check_tensor(o, "output")
         sizes = [t.numel() for t in input_tensors]
         total = sum(sizes)
         dst = torch.empty((self._size * total,), dtype=dtype, device=input_tensors[0].device)
@@ -221,11 +282,13 @@ class Collectives:
             for r in range(self._size):
                 off = 0
                 for i, n in enumerate(sizes):
-                    output_lists[i][r].copy_(per_rank[r, off:off + n].view_as(output_lists[i][r]))
+                    out = output_lists[r][i]
+                    out.copy_(per_rank[r, off:off + n].view_as(out))
                     off += n
             return [o for outs in output_lists for o in outs]
 
-        return self._submit(issue, finish, tensors=list(input_tensors))
+        return self._submit(issue, finish, title="all_gather", inputs=input_tensors,
+                            tensors=list(input_tensors))
 
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
         if isinstance(output_tensors, torch.Tensor):
@@ -257,7 +320,8 @@ class Collectives:
             staged.back()
             return [out]
 
-        return self._submit(issue, finish, tensors=[out] + ins)
+        return self._submit(issue, finish, title="reduce_scatter", inputs=ins,
+                            tensors=[out] + ins)
 
     def _reduce_scatter_base(self, output, input, opts=None):
         _check_tensor(output, "output")
@@ -277,7 +341,8 @@ class Collectives:
             staged.back()
             return [output]
 
-        return self._submit(issue, finish, tensors=[output, input], pure=True)
+        return self._submit(issue, finish, title="_reduce_scatter_base", inputs=[input],
+                            tensors=[output, input], pure=True)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         _check_tensor(output, "output")
@@ -304,7 +369,8 @@ class Collectives:
             staged.back()
             return [output]
 
-        return self._submit(issue, finish, tensors=[output, input], pure=use_native)
+        return self._submit(issue, finish, title="all_to_all", inputs=[input],
+                            tensors=[output, input], pure=use_native)
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         n = self._size
@@ -334,7 +400,8 @@ class Collectives:
                 s.back()
             return list(output_tensors)
 
-        return self._submit(issue, finish, tensors=list(output_tensors) + list(input_tensors))
+        return self._submit(issue, finish, title="all_to_all", inputs=input_tensors,
+                            tensors=list(output_tensors) + list(input_tensors))
 
     def gather(self, output_lists, input_tensors, opts=None):
         if len(input_tensors) != 1:
@@ -374,7 +441,8 @@ class Collectives:
                 s.back()
             return outs if outs else [inp]
 
-        return self._submit(issue, finish, tensors=[inp] + outs)
+        return self._submit(issue, finish, title="gather", inputs=input_tensors,
+                            tensors=[inp] + outs)
 
     def scatter(self, output_tensors, input_lists, opts=None):
         if len(output_tensors) != 1:
@@ -412,7 +480,8 @@ class Collectives:
             staged.back()
             return [out]
 
-        return self._submit(issue, finish, tensors=[out] + ins)
+        return self._submit(issue, finish, title="scatter", inputs=ins,
+                            tensors=[out] + ins)
 
     def barrier(self, opts=None):
         token = torch.zeros(1, dtype=torch.int32)
@@ -427,7 +496,7 @@ class Collectives:
         def finish():
             return [token]
 
-        return self._submit(issue, finish)
+        return self._submit(issue, finish, title="barrier", inputs=())
 
     def send(self, tensors, dst, tag=0):
         if isinstance(tensors, torch.Tensor):
@@ -442,12 +511,14 @@ class Collectives:
         src = t.contiguous()
 
         def issue(comm):
+            self._announce(peer)
             comm.send(*_wire(src), peer)
 
         def finish():
             return [t]
 
-        return self._submit(issue, finish, p2p=True, tensors=[t], pure=True)
+        return self._submit(issue, finish, p2p=True, title="send", inputs=tensors,
+                            tensors=[t], pure=True)
 
     def recv(self, tensors, src, tag=0):
         if isinstance(tensors, torch.Tensor):
@@ -462,16 +533,164 @@ class Collectives:
         staged = _Staged(t, copy_in=False)
 
         def issue(comm):
+            self._taken[peer] += 1
             comm.recv(*_wire(staged.buf), peer)
 
         def finish():
             staged.back()
             return [t]
 
-        return self._submit(issue, finish, p2p=True, src=peer, tensors=[t], pure=True)
+        return self._submit(issue, finish, p2p=True, src=peer, title="recv", inputs=tensors,
+                            tensors=[t], pure=True)
+
+    # -- receive from any source ---------------------------------------------------------------
+    #
+    # The library receives from a named rank only, and has no probe. So in a group of three or
+    # more ranks created with HORA_TORCH_ANY_SOURCE=1 (on every rank), every send() first adds one
+    # to a counter in the group's c10d store, the number of messages this rank has sent to that
+    # destination ("hora/p2p/<dst>/<src>"); the data then goes out exactly as before. Each rank also counts, per source, the messages its receives
+    # have claimed (_taken; named receives and any-source ones alike, in the order they run). A
+    # receive from any source polls the counters of the other ranks until one is ahead of its
+    # count, and then receives from that rank as a named receive would: messages of one pair stay
+    # in order, so the message it gets is the one the counter announced.
+    # Costs: every send() of such a group makes one round trip to the store's server before its
+    # data goes out, whether or not any rank receives from any source (measured at 3 ranks on 2
+    # cores: a 1-float message took 150 to 290 us instead of 30 to 90, which is why it is off
+    # by default; without it, a receive from any source in a group of 3+ raises); a receive from
+    # any source polls the store (one round trip per other rank, every 1 to 20 ms) and holds the
+    # group's worker thread meanwhile, so the group's later operations wait for it. In a group of
+    # two ranks the source can only be the other rank: nothing is announced, nothing polled.
+    # If no rank sends within the group's timeout the receive fails, "Timed out", naming the
+    # ranks it waited for; the group stays usable.
+
+    def _announce(self, peer):
+        if self._any_source_on:
+            self._store.add("hora/p2p/%d/%d" % (peer, self._rank), 1)
+
+    def _any_source(self):
+        rank, n = self._rank, self._size
+        if n == 2:
+            return 1 - rank
+        others = [(rank + 1 + i) % n for i in range(n - 1)]
+        deadline = time.monotonic() + self._timeout_s
+        delay = 0.001
+        while True:
+            start = self._last_source + 1
+            for i in range(n):
+                peer = (start + i) % n
+                if peer == rank:
+                    continue
+                if self._store.add("hora/p2p/%d/%d" % (rank, peer), 0) > self._taken[peer]:
+                    self._last_source = peer
+                    return peer
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    "hora recv from any source: Timed out after %d ms: none of ranks %s sent rank "
+                    "%d a message it had not received" % (int(self._timeout_s * 1000),
+                                                       ", ".join(map(str, sorted(others))), rank))
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
 
     def recv_anysource(self, tensors, tag=0):
-        raise RuntimeError("the hora backend has no receive from any source; name the source rank")
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        if len(tensors) != 1:
+            raise ValueError("recv: the hora backend takes exactly one tensor")
+        t = tensors[0]
+        _check_tensor(t)
+        if self._size > 2 and not self._any_source_on:
+            raise RuntimeError(
+                "recv from any source: in a group of %d ranks the hora backend needs "
+                "HORA_TORCH_ANY_SOURCE=1 in every rank's environment when the group is created "
+                "(every send then announces itself in the group's store first, which costs each "
+                "send about 0.1-0.2 ms); or name the source rank" % self._size)
+        staged = _Staged(t, copy_in=False)
+        source = [-1]
+
+        def issue(comm):
+            peer = self._any_source()
+            self._taken[peer] += 1
+            source[0] = peer
+            comm.recv(*_wire(staged.buf), peer)
+
+        def finish():
+            staged.back()
+            return [t]
+
+        return self._submit(issue, finish, p2p=True, src=source, title="recvAnySource",
+                            inputs=tensors, tensors=[t], pure=True)
+
+    # -- monitored barrier ----------------------------------------------------------------------
+    #
+    # Built on the group's c10d store, not on the communicator, so that a rank that does not come
+    # leaves the group usable: each rank adds one to its arrival counter of this barrier; rank 0
+    # waits for the ranks in order, each within what is left of the timeout (with wait_all_ranks,
+    # every rank gets at least a look), then sets the barrier's release counter to 1 (all came)
+    # or 2 (with its text under another key), and the other ranks wait for that within the
+    # timeout. Limits: a rank that skips a monitored_barrier that the others call is counted in
+    # the next one, as with every collective; the barrier says nothing about the communicator's
+    # state (a rank stuck in a collective is named, but its collective is not).
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
-        self.barrier().wait()
+        if timeout is None:
+            seconds = self._timeout_s
+        elif hasattr(timeout, "total_seconds"):
+            seconds = timeout.total_seconds()
+        else:
+            seconds = float(timeout)
+        ms = int(seconds * 1000)
+        seq = self._barriers
+        self._barriers += 1
+        key = "hora/monitored_barrier/%d/" % seq
+        store, rank = self._store, self._rank
+        start = time.monotonic()
+        deadline = start + seconds
+        if rank != 0:
+            store.add(key + "arrived/%d" % rank, 1)
+            state = _poll(lambda: store.add(key + "released", 0), deadline)
+            if state == 1:
+                return
+            if state == 2:
+                why = "rank 0 reported: %s" % store.get(key + "error").decode()
+            else:
+                why = "Timed out after %d ms waiting for rank 0 to release the barrier" % ms
+            raise RuntimeError("Rank %d successfully reached monitoredBarrier, but received errors "
+                               "while waiting for send/recv from rank 0 (hora: %s)" % (rank, why))
+        missing = []
+        for r in range(1, self._size):
+            if not wait_all_ranks and time.monotonic() >= deadline:
+                text = ("Rank 0 timed out in monitoredBarrier after %d ms (hora: %s had not been "
+                        "waited for)" % (ms, _ranks(range(r, self._size))))
+                self._release(key, text)
+                raise RuntimeError(text)
+            if not _poll(lambda: store.add(key + "arrived/%d" % r, 0), deadline):
+                missing.append(r)
+                if not wait_all_ranks:
+                    break
+        if missing:
+            if len(missing) == 1:
+                text = "Rank %d failed to pass monitoredBarrier in %d ms" % (missing[0], ms)
+            else:
+                text = "Ranks %s failed to pass monitoredBarrier in %d ms" % (_ranks(missing), ms)
+            self._release(key, text)
+            raise RuntimeError(text)
+        store.add(key + "released", 1)
+
+    def _release(self, key, text):
+        self._store.set(key + "error", text)
+        self._store.add(key + "released", 2)
+
+
+def _ranks(ranks):
+    return ", ".join(str(r) for r in ranks)
+
+
+def _poll(value, deadline):
+    """value()'s first non-zero result, or 0 once the deadline passes (looked at least once)."""
+    delay = 0.001
+    while True:
+        v = value()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 0.02)

@@ -87,6 +87,7 @@ class _Engine:
                         for job in jobs:
                             job.issue(self.comm)
             except Exception as e:  # the library, or a bad argument found late
+                e = _torch_words(e)
                 if isinstance(e, _core.HoraError) and e.remote:
                     # the communicator is broken: abort it now, so that the peers fail at once
                     # too instead of waiting out their timeout on this rank
@@ -183,6 +184,17 @@ class _DeviceOp:
             self.rt.current_stream(self.index).wait_event(self.done_event)
 
 
+def _torch_words(e):
+    """The library's timeout with the words of torch's own backends in front ("Timed out"),
+    which torch's tests and users match; the library's text, which names the culprit, follows."""
+    if isinstance(e, _core.HoraError) and e.code == _TIMEOUT and not e.text.startswith(_TIMED_OUT):
+        return _core.HoraError(e.code, _TIMED_OUT + e.text)
+    return e
+
+
+_TIMEOUT = 8  # horaTimeout
+_TIMED_OUT = "hora process group: Timed out waiting for a peer: "
+
 _ENGINES = weakref.WeakSet()
 
 
@@ -210,7 +222,8 @@ class _PyWork(_c10d.Work):
             done = threading.Event()
             self._future.add_done_callback(lambda _f: done.set())
             if seconds > 0 and not done.wait(seconds):
-                raise RuntimeError("hora work: timed out after %.3f s" % seconds)
+                raise RuntimeError("hora work: Timed out waiting for the operation, not complete "
+                                   "after %.3f s" % seconds)
         self._future.wait()
         if self._device is not None:
             self._device.order_current()
@@ -248,10 +261,11 @@ class _PyWork(_c10d.Work):
             self._device.order_current()
 
     def source_rank(self):
-        return self._src
+        # a receive from any source learns its source when it runs: a one-element list
+        return self._src[0] if isinstance(self._src, list) else self._src
 
     def _source_rank(self):
-        return self._src
+        return self.source_rank()
 
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
@@ -275,6 +289,22 @@ def _python_caller(depth):
         kind = path == _C10D_FILE or not path.startswith(_TORCH_DIR)
         _caller_kinds[name] = kind
     return kind
+
+
+def _record_start(title, inputs):
+    """A torch profiler event "hora:<title>" with the shapes of inputs, begun on the calling
+    thread; None when no profiler runs (then an operation costs one check)."""
+    if title is None or not torch.autograd._profiler_enabled():
+        return None
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    return torch.autograd._record_function_with_args_enter("hora:" + title, *tensors)
+
+
+def _record_end_on(record, future):
+    """The future that completes after future, once the event is ended. The end runs in the
+    completing thread with the calling thread's profiler state, which torch's future callbacks
+    carry along (a RecordFunction ended from Python on another thread is lost)."""
+    return torch.ops.profiler._call_end_callbacks_on_jit_fut(record, future)
 
 
 def _unwrap(future):

@@ -52,7 +52,8 @@ from hora.torch._pg_collectives import Collectives
 from hora.torch._pg_worker import (GroupFailedError, _DeviceOp, _Engine, _has, _Job, _OnStream,
                                    _PyWork, _python_caller, _unwrap)
 
-__all__ = ["ProcessGroupHora", "BACKEND_NAME", "GroupFailedError", "create_process_group"]
+__all__ = ["ProcessGroupHora", "BACKEND_NAME", "GroupFailedError", "create_process_group",
+           "monitored_barrier"]
 
 BACKEND_NAME = "hora"
 _UID_KEY = "hora/unique_id"
@@ -74,6 +75,14 @@ class ProcessGroupHora(Collectives, _c10d.ProcessGroup):
         else:
             uid = store.get(_UID_KEY)
         comm = _core.Comm.init_rank(size, bytes(uid), rank, timeout_ms=timeout_ms)
+        self._store = store
+        self._timeout_s = (timeout_ms / 1000.0 if timeout_ms is not None
+                           else _default_timeout_s(timeout))
+        # HORA_TORCH_ANY_SOURCE=1: sends announce themselves, so recv() may omit the source
+        self._any_source_on = size > 2 and os.environ.get("HORA_TORCH_ANY_SOURCE", "0").strip() == "1"
+        self._taken = [0] * size  # messages from each rank claimed by this rank's receives
+        self._last_source = rank
+        self._barriers = 0  # monitored barriers so far
         self._engine = _Engine(comm, "hora-pg-r%d" % rank)
         _pg_worker._ENGINES.add(self._engine)
         self._coalescing = None
@@ -94,22 +103,27 @@ class ProcessGroupHora(Collectives, _c10d.ProcessGroup):
         """Finish queued work, destroy the communicator and stop the worker thread."""
         self._engine.shutdown(wait_s)
 
-    def _submit(self, issue, finish, p2p=False, src=-1, tensors=(), pure=False):
+    def _submit(self, issue, finish, p2p=False, src=-1, title=None, inputs=(), tensors=(), pure=False):
         """Queues one operation: host tensors to the group's thread; device tensors on the
-        group's stream for their device, from this thread (_device_job). pure: issue() and
-        finish() do nothing but library calls when the tensors are contiguous."""
+        group's stream for their device, from this thread (_device_job). tensors: all of the
+        operation's tensors; pure: issue() and finish() do nothing but library calls when they
+        are contiguous. title names its profiler event, "hora:<title>", recorded with the shapes
+        of the tensors in inputs while a torch profiler runs: the event starts here and ends when
+        the work completes (an asynchronous event)."""
         dev = self._device_of(tensors) if tensors else None
         engine = self._engine
         if dev is None:
-            future = torch.futures.Future()
-            job = _Job(issue, finish, future, p2p)
+            job = _Job(issue, finish, torch.futures.Future(), p2p)
             op = None
         else:
             job, op = self._device_job(issue, finish, p2p, tensors, pure, *dev)
-            future = job.future
+        future = job.future
+        record = _pg_worker._record_start(title, inputs)
+        if record is not None:  # before the job runs, so that its completion ends the event
+            future = _pg_worker._record_end_on(record, future)
         if engine.error is not None:
-            future.set_exception(GroupFailedError("an earlier operation of this hora process group "
-                                                  "failed: %s" % engine.error))
+            job.future.set_exception(GroupFailedError("an earlier operation of this hora process "
+                                                      "group failed: %s" % engine.error))
         elif self._coalescing is not None:
             self._coalescing.append(job)
             if op is not None:
@@ -219,9 +233,32 @@ class ProcessGroupHora(Collectives, _c10d.ProcessGroup):
         return "ProcessGroupHora(rank=%d, size=%d)" % (self._rank, self._size)
 
 
+def _default_timeout_s(timeout):
+    env = os.environ.get("HORA_TIMEOUT_MS")
+    if env:
+        try:
+            return max(int(env), 1) / 1000.0
+        except ValueError:
+            pass
+    if isinstance(timeout, datetime.timedelta):
+        return timeout.total_seconds()
+    return _dc10d.default_pg_timeout.total_seconds()
+
+
 def create_process_group(store, rank, size, timeout):
     """The creator registered with torch.distributed.Backend.register_backend."""
     return ProcessGroupHora(store, rank, size, timeout)
+
+
+def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    """torch.distributed.monitored_barrier for a hora group (torch 1.13's own refuses every group
+    but gloo's before it reaches the group): see ProcessGroupHora.monitored_barrier."""
+    pg = _dc10d._get_default_group() if group is None else group
+    if _dc10d._rank_not_in_group(pg):
+        return None
+    if not isinstance(pg, ProcessGroupHora):
+        return dist.monitored_barrier(group, timeout, wait_all_ranks=wait_all_ranks)
+    return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 
 
 def _register():
