@@ -9,7 +9,7 @@
 #                       on the GPU: same accuracy (tests/gpu/torch_gpu_check.py)
 #   ddp                 DDP on the "hora" backend, 2 ranks, CPU against GPU, likewise
 #   torch-suite         PyTorch's own _DistTestBase on "hora" where a GPU changes what runs
-#                       (tests/python/torch_suite.py, when present), under its own limit
+#                       (tests/python/torch_dist_suite.py, when present), under its own limit
 #
 #   tests/gpu/run-torch-gpu.sh --pack      here, no GPU needed, after tests/gpu/run-on-device.sh --pack
 #                                          (build-gpu and tests/gpu/.libs): gathers libhora.so.0,
@@ -104,8 +104,8 @@ do_prebuilt() {
   step device-buffers 60 env HORA_TEST_DEVICE=cuda "$py" tests/python/test_device_buffers.py
   step examples 200 "$py" tests/gpu/torch_gpu_check.py examples --data-dir "$pack/data"
   step ddp 120 "$py" tests/gpu/torch_gpu_check.py ddp --data-dir "$pack/data"
-  [ -f tests/python/torch_suite.py ] &&
-    step torch-suite 240 env HORA_TEST_DEVICE=cuda "$py" tests/python/torch_suite.py --world-sizes 2
+  [ -f tests/python/torch_dist_suite.py ] &&
+    step torch-suite 240 "$py" tests/python/torch_dist_suite.py --world-sizes 2 --start fork
   grep -h "^ranks\|accuracy\|GPU " "$out/steps.log" | tail -20
   echo "== $failed step(s) failed"; cat "$tsv"
   ((failed == 0))
