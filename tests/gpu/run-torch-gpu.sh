@@ -105,7 +105,7 @@ do_prebuilt() {
   step examples 200 "$py" tests/gpu/torch_gpu_check.py examples --data-dir "$pack/data"
   step ddp 120 "$py" tests/gpu/torch_gpu_check.py ddp --data-dir "$pack/data"
   [ -f tests/python/torch_dist_suite.py ] &&
-    step torch-suite 240 "$py" tests/python/torch_dist_suite.py --world-sizes 2 --start fork
+    step torch-suite 240 "$py" tests/python/torch_dist_suite.py --world-sizes 2 --start fork --gloo
   grep -h "^ranks\|accuracy\|GPU " "$out/steps.log" | tail -20
   echo "== $failed step(s) failed"; cat "$tsv"
   ((failed == 0))
