@@ -21,7 +21,11 @@ import harness  # noqa: E402
 
 harness.require_torch()
 if not harness.in_rank():
-    sys.exit(harness.launch_self(__file__, [2, 3], timeout=240, env={"HORA_CUDA": "emulate"}))
+    rc = harness.launch_self(__file__, [2, 3], timeout=240, env={"HORA_CUDA": "emulate"})
+    if rc == 0:
+        rc = harness.launch_self(__file__, [2], timeout=120, env={"HORA_CUDA": "emulate"},
+                                 args=["async-error"])
+    sys.exit(rc)
 
 import torch  # noqa: E402
 
@@ -32,6 +36,58 @@ from hora.torch import _state, mpi_ops  # noqa: E402
 
 r, n = hvd.rank(), hvd.size()
 check = harness.Checker("[%d] " % r)
+
+
+def async_error():
+    """A device operation that fails after it was queued: rank 1 queues its part and dies; rank
+    0's part is held behind a gate until rank 1 is gone. The operation's handle completed when it
+    was queued (synchronize returned); its failure is the communicator's asynchronous error, which
+    poll() and synchronize() of the operations queued with it raise as HorovodInternalError."""
+    import time
+    pids = hvd.allgather_object(os.getpid())
+    s = D.Stream()
+    with D.use_stream(s):
+        x = D.emulated_tensor([1 << 12], torch.float32, 0.0)
+        staged = D.emulated_tensor([1 << 12], torch.float32, 1.0)
+        gate = D.Gate()
+        if r == 0:
+            gate.hold(s)
+            D.RUNTIME.copy_(x, staged, s)
+        with _state.engine.hold():  # one round: both queued before rank 1 goes
+            h1 = hvd.allreduce_async(x, op=hvd.Sum, name="doomed.1")
+            h2 = hvd.allreduce_async(D.emulated_tensor([8], torch.float32, 1.0), op=hvd.Sum,
+                                     name="doomed.2")
+        hvd.synchronize(h1)  # queued: nothing has failed yet
+        if r == 1:
+            os._exit(0)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                os.kill(pids[1], 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.01)
+        gate.open()
+        raised = None
+        while time.time() < deadline and raised is None:
+            try:
+                if hvd.poll(h2):
+                    break
+            except hvd.HorovodInternalError as e:
+                raised = e
+        check(raised is not None, "poll raises HorovodInternalError for a device operation that "
+                                  "failed after it was queued (%s)" % raised)
+        check.raises_(hvd.HorovodInternalError, lambda: hvd.synchronize(h2),
+                      "synchronize raises it too")
+    try:
+        hvd.shutdown()
+    except Exception:  # noqa: BLE001 - the peer is gone
+        pass
+    sys.exit(check.finish())
+
+
+if sys.argv[1:] == ["async-error"]:
+    async_error()
 
 
 def dev(t):
