@@ -210,7 +210,7 @@ class DeviceExecution:
         s = self._dev_begin(r, comm)
         h = s.cuda_stream
         # The output's memory belongs to the caller's stream, where it is used and freed.
-        out = r.rt.empty([sum(rows)] + trailing, dtype, r.dev, r.rt.current_stream(r.dev))
+        out = r.rt.empty([sum(rows)] + trailing, dtype, r.dev, r.stream)
         rowbytes = _numel(trailing) * out.element_size()
         me = info.index
         src = r.tensor
@@ -240,7 +240,7 @@ class DeviceExecution:
         recv = [S[i][me] for i in range(n)]
         s = self._dev_begin(r, comm)
         h = s.cuda_stream
-        out = r.rt.empty([sum(recv)] + trailing, dtype, r.dev, r.rt.current_stream(r.dev))
+        out = r.rt.empty([sum(recv)] + trailing, dtype, r.dev, r.stream)
         rowbytes = _numel(trailing) * out.element_size()
         src = r.tensor
         even = all(x == S[0][0] for row in S for x in row)
@@ -292,7 +292,7 @@ class DeviceExecution:
             rt.run_in_order(s, lambda: scaled_copy(tmp, src, pre))
             self._keep.append(tmp)
             src = tmp
-        out = rt.empty([rows[me]] + shape[1:], dtype, r.dev, rt.current_stream(r.dev))
+        out = rt.empty([rows[me]] + shape[1:], dtype, r.dev, r.stream)
         if shape[0] % n == 0:
             if rows[0] * per_row:
                 comm.reduce_scatter(src.data_ptr(), out.data_ptr(), rows[0] * per_row, code,

@@ -53,7 +53,7 @@ class Request:
     """One tensor operation of one rank, from submit() until the engine completes it."""
     __slots__ = ("kind", "set_id", "name", "tensor", "output", "target", "dtype", "shape", "op",
                  "root", "prescale", "postscale", "splits", "extra", "error", "result", "exc",
-                 "event", "t_enqueue", "internal", "rt", "dev", "ready", "done", "comm")
+                 "event", "t_enqueue", "internal", "rt", "dev", "stream", "ready", "done", "comm")
 
     def __init__(self, kind, set_id, name, tensor=None, output=None, op=SUM, root=-1,
                  prescale=1.0, postscale=1.0, splits=None, extra=None, error=None):
@@ -78,11 +78,12 @@ class Request:
         self.t_enqueue = 0.0
         self.internal = error is not None
         # Device tensors (hora.torch.mpi_ops sets these at enqueue): the runtime of their
-        # streams (hora._device), the device, the event recorded on the caller's current stream
-        # when it was submitted (ready), and once queued the event after the operation on the
-        # engine's stream (done) and the communicator it ran on.
+        # streams (hora._device), the device, the caller's current stream when it was submitted
+        # and the event recorded on it then (ready), and once queued the event after the
+        # operation on the engine's stream (done) and the communicator it ran on.
         self.rt = None
         self.dev = None
+        self.stream = None
         self.ready = None
         self.done = None
         self.comm = None

@@ -85,7 +85,7 @@ def _contiguous(tensor):
 
 def _empty_like(c):
     """A new contiguous tensor where c is (c contiguous)."""
-    if _device.EMULATED and _emulated(c):
+    if _emulated(c):
         return _device.emulated_tensor(list(c.shape), c.dtype)
     return torch.empty_like(c, memory_format=torch.contiguous_format)
 
@@ -103,8 +103,9 @@ def _mark_device(reqs):
             continue
         r.rt = rt
         r.dev = _device.device_index(t)
+        r.stream = rt.current_stream(r.dev)
         r.ready = rt.Event()
-        r.ready.record(rt.current_stream(r.dev))
+        r.ready.record(r.stream)
         any_device = True
     return any_device
 
