@@ -175,6 +175,12 @@ res_d = hvd.grouped_allreduce(mixed_d, op=hvd.Sum)
 check(on_device(res_d[0]) and not on_device(res_d[1]) and same(res_h, res_d),
       "a host and a device tensor fused in one batch")
 
+x = data([9], torch.float32, 24)
+h = hvd.allreduce(x, op=hvd.Average)
+d = hvd.allreduce(dev(x) if r == 0 else x.clone(), op=hvd.Average)
+check(on_device(d) == (r == 0) and same(h, d),
+      "a device tensor on rank 0, host tensors on the others (all through device memory)")
+
 # ---- allgather (uneven first dimensions), grouped ----------------------------------------------
 x = data([r + 1, 3], torch.float32, 11)
 h, d = both(hvd.allgather, x)
@@ -357,6 +363,17 @@ xin = data([r + 2, 3, 4], torch.float32, 23)
 yh = bn_h(xin.clone().requires_grad_())
 yd = bn_d(dev(xin).requires_grad_())
 check(same(yh, yd) and same(bn_h.running_var, bn_d.running_var), "SyncBatchNorm")
+
+# ---- join: a joined rank contributes from host memory to the others' device allreduces -------
+if r == n - 1:
+    last = hvd.join()
+else:
+    out = hvd.allreduce(dev(torch.full([5], float(r + 1))), op=hvd.Sum, name="beside.joined")
+    D.settle()
+    check(on_device(out) and torch.all(out == n * (n - 1) / 2).item(),
+          "a device allreduce beside a joined rank")
+    last = hvd.join()
+check(0 <= last < n - 1, "join returns the last rank to join (%d)" % last)
 
 # ---- the end: nothing in flight once the engine is shut down -----------------------------------
 x = D.emulated_tensor([N], torch.float32, 1.0)

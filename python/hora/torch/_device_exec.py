@@ -116,7 +116,29 @@ class DeviceExecution:
 
     # ---- allreduce ------------------------------------------------------------------------
 
-    def _dev_allreduce(self, comm, info, entries, reqs, d0):
+    def _device_for(self, reqs):
+        """(runtime, device) of an allreduce that some rank runs on device memory: where this
+        rank's tensors of it are, else where its last device operation was (a joined rank, or
+        one whose tensors are on the host), else torch's current CUDA device or the emulated
+        one; None without any. Every rank's buffers of such an allreduce must be device memory:
+        the library takes the path of device buffers (the GPUs' shared stage) or the other by
+        what each rank passes, and the ranks must agree."""
+        for r in reqs:
+            if r is not None and r.rt is not None:
+                self._last_device = (r.rt, r.dev)
+                return self._last_device
+        if self._last_device is None:
+            from hora import _device
+            if torch.cuda.is_available():
+                self._last_device = (_device.torch_runtime(), torch.cuda.current_device())
+            elif _device.EMULATED:
+                self._last_device = (_device.RUNTIME, 0)
+        return self._last_device
+
+    def _dev_allreduce(self, comm, info, entries, reqs, d0, where):
+        """An allreduce (fused or not) on device memory at `where` (see _device_for); host
+        tensors of this rank go through the device fusion buffer, a joined rank's identity
+        too."""
         dtype = _DTYPE_BY_NAME[d0[D_DTYPE]]
         code = _REDUCE_CODE[dtype]
         op = d0[D_OP]
@@ -125,15 +147,15 @@ class DeviceExecution:
         n_ranks = len(info.ranks)
         finish = op == AVERAGE or post != 1.0
         from hora.torch._execution import finish_, op_identity, scale_, scaled_copy
-        first = next(r for r in reqs if r is not None and r.rt is not None)
-        rt = first.rt
-        s = self._stream(rt, first.dev)
+        rt, dev = where
+        s = self._stream(rt, dev)
         for r in reqs:
             if r is not None and r.rt is not None:
-                self._dev_begin(r, comm)
+                s.wait_event(r.ready)  # (one stream for the batch: its tensors' device's)
+                r.comm = comm
         h = s.cuda_stream
         counts = [_numel(e.descs[min(e.descs)][D_SHAPE]) for e in entries]
-        if len(entries) == 1:
+        if len(entries) == 1 and reqs[0] is not None and reqs[0].rt is not None:
             r, n = reqs[0], counts[0]
             src, dst = r.tensor, r.output
             if pre != 1.0:
@@ -148,7 +170,7 @@ class DeviceExecution:
             return
         total = sum(counts)
         esize = ELEMENT_SIZE[dtype]
-        buf = self._dev_fusion(rt, first.dev, s, total * esize)[:total * esize].view(dtype)
+        buf = self._dev_fusion(rt, dev, s, total * esize)[:total * esize].view(dtype)
         self._keep.append(buf)
         joined, host = [], False
         off = 0
@@ -169,9 +191,10 @@ class DeviceExecution:
                 part.fill_(op_identity(dtype, op))
         if pre != 1.0 or joined:
             rt.run_in_order(s, prepare)
-        comm.allreduce(buf.data_ptr(), buf.data_ptr(), total, code, hop, stream=h)
-        self.stats["allreduce_calls"] += 1
-        self.stats["fused_batches"] += 1
+        if total:
+            comm.allreduce(buf.data_ptr(), buf.data_ptr(), total, code, hop, stream=h)
+            self.stats["allreduce_calls"] += 1
+        self.stats["fused_batches"] += len(entries) > 1
         if finish:
             rt.run_in_order(s, lambda: finish_(buf, op, post, n_ranks))
         off = 0
@@ -187,6 +210,9 @@ class DeviceExecution:
             s.synchronize()  # a host request completes with its result in place
         for e, r in zip(entries, reqs):
             if r is not None:
+                if r.rt is not None and (r.rt is not rt or r.dev != dev):
+                    # (a tensor of another device of this process: its done event after this)
+                    self._stream(r.rt, r.dev).wait_stream(s)
                 self._done(e.key, r, r.output)
 
     # ---- the others -------------------------------------------------------------------------

@@ -196,6 +196,7 @@ class Engine(Execution):
         self._dfusion = {}
         self._inflight = []
         self._keep = []           # temporaries of the device operation being queued
+        self._last_device = None  # (runtime, device) of the last device allreduce
         self.timeline = timeline
         self._has_alltoall = _has("horaAllToAll")
         self._send = bytearray(self.SLOT)

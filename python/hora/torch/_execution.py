@@ -231,8 +231,9 @@ class Execution(DeviceExecution):
         self.stats["allreduce_tensors"] += len(entries)
         if entries[0].device:  # (the same for every entry of a batch)
             comm = self._device_comm(info)
-            if any(r is not None and r.rt is not None for r in reqs):
-                return self._dev_allreduce(comm, info, entries, reqs, d0)
+            where = self._device_for(reqs)
+            if where is not None:
+                return self._dev_allreduce(comm, info, entries, reqs, d0, where)
         if len(entries) == 1:
             r = reqs[0]
             n = _numel(d0[D_SHAPE])

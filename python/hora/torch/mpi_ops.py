@@ -724,7 +724,8 @@ def barrier(process_set=global_process_set):
 def join(device=-1):
     """Declares that this rank has no more data: until every rank has joined, it takes part in
     the other ranks' allreduces with zeros (and in their allgathers with no rows). Returns,
-    on every rank, the rank that joined last. device is accepted for compatibility (CPU only)."""
+    on every rank, the rank that joined last. device is accepted for compatibility: a joined rank's
+    contributions come from host memory, whatever the device of the others' tensors."""
     eng = _eng()
     req = E.Request(E.JOIN, 0, E.JOIN_NAME)
     eng.submit([req])
