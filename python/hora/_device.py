@@ -18,7 +18,14 @@ backend, hora.Comm's array calls) asks ops_for(buffer) for the runtime and then 
     stream.wait_event(event), stream.wait_stream(other), stream.synchronize(), stream.cuda_stream
     rt.use_stream(stream)       a context in which current_stream() is that stream
     rt.copy_(dst, src, stream)  a copy of contiguous buffers in the stream's order
+    rt.run_in_order(stream, fn) torch ops fn() on device tensors, in the stream's order
+    rt.empty(shape, dtype, device, stream)  a new device tensor (for use on that stream)
 so the same lines run on a GPU under torch and, in the tests, on the emulated device.
+
+Torch's own ops on a CUDA tensor queue on torch's current stream; on a CPU tensor over emulated
+memory they run at once, in the calling thread. run_in_order() covers both: under torch it
+queues fn's ops on the stream, under the library's runtime it waits for the stream's queued
+work and then runs them; settle() is the same for the caller's current stream.
 """
 import contextlib
 import ctypes
@@ -56,6 +63,19 @@ def has_runtime():
         return True
     except AttributeError:
         return False
+
+
+def cuda_built():
+    """libhora was built with the CUDA runtime and kernels (False for an older libhora)."""
+    if not has_runtime():
+        return False
+    try:
+        fn = _fn("horaInternalCudaBuilt", ctypes.POINTER(ctypes.c_int))
+    except AttributeError:
+        return False
+    b = ctypes.c_int()
+    _check(fn(ctypes.byref(b)))
+    return bool(b.value)
 
 
 def device_of(addr):
@@ -193,6 +213,17 @@ class _Runtime:
         """dst, src: contiguous tensors of one size (their memory, in stream order)."""
         copy_(dst.data_ptr(), src.data_ptr(), dst.numel() * dst.element_size(), stream)
 
+    @staticmethod
+    def run_in_order(stream, fn):
+        """fn() (torch ops on emulated memory, which run at once) after stream's queued work:
+        the stream is synchronized first."""
+        stream.synchronize()
+        return fn()
+
+    @staticmethod
+    def empty(shape, dtype, device=None, stream=None):
+        return emulated_tensor(shape, dtype)
+
 
 RUNTIME = _Runtime()
 
@@ -223,6 +254,20 @@ class _Torch:
         with torch.cuda.stream(stream):
             dst.copy_(src, non_blocking=True)
 
+    def run_in_order(self, stream, fn):
+        """fn()'s torch ops queued on stream."""
+        with self._cuda.stream(stream):
+            return fn()
+
+    def empty(self, shape, dtype, device, stream=None):
+        """A new tensor on the device, its memory the caching allocator's for stream (where its
+        later users are: freed, it is reused in that stream's order)."""
+        import torch
+        if stream is None:
+            return torch.empty(shape, dtype=dtype, device=device)
+        with self._cuda.stream(stream):
+            return torch.empty(shape, dtype=dtype, device=device)
+
 
 _TORCH = None
 
@@ -243,6 +288,15 @@ def ops_for(tensor):
     if EMULATED and device_of(tensor.data_ptr()) >= 0:
         return RUNTIME
     return None
+
+
+def settle():
+    """Before torch ops of this thread read device tensors that stream-ordered work (a
+    collective) produced on the current stream: nothing to do under torch, whose ops queue on
+    that stream; under the emulated device (torch's ops on its memory run at once) the current
+    stream is synchronized."""
+    if EMULATED:
+        current_stream().synchronize()
 
 
 def device_index(tensor):
@@ -271,13 +325,10 @@ class Gate:
     def open(self):
         self.word.value = 1
 
-    def __del__(self):
-        a, self.addr = getattr(self, "addr", None), None
-        if a:
-            try:
-                _fn("horaInternalHostFree", _p)(a)
-            except Exception:
-                pass
+    # The word is never freed (4 bytes a gate, for tests): a free of pinned memory waits for
+    # every stream, as cudaFreeHost does, and one that garbage collection makes while a stream
+    # waits for a communicator's worker (a collective in flight) could hang; nor reused, since a
+    # stream may still be on its way to a wait on it.
 
 
 def alloc(nbytes):
@@ -292,21 +343,42 @@ def free(addr):
     _check(_fn("horaMemFree", _p)(addr))
 
 
+# Emulated device memory that tensors gave back, by size, for later emulated_tensor calls (as
+# torch's caching allocator keeps CUDA memory): never handed back to the library, whose free
+# waits, as cudaFree does, for every stream, so that a free that garbage collection makes while
+# a stream waits for a communicator's worker (a collective in flight) could hang.
+_pool = {}
+
+
+def _bucket(nbytes):
+    b = 512
+    while b < nbytes:
+        b *= 2
+    return b
+
+
 def emulated_tensor(shape, dtype, fill=None):
-    """A torch tensor (device "cpu") over freshly allocated emulated device memory, freed when
-    the last tensor over it is. Only for tests under HORA_CUDA=emulate."""
+    """A torch tensor (device "cpu") over emulated device memory, which goes back to this
+    module's pool (not to the library) with the last tensor over it. Only for tests under
+    HORA_CUDA=emulate."""
     import torch
     n = 1
     for s in shape:
         n *= s
-    nbytes = max(1, n * torch.empty((), dtype=dtype).element_size())
-    addr = alloc(nbytes)
+    esize = torch.empty((), dtype=dtype).element_size()
+    nbytes = _bucket(max(1, n * esize))
+    free_list = _pool.setdefault(nbytes, [])
+    try:
+        addr = free_list.pop()
+    except IndexError:
+        addr = alloc(nbytes)
     # torch.frombuffer keeps the buffer object alive as long as the storage: the memory goes
     # back with the storage's last user.
-    block = type("DeviceBlock", (ctypes.c_char * nbytes,), {"__del__": lambda self, a=addr: free(a)})
+    block = type("DeviceBlock", (ctypes.c_char * nbytes,),
+                 {"__del__": lambda self, a=addr, fl=free_list: fl.append(a)})
     raw = block.from_address(addr)
-    t = torch.frombuffer(raw, dtype=torch.uint8)[:n * torch.empty((), dtype=dtype).element_size()]
-    t = t.view(dtype).view(*shape)
+    t = torch.frombuffer(raw, dtype=torch.uint8)[:n * esize]
+    t = t.view(dtype).view(tuple(shape))
     if fill is not None:
         t.copy_(fill if isinstance(fill, torch.Tensor) else torch.full(tuple(shape), fill, dtype=dtype))
     return t

@@ -155,3 +155,12 @@ HORA_API horaResult_t horaInternalStreamWaitValue(void* stream, const void* word
     cuda::streamWaitFlag(stream, static_cast<const volatile uint32_t*>(word), value, false);
   });
 }
+
+// *built: 1 when this library was built with the CUDA runtime and kernels (whether or not this
+// machine has a GPU), else 0. Loads no driver.
+HORA_API horaResult_t horaInternalCudaBuilt(int* built) {
+  return guard("horaInternalCudaBuilt", nullptr, [&] {
+    if (!built) fail(Errc::InvalidArgument, "built is NULL");
+    *built = cuda::built() ? 1 : 0;
+  });
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # PyTorch on a GPU through Hora's Python layer, on a machine with one GPU, in one command:
-#   distributed-device  tests/python/test_distributed_device.py with HORA_TEST_DEVICE=cuda: the
+#   distributed-device  tests/python/test_distributed_device.py with TEST_DEVICE=cuda: the
 #                       torch.distributed backend "hora" on CUDA tensors at 2 and 3 ranks on the one
 #                       GPU, each collective's values, the caller's stream order proven with gates
 #   torch-device        tests/python/test_torch_device.py likewise (the Horovod API on CUDA tensors)
@@ -98,10 +98,10 @@ do_prebuilt() {
     ((r == 0)) || failed=$((failed + 1))
     echo "$name: $([ "$r" = 0 ] && echo PASS || echo "FAIL rc=$r") in $((SECONDS - t0)) s"
   }
-  step distributed-device 120 env HORA_TEST_DEVICE=cuda "$py" tests/python/test_distributed_device.py
+  step distributed-device 120 env TEST_DEVICE=cuda "$py" tests/python/test_distributed_device.py
   [ -f tests/python/test_torch_device.py ] &&
-    step torch-device 150 env HORA_TEST_DEVICE=cuda "$py" tests/python/test_torch_device.py
-  step device-buffers 60 env HORA_TEST_DEVICE=cuda "$py" tests/python/test_device_buffers.py
+    step torch-device 150 env TEST_DEVICE=cuda "$py" tests/python/test_torch_device.py
+  step device-buffers 60 env TEST_DEVICE=cuda "$py" tests/python/test_device_buffers.py
   step examples 200 "$py" tests/gpu/torch_gpu_check.py examples --data-dir "$pack/data"
   step ddp 120 "$py" tests/gpu/torch_gpu_check.py ddp --data-dir "$pack/data"
   [ -f tests/python/torch_dist_suite.py ] &&

@@ -15,8 +15,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
-# HORA_TEST_DEVICE=cuda: on the GPU (tests/gpu/run-torch-gpu.sh), every rank on device 0.
-CUDA = os.environ.get("HORA_TEST_DEVICE") == "cuda"
+# TEST_DEVICE=cuda: on the GPU (tests/gpu/run-torch-gpu.sh), every rank on device 0.
+CUDA = os.environ.get("TEST_DEVICE") == "cuda"
 if not harness.in_rank():
     sys.exit(harness.launch_self(__file__, [2, 3], timeout=120, env={} if CUDA else {"HORA_CUDA": "emulate"}))
 

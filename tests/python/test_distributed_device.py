@@ -1,7 +1,7 @@
 """The torch.distributed backend "hora" on device tensors, on the emulated GPU (HORA_CUDA=emulate):
 tensors over the emulated device's memory (hora._device.emulated_tensor) and the library's own
 streams stand in for CUDA tensors and torch's streams, through the same lines of the backend.
-With HORA_TEST_DEVICE=cuda (tests/gpu/run-torch-gpu.sh, on a machine with a GPU and torch with
+With TEST_DEVICE=cuda (tests/gpu/run-torch-gpu.sh, on a machine with a GPU and torch with
 CUDA) the same checks run on CUDA tensors and torch's streams, every rank on GPU 0.
 
 What is checked, at 2 and 3 ranks: each collective's results on device tensors; that an operation
@@ -18,7 +18,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
-CUDA = os.environ.get("HORA_TEST_DEVICE") == "cuda"
+CUDA = os.environ.get("TEST_DEVICE") == "cuda"
 if not harness.in_rank():
     harness.require_torch()
     rc = 0

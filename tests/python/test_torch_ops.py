@@ -81,7 +81,10 @@ check(hvd.local_size() == N and hvd.local_rank() == R, "one host: local_rank == 
 check(hvd.cross_size() == 1 and hvd.cross_rank() == 0 and hvd.is_homogeneous(),
       "one host: cross_size 1, homogeneous")
 check(hvd.is_initialized() and not hvd.mpi_enabled() and not hvd.gloo_built()
-      and not hvd.nccl_built() and not hvd.cuda_built(), "capability queries")
+      and not hvd.nccl_built(), "capability queries")
+if "TEST_CUDA_BUILT" in os.environ:  # (set by the build: whether it has CUDA)
+    check(hvd.cuda_built() == (os.environ["TEST_CUDA_BUILT"] == "1"),
+          "cuda_built() says whether the library has CUDA (%s)" % hvd.cuda_built())
 
 # ---- allreduce: every op and dtype, out-of-place, in place and async
 ok = True

@@ -33,8 +33,8 @@ def _resolve_op(op, average):
 def _check_tensor(tensor, what):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("%s takes a torch.Tensor, not %s" % (what, type(tensor).__name__))
-    if tensor.device.type != "cpu":
-        raise TypeError("%s: hora.torch handles CPU tensors only, this one is on %s"
+    if not (tensor.is_cpu or tensor.is_cuda):  # (cheaper than tensor.device)
+        raise TypeError("%s: hora.torch handles CPU and CUDA tensors, this one is on %s"
                         % (what, tensor.device))
     if tensor.layout != torch.strided:
         raise TypeError("%s: sparse tensors are not supported (layout %s)"

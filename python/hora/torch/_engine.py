@@ -59,9 +59,9 @@ from hora import _core as C
 from hora.torch._execution import Execution
 # The requests' vocabulary, also for the callers that build requests through this module.
 from hora.torch._protocol import (  # noqa: F401
-    ADASUM, ADD_SET, ALLGATHER, ALLREDUCE, ALLTOALL, AVERAGE, BARRIER, BROADCAST, D_ERROR, D_KIND,
-    D_NAME, D_SET, JOIN, JOIN_NAME, KIND_NAMES, MAX, MIN, OP_NAMES, PRODUCT, REDUCESCATTER, REMOVE_SET,
-    SUM, Request, SetInfo, _Entry, movable, reduce_code, subcomm,
+    ADASUM, ADD_SET, ALLGATHER, ALLREDUCE, ALLTOALL, AVERAGE, BARRIER, BROADCAST, D_DEVICE, D_ERROR,
+    D_KIND, D_NAME, D_SET, JOIN, JOIN_NAME, KIND_NAMES, MAX, MIN, OP_NAMES, PRODUCT, REDUCESCATTER,
+    REMOVE_SET, SUM, Request, SetInfo, _Entry, movable, reduce_code, subcomm,
 )
 
 
@@ -189,6 +189,14 @@ class Engine(Execution):
         self.idle_cycle = max(self.cycle, 0.05)  # 50 ms, or the cycle if longer
         self._outsider_until = 0.0  # until then, rounds at the cycle even when idle
         self._fusion = None
+        # Device operations (hora.torch._device_exec): one engine stream per (runtime, device),
+        # a fusion buffer per stream, and what queued work still uses: (done event, objects)
+        # kept until the event has completed.
+        self._streams = {}
+        self._dfusion = {}
+        self._inflight = []
+        self._keep = []           # temporaries of the device operation being queued
+        self._last_device = None  # (runtime, device) of the last device allreduce
         self.timeline = timeline
         self._has_alltoall = _has("horaAllToAll")
         self._send = bytearray(self.SLOT)
@@ -468,6 +476,8 @@ class Engine(Execution):
         return [bytes(recv[i * most:i * most + lens[i]]) for i in range(n)]
 
     def _round_once(self, reqs, stop):
+        if self._inflight:
+            self._prune_inflight()
         stalled, self._stalled = self._stalled, []
         if reqs or stop or stalled:
             ids, descs = [], []
@@ -544,6 +554,8 @@ class Engine(Execution):
                     self._outsider_until = time.monotonic() + self.OUTSIDER_S
         e.descs[src] = d
         e.rounds[src] = self._round
+        if d[D_DEVICE]:
+            e.device = True
 
     def _collect_ready(self):
         join = self._table.get((0, JOIN_NAME))
@@ -755,7 +767,13 @@ class Engine(Execution):
             sets = list(self._sets.values())
         for r in pending:
             r.fail(HorovodInternalError(*err.args))
+        self._drain_inflight()
         for s in sets:
+            if s.dcomm is not None:
+                try:
+                    s.dcomm.abort() if exc is not None else s.dcomm.destroy()
+                except C.HoraError:
+                    pass
             if s.id == 0 or s.comm is None:
                 continue
             try:

@@ -8,6 +8,7 @@ import time
 import torch
 
 from hora import _core as C
+from hora.torch._device_exec import DeviceExecution
 from hora.torch._protocol import (
     _DTYPE_BY_NAME, _HORA_OP, _REDUCE_CODE, ADASUM, ADD_SET, ALLGATHER, ALLREDUCE, ALLTOALL, AVERAGE,
     BARRIER, BROADCAST, D_DTYPE, D_EXTRA, D_KIND, D_OP, D_POST, D_PRE, D_ROOT, D_SHAPE, D_SPLITS,
@@ -107,9 +108,10 @@ def scaled_copy(dst, src, factor):
         dst.copy_(src.to(torch.float64).mul_(factor).trunc_())
 
 
-class Execution:
+class Execution(DeviceExecution):
     """Planning and running the ready operations of a round: a mixin of Engine, whose state
-    (sets, local requests, timeline, statistics) it uses."""
+    (sets, local requests, timeline, statistics) it uses. An entry whose tensor on this rank is
+    on a device runs through DeviceExecution's paths (hora.torch._device_exec)."""
 
     # ---- execution ---------------------------------------------------------------------------
 
@@ -136,7 +138,7 @@ class Execution:
                 dtype = _DTYPE_BY_NAME[d0[D_DTYPE]]
                 nbytes = _numel(d0[D_SHAPE]) * ELEMENT_SIZE[dtype]
                 if 0 < nbytes <= self.threshold and d0[D_OP] != ADASUM:
-                    ck = (e.key[0], d0[D_DTYPE], d0[D_OP], d0[D_PRE], d0[D_POST])
+                    ck = (e.key[0], d0[D_DTYPE], d0[D_OP], d0[D_PRE], d0[D_POST], e.device)
                     b = open_batches.get(ck)
                     if b is not None and b[1] + nbytes <= self.threshold:
                         b[2].append(e)
@@ -185,15 +187,19 @@ class Execution:
         dtype = _DTYPE_BY_NAME[d0[D_DTYPE]]
         n = _numel(d0[D_SHAPE])
         r = self._local.get(e.key)
+        comm = self._comm_for(info, e)
         mine = torch.zeros(n, dtype=torch.float64)
         if r is not None:
-            mine.copy_(r.tensor.reshape(-1))
+            if r.rt is None:
+                mine.copy_(r.tensor.reshape(-1))
+            else:
+                self._dev_to_host(r, comm, mine)
             mine.mul_(d0[D_PRE])
         size = len(info.ranks)
         every = torch.empty(size * n, dtype=torch.float64)
         t0 = time.perf_counter()
         if n:
-            info.comm.allgather(mine.data_ptr(), every.data_ptr(), n, C.FLOAT64)
+            comm.allgather(mine.data_ptr(), every.data_ptr(), n, C.FLOAT64)
             self.stats["allreduce_calls"] += 1
         out = adasum_tree(every.view(size, n).unbind(0)) if n else mine
         out = out * d0[D_POST]
@@ -203,7 +209,10 @@ class Execution:
                                                                    "adasum": 1})
         self.stats["allreduce_tensors"] += 1
         if r is not None:
-            r.output.view(-1).copy_(out)
+            if r.rt is None:
+                r.output.view(-1).copy_(out)
+            else:
+                self._dev_from_host(r, out)
             self._done(e.key, r, r.output)
 
     def _allreduce(self, info, entries):
@@ -220,6 +229,11 @@ class Execution:
         n_ranks = len(info.ranks)
         reqs = [self._local.get(e.key) for e in entries]
         self.stats["allreduce_tensors"] += len(entries)
+        if entries[0].device:  # (the same for every entry of a batch)
+            comm = self._device_comm(info)
+            where = self._device_for(reqs)
+            if where is not None:
+                return self._dev_allreduce(comm, info, entries, reqs, d0, where)
         if len(entries) == 1:
             r = reqs[0]
             n = _numel(d0[D_SHAPE])
@@ -283,6 +297,8 @@ class Execution:
                 self._done(e.key, r, r.output)
 
     def _done(self, key, r, result):
+        if r.rt is not None:
+            return self._dev_done(key, r, result)
         if r.target is not None:
             r.target.copy_(r.output)
             result = r.target
@@ -324,10 +340,13 @@ class Execution:
     def _broadcast(self, info, e, r):
         d0 = e.descs[min(e.descs)]
         root = info.ranks.index(d0[D_ROOT])
+        comm = self._comm_for(info, e)
+        if r.rt is not None:
+            return self._dev_broadcast(comm, info, e, r)
         src, dst = r.tensor, r.output
         nbytes = dst.numel() * dst.element_size()
         if nbytes:
-            info.comm.broadcast(src.data_ptr() if info.index == root else dst.data_ptr(),
+            comm.broadcast(src.data_ptr() if info.index == root else dst.data_ptr(),
                                 dst.data_ptr(), nbytes, C.UINT8, root)
         return dst
 
@@ -335,12 +354,14 @@ class Execution:
         d0 = e.descs[min(e.descs)]
         dtype = _DTYPE_BY_NAME[d0[D_DTYPE]]
         trailing = d0[D_SHAPE][1:]
+        comm = self._comm_for(info, e)
+        if r is not None and r.rt is not None:
+            return self._dev_allgather(comm, info, e, r)
         rows = [e.descs[g][D_SHAPE][0] if g in e.descs else 0 for g in info.ranks]
         out = torch.empty([sum(rows)] + trailing, dtype=dtype)
         rowbytes = _numel(trailing) * out.element_size()
         me = info.index
         src = r.tensor if r is not None else out
-        comm = info.comm
         if all(x == rows[0] for x in rows):
             if rows[0] * rowbytes:
                 comm.allgather(src.data_ptr(), out.data_ptr(), rows[0] * rowbytes, C.UINT8)
@@ -360,6 +381,9 @@ class Execution:
         d0 = e.descs[min(e.descs)]
         dtype = _DTYPE_BY_NAME[d0[D_DTYPE]]
         trailing = d0[D_SHAPE][1:]
+        comm = self._comm_for(info, e)
+        if r.rt is not None:
+            return self._dev_alltoall(comm, info, e, r)
         S = [e.descs[g][D_SPLITS] for g in info.ranks]
         n = len(info.ranks)
         me = info.index
@@ -367,7 +391,6 @@ class Execution:
         out = torch.empty([sum(recv)] + trailing, dtype=dtype)
         rowbytes = _numel(trailing) * out.element_size()
         src = r.tensor
-        comm = info.comm
         even = all(x == S[0][0] for row in S for x in row)
         if even and self._has_alltoall:
             if S[0][0] * rowbytes:
@@ -402,13 +425,15 @@ class Execution:
         per_row = _numel(shape[1:])
         op = d0[D_OP]
         pre = d0[D_PRE]
+        comm = self._comm_for(info, e)
+        if r.rt is not None:
+            return self._dev_reducescatter(comm, info, e, r)
         src = r.tensor
         if pre != 1.0:
             tmp = torch.empty_like(src)
             scaled_copy(tmp, src, pre)
             src = tmp
         out = torch.empty([rows[me]] + shape[1:], dtype=dtype)
-        comm = info.comm
         if shape[0] % n == 0:
             if rows[0] * per_row:
                 comm.reduce_scatter(src.data_ptr(), out.data_ptr(), rows[0] * per_row, code,
@@ -452,6 +477,8 @@ class Execution:
             return "process set %d is not registered" % set_id
         with self._cv:
             del self._sets[set_id]
+        if info.dcomm is not None:
+            info.dcomm.destroy()
         if info.comm is not None:
             info.comm.destroy()
         return True

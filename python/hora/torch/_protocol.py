@@ -53,7 +53,7 @@ class Request:
     """One tensor operation of one rank, from submit() until the engine completes it."""
     __slots__ = ("kind", "set_id", "name", "tensor", "output", "target", "dtype", "shape", "op",
                  "root", "prescale", "postscale", "splits", "extra", "error", "result", "exc",
-                 "event", "t_enqueue", "internal")
+                 "event", "t_enqueue", "internal", "rt", "dev", "stream", "ready", "done", "comm")
 
     def __init__(self, kind, set_id, name, tensor=None, output=None, op=SUM, root=-1,
                  prescale=1.0, postscale=1.0, splits=None, extra=None, error=None):
@@ -77,12 +77,22 @@ class Request:
         self.event = threading.Event()
         self.t_enqueue = 0.0
         self.internal = error is not None
+        # Device tensors (hora.torch.mpi_ops sets these at enqueue): the runtime of their
+        # streams (hora._device), the device, the caller's current stream when it was submitted
+        # and the event recorded on it then (ready), and once queued the event after the
+        # operation on the engine's stream (done) and the communicator it ran on.
+        self.rt = None
+        self.dev = None
+        self.stream = None
+        self.ready = None
+        self.done = None
+        self.comm = None
 
     def desc(self):
         return [self.set_id, self.name, self.kind,
                 DTYPE_NAME.get(self.dtype, "") if self.dtype is not None else "",
                 self.shape, self.op, self.root, self.prescale, self.postscale, self.splits,
-                self.extra, self.error]
+                self.extra, self.error, 0 if self.rt is None else 1]
 
     def finish(self, result):
         self.result = result
@@ -95,12 +105,12 @@ class Request:
 
 # Descriptor fields.
 D_SET, D_NAME, D_KIND, D_DTYPE, D_SHAPE, D_OP, D_ROOT, D_PRE, D_POST, D_SPLITS, D_EXTRA, \
-    D_ERROR = range(12)
+    D_ERROR, D_DEVICE = range(13)
 
 
 class _Entry:
     """The agreed view of one (process set, name): which ranks announced it, when, and how."""
-    __slots__ = ("key", "descs", "rounds", "t_first", "warned", "flagged")
+    __slots__ = ("key", "descs", "rounds", "t_first", "warned", "flagged", "device")
 
     def __init__(self, key):
         self.key = key
@@ -109,18 +119,23 @@ class _Entry:
         self.t_first = time.monotonic()
         self.warned = False
         self.flagged = False      # named as stalled by this rank (the cancellation is pending)
+        self.device = False       # some rank's tensor is on a device: it runs on the set's dcomm
 
 
 class SetInfo:
     """A registered process set: its global ranks (sorted), its communicator on members (None
-    elsewhere) and this process's index in it (-1 if not a member)."""
-    __slots__ = ("id", "ranks", "comm", "index")
+    elsewhere) and this process's index in it (-1 if not a member). dcomm: the communicator
+    of its operations on device tensors (made from comm by the first of them), apart from
+    comm so that a call without a stream on comm (the engine's rounds, on the global set's)
+    never waits for device work still queued behind a stream."""
+    __slots__ = ("id", "ranks", "comm", "index", "dcomm")
 
     def __init__(self, set_id, ranks, comm, index):
         self.id = set_id
         self.ranks = ranks
         self.comm = comm
         self.index = index
+        self.dcomm = None
 
 
 def subcomm(world, ranks):

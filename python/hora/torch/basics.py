@@ -315,7 +315,10 @@ def ccl_built():
 
 
 def cuda_built():
-    return False
+    """True when libhora was built with CUDA: CUDA tensors then go through every call (a machine
+    without a GPU has none to pass). nccl_built() stays 0: the device collectives are Hora's."""
+    from hora import _device
+    return _device.cuda_built()
 
 
 def rocm_built():

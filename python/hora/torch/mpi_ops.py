@@ -1,15 +1,24 @@
-"""The collectives of hora.torch, with Horovod's names, signatures and semantics, on CPU tensors.
+"""The collectives of hora.torch, with Horovod's names, signatures and semantics, on CPU and
+CUDA tensors.
 
 Every operation hands a request to the background engine (hora.torch._engine) and returns a
 handle (the *_async variants) or waits for it. Tensors travel without a copy: the library reads
 the input's memory and writes the output's directly (a non-contiguous input is first made
 contiguous). Operations are matched across ranks by name; without a name each gets an automatic
 one by call order, so every rank must issue its unnamed operations in the same order.
+
+Device tensors (CUDA; in tests, the library's emulated device) follow their streams: the
+operation runs after the work queued on the caller's current stream when it was submitted, on
+the engine's stream of that device (hora.torch._device_exec); synchronize() waits only until it
+is queued there and makes the caller's current stream wait for it, so the caller's later work
+on that stream sees the result while the CPU goes on.
 """
 import itertools
 
 import torch
 
+from hora import _core as C
+from hora import _device
 from hora.torch import _engine as E
 from hora.torch._checks import _check_move, _check_reduce, _resolve_op
 from hora.torch._state import eng as _eng
@@ -57,17 +66,77 @@ _handle_ids = itertools.count(1)
 
 # ---- requests and handles -----------------------------------------------------------------------
 
+def _emulated(tensor):
+    """A CPU tensor over the emulated device's memory (tests under HORA_CUDA=emulate)."""
+    return _device.EMULATED and not tensor.is_cuda and _device.ops_for(tensor) is not None
+
+
 def _contiguous(tensor):
-    return tensor if tensor.is_contiguous() else tensor.contiguous()
+    if tensor.is_contiguous():
+        return tensor
+    if _emulated(tensor):
+        # torch's copy would land in host memory: a device copy, once the current stream's
+        # work on tensor is done (torch's ops on emulated memory run at once).
+        out = _device.emulated_tensor(list(tensor.shape), tensor.dtype)
+        _device.RUNTIME.run_in_order(_device.current_stream(), lambda: out.copy_(tensor))
+        return out
+    return tensor.contiguous()
+
+
+def _empty_like(c):
+    """A new contiguous tensor where c is (c contiguous)."""
+    if _emulated(c):
+        return _device.emulated_tensor(list(c.shape), c.dtype)
+    return torch.empty_like(c, memory_format=torch.contiguous_format)
+
+
+def _mark_device(reqs):
+    """Notes the device requests' runtime and device, and records their ready event on the
+    caller's current stream (what the operation must come after). True if there is one."""
+    any_device = False
+    for r in reqs:
+        t = r.tensor
+        if t is None or not (t.is_cuda or _device.EMULATED):
+            continue
+        rt = _device.ops_for(t)
+        if rt is None:
+            continue
+        r.rt = rt
+        r.dev = _device.device_index(t)
+        r.stream = rt.current_stream(r.dev)
+        r.ready = rt.Event()
+        r.ready.record(r.stream)
+        any_device = True
+    return any_device
+
+
+def _async_failure(engine, r):
+    """The HorovodInternalError of a queued device operation whose communicator failed since
+    (the library's asynchronous error), else None."""
+    c = r.comm
+    if c is None:
+        return None
+    if c.handle is None:  # destroyed, or aborted by the engine's failure
+        f = engine.failed
+        return HorovodInternalError(str(f)) if f is not None else None
+    try:
+        code = c.async_error()
+    except C.HoraError as ex:
+        code = ex.code
+    if code in (C.SUCCESS, C.IN_PROGRESS):
+        return None
+    return HorovodInternalError("hora.torch: a collective on device tensors failed after it "
+                                "was queued: %s" % (c.last_error() or "error %d" % code))
 
 
 class _Handle:
-    __slots__ = ("engine", "reqs", "finish")
+    __slots__ = ("engine", "reqs", "finish", "device")
 
-    def __init__(self, engine, reqs, finish):
+    def __init__(self, engine, reqs, finish, device=False):
         self.engine = engine
         self.reqs = reqs
         self.finish = finish
+        self.device = device
 
 
 def _enqueue(kind, label, name, process_set, build, count=None):
@@ -85,9 +154,10 @@ def _enqueue(kind, label, name, process_set, build, count=None):
         for n in names:
             eng.announce_error(kind, set_id, n, "%s: %s" % (type(ex).__name__, ex))
         raise
+    device = _mark_device(reqs)
     eng.submit(reqs)
     h = next(_handle_ids)
-    _handles[h] = _Handle(eng, reqs, finish)
+    _handles[h] = _Handle(eng, reqs, finish, device)
     return h
 
 
@@ -96,7 +166,18 @@ def poll(handle):
     h = _handles.get(handle)
     if h is None:
         raise ValueError("unknown handle %r (already synchronized?)" % (handle,))
-    return all(r.event.is_set() for r in h.reqs)
+    if not all(r.event.is_set() for r in h.reqs):
+        return False
+    if h.device:
+        # Queued, and done on the device (an error: raised by synchronize).
+        for r in h.reqs:
+            if r.done is not None and not r.done.query():
+                return False
+        for r in h.reqs:
+            ex = _async_failure(h.engine, r)
+            if ex is not None:
+                raise ex
+    return True
 
 
 def synchronize(handle):
@@ -105,11 +186,23 @@ def synchronize(handle):
     operation (shapes, dtypes, ops, roots: as Horovod), ValueError/TypeError for a bad argument
     on some rank (there; its peers get HorovodInternalError), ValueError if some ranks of its
     process set did not submit it within HORA_STALL_SHUTDOWN_TIME_SECONDS (then it is cancelled
-    on every rank)."""
+    on every rank).
+
+    For device tensors it returns once the operation is queued on the device, having made the
+    current stream wait for it: work queued on that stream afterwards sees the output (the CPU
+    does not wait for the device). A failure of the queued work that the communicator reports
+    by then raises HorovodInternalError here (and in poll())."""
     h = _handles.pop(handle, None)
     if h is None:
         return None
     results = [h.engine.wait(r) for r in h.reqs]
+    if h.device:
+        for r in h.reqs:
+            if r.done is not None:
+                ex = _async_failure(h.engine, r)
+                if ex is not None:
+                    raise ex
+                r.rt.current_stream(r.dev).wait_event(r.done)
     return h.finish(results)
 
 
@@ -125,7 +218,7 @@ def _allreduce_build(tensors, inplace, op, prescale, postscale, what):
         for t, n in zip(tensors, names):
             _check_reduce(t, op, prescale, postscale, what)
             c = _contiguous(t)
-            out = c if inplace else torch.empty_like(c, memory_format=torch.contiguous_format)
+            out = c if inplace else _empty_like(c)
             r = E.Request(E.ALLREDUCE, set_id, n, c, out, op=op, prescale=prescale,
                           postscale=postscale)
             if inplace and c is not t:
@@ -360,7 +453,8 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_process_set):
     """Starts the reduction (Average or Sum) of a sparse COO tensor over process_set as Horovod
-    does it: one allgather of its indices and one of its values. Returns a function that waits
+    does it: one allgather of its indices and one of its values (on the device for a CUDA
+    tensor). Returns a function that waits
     and returns the result, a sparse tensor of the same shape whose index list is every rank's
     in turn (an index several ranks hold appears once per rank; coalesce() sums them)."""
     if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.sparse_coo:
@@ -370,9 +464,9 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_pro
         raise ValueError("sparse_allreduce_async: op must be Average or Sum, not %s"
                          % E.OP_NAMES.get(op, op))
     t = tensor.coalesce()
-    hi = allgather_async(t.indices().t().contiguous(),
+    hi = allgather_async(_contiguous(t.indices().t()),
                          name=None if name is None else "%s.indices" % name, process_set=process_set)
-    hv = allgather_async(t.values().contiguous(),
+    hv = allgather_async(_contiguous(t.values()),
                          name=None if name is None else "%s.values" % name, process_set=process_set)
     n = _set_rank_and_size(process_set)[1]
     shape = t.shape
@@ -380,6 +474,7 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_pro
     def handle():
         values = synchronize(hv)
         indices = synchronize(hi)
+        _device.settle()
         if op == Average:
             values = values / n
         return torch.sparse_coo_tensor(indices.t(), values, shape)
@@ -396,7 +491,7 @@ def _broadcast_async(tensor, inplace, root_rank, name, process_set):
         if isinstance(root_rank, bool) or not isinstance(root_rank, int):
             raise TypeError("%s: root_rank must be an int, not %r" % (what, root_rank))
         c = _contiguous(tensor)
-        out = c if inplace else torch.empty_like(c, memory_format=torch.contiguous_format)
+        out = c if inplace else _empty_like(c)
         r = E.Request(E.BROADCAST, set_id, names[0], c, out, root=root_rank)
         if inplace and c is not tensor:
             r.target = tensor
@@ -629,7 +724,8 @@ def barrier(process_set=global_process_set):
 def join(device=-1):
     """Declares that this rank has no more data: until every rank has joined, it takes part in
     the other ranks' allreduces with zeros (and in their allgathers with no rows). Returns,
-    on every rank, the rank that joined last. device is accepted for compatibility (CPU only)."""
+    on every rank, the rank that joined last. device is accepted for compatibility: a joined rank's
+    contributions come from host memory, whatever the device of the others' tensors."""
     eng = _eng()
     req = E.Request(E.JOIN, 0, E.JOIN_NAME)
     eng.submit([req])

@@ -11,6 +11,7 @@ import weakref
 
 import torch
 
+from hora import _device
 from hora.torch.compression import Compression
 from hora.torch.mpi_ops import (Adasum, Average, Sum, allgather_async, allreduce_async_,
                                 global_process_set, grouped_allreduce_async_, size,
@@ -49,6 +50,7 @@ class _SparseHandle:
     def wait(self):
         indices = synchronize(self.indices_handle)
         values = synchronize(self.values_handle)
+        _device.settle()
         out = torch.sparse_coo_tensor(indices.t(), values, self.shape).coalesce()
         if self.scale != 1.0:
             out = out * self.scale
@@ -307,7 +309,8 @@ class _DistributedOptimizerMixin:
                     self._handles[unit] = self._allreduce_grad_async(unit)
 
             # Wait for every handle even after a failure, so that no reduction still writes
-            # into a gradient once this returns; then raise the first failure.
+            # into a gradient once this returns; then raise the first failure. (For device
+            # gradients: once the current stream waits for it, where the update runs.)
             first_error = None
             for key, (handle, ctx) in list(self._handles.items()):
                 try:
@@ -315,6 +318,7 @@ class _DistributedOptimizerMixin:
                         key.grad = handle.wait()
                         continue
                     output = synchronize(handle)
+                    _device.settle()
                     if first_error is not None:
                         continue
                     if isinstance(key, tuple):
@@ -413,7 +417,9 @@ class _DistributedAdasumOptimizerMixin:
             first_error = None
             for p, start, h in handles:  # every one waited for, even after a failure
                 try:
-                    p.copy_(start + synchronize(h))
+                    delta = synchronize(h)
+                    _device.settle()
+                    p.copy_(start + delta)
                 except Exception as e:  # noqa: BLE001 (re-raised below)
                     first_error = first_error or e
             if first_error is not None:

@@ -36,7 +36,8 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         dims = _reduce_dims(x)
         # One allreduce carries [sum, sum of squares, count], accumulated in float64 so that
         # the variance keeps its precision when computed as E[x^2] - E[x]^2.
-        stats = torch.empty(2 * c + 1, dtype=torch.float64)
+        # (On x's device: for a CUDA input the statistics are reduced there, in stream order.)
+        stats = torch.empty(2 * c + 1, dtype=torch.float64, device=x.device)
         if x.numel() > 0:
             xd = x.to(torch.float64)   # a copy unless x is float64 already
             stats[:c] = xd.sum(dims)
@@ -92,8 +93,8 @@ class _SyncBatchNormFunction(torch.autograd.Function):
             sum_dy = grad_out.to(torch.float64).sum(dims)
             sum_dy_xhat = (grad_out * xhat).to(torch.float64).sum(dims)
         else:
-            sum_dy = torch.zeros(c, dtype=torch.float64)
-            sum_dy_xhat = torch.zeros(c, dtype=torch.float64)
+            sum_dy = torch.zeros(c, dtype=torch.float64, device=x.device)
+            sum_dy_xhat = torch.zeros(c, dtype=torch.float64, device=x.device)
         grad_weight = grad_bias = grad_input = None
         if weight is not None and ctx.needs_input_grad[1]:
             grad_weight = sum_dy_xhat.to(weight.dtype)
