@@ -58,14 +58,24 @@ class DeviceExecution:
             s = self._streams[key] = rt.Stream(dev)
         return s
 
-    def _device_comm(self, info):
+    def _device_comm(self, info, reqs=()):
+        """The set's communicator for device work, made (collectively) by its first device
+        operation on this rank's GPU: the library binds a communicator to the device that is
+        current when it is made, and this thread's is not the caller's (torch.cuda.set_device
+        after hvd.init() is the usual order)."""
         c = info.dcomm
         if c is None:
-            c = info.dcomm = info.comm.split(0, info.index)
+            dev = next((r.dev for r in reqs if r is not None and r.rt is not None
+                        and r.rt.name == "torch"), None)
+            if dev is not None:
+                with torch.cuda.device(dev):
+                    c = info.dcomm = info.comm.split(0, info.index)
+            else:
+                c = info.dcomm = info.comm.split(0, info.index)
         return c
 
     def _comm_for(self, info, e):
-        return self._device_comm(info) if e.device else info.comm
+        return self._device_comm(info, (self._local.get(e.key),)) if e.device else info.comm
 
     def _prune_inflight(self):
         self._inflight = [item for item in self._inflight if not _ready(item)]

@@ -230,7 +230,7 @@ class Execution(DeviceExecution):
         reqs = [self._local.get(e.key) for e in entries]
         self.stats["allreduce_tensors"] += len(entries)
         if entries[0].device:  # (the same for every entry of a batch)
-            comm = self._device_comm(info)
+            comm = self._device_comm(info, reqs)
             where = self._device_for(reqs)
             if where is not None:
                 return self._dev_allreduce(comm, info, entries, reqs, d0, where)

@@ -44,6 +44,7 @@ class _Engine:
         self.lock = threading.Lock()  # one issuer at a time: the thread, or a caller (run_now)
         self.idle = threading.Condition()
         self.queued = 0  # batches submitted and not yet run
+        self.device_comms = {}  # (runtime, device) -> the communicator of device work there
         self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self.thread.start()
 
@@ -54,15 +55,26 @@ class _Engine:
             self.queued += 1
         self.queue.put(jobs)
 
-    def run_now(self, jobs, context):
+    def run_now(self, jobs, context, before=None):
         """Runs jobs in the calling thread, inside context (a stream's), once the batches
-        submitted before have run, so that every rank issues its calls in program order."""
+        submitted before have run, so that every rank issues its calls in program order;
+        before() first, outside any group (it may make a communicator)."""
         if self.closed:
             raise RuntimeError("the hora process group was shut down")
         with self.idle:
             self.idle.wait_for(lambda: self.queued == 0)
-        with self.lock, context:
-            self._run(jobs)
+        with self.lock:
+            if before is not None and self.error is None and self.comm is not None:
+                try:
+                    before()
+                except Exception as e:  # the split failed: so do these jobs
+                    if isinstance(e, _core.HoraError) and e.remote:
+                        self.error = e
+                        self._abort()
+                    self._fail(jobs, e)
+                    return
+            with context:
+                self._run(jobs)
 
     def _loop(self):
         torch.set_grad_enabled(False)  # results land in tensors that may require grad
@@ -113,25 +125,39 @@ class _Engine:
             if not job.future.done():
                 job.future.set_exception(exc)
 
+    def device_comm(self, key, make):
+        """The communicator for device work keyed by key (runtime, device), made by make(comm)
+        on first use (a collective: the caller is in program order, under the lock)."""
+        c = self.device_comms.get(key)
+        if c is None:
+            c = self.device_comms[key] = make(self.comm)
+        return c
+
     def _abort(self):
-        comm, self.comm = self.comm, None
-        if comm is not None:
-            try:
-                comm.abort()
-            except _core.HoraError:
-                pass
+        comms = [self.comm] + list(self.device_comms.values())
+        self.comm = None
+        self.device_comms = {}
+        for comm in comms:
+            if comm is not None:
+                try:
+                    comm.abort()
+                except _core.HoraError:
+                    pass
 
     def _close(self):
-        comm, self.comm = self.comm, None
-        if comm is None:
-            return
-        try:
-            if self.error is not None:
-                comm.abort()
-            else:
-                comm.destroy()
-        except _core.HoraError:
-            pass
+        comms = list(self.device_comms.values()) + [self.comm]
+        self.comm = None
+        self.device_comms = {}
+        for comm in comms:
+            if comm is None:
+                continue
+            try:
+                if self.error is not None:
+                    comm.abort()
+                else:
+                    comm.destroy()
+            except _core.HoraError:
+                pass
 
     def shutdown(self, wait_s=None):
         if not self.closed:

@@ -131,7 +131,7 @@ class ProcessGroupHora(Collectives, _c10d.ProcessGroup):
         elif op is None:
             engine.submit([job])
         else:
-            engine.run_now([job], dev[0].use_stream(op.stream))
+            engine.run_now([job], dev[0].use_stream(op.stream), lambda: self._device_comm(*dev))
         checked = future.then(_unwrap)
         if _python_caller(2):
             return _PyWork(future, checked, src, op)
@@ -151,6 +151,18 @@ class ProcessGroupHora(Collectives, _c10d.ProcessGroup):
                 raise ValueError("the hora backend takes the tensors of one call on one device; "
                                  "here they are on %s" % sorted({str(x.device) for x in tensors}))
         return rt, index
+
+    def _device_comm(self, rt, index):
+        """The group's communicator for device work on this GPU, split from the group's by the
+        first device operation (every rank makes it at the same operation): the library binds a
+        communicator to the device current when it is made, which for the group's own was
+        whatever was current at init_process_group, and torch.cuda.set_device may come after."""
+        def make(comm):
+            if rt.name == "torch":
+                with torch.cuda.device(index):
+                    return comm.split(0, self._rank)
+            return comm.split(0, self._rank)
+        return self._engine.device_comm((rt.name, index), make)
 
     def _stream_for(self, rt, index):
         key = (rt.name, index)
@@ -174,10 +186,10 @@ class ProcessGroupHora(Collectives, _c10d.ProcessGroup):
         host_order = rt is _device.RUNTIME and not (pure and all(t.is_contiguous() for t in tensors))
         handle = stream.cuda_stream
 
-        def dev_issue(comm):
+        def dev_issue(_comm):
             if host_order:
                 stream.synchronize()
-            issue(_OnStream(comm, handle))
+            issue(_OnStream(self._device_comm(rt, index), handle))
 
         def dev_finish():
             if host_order:
@@ -205,7 +217,8 @@ class ProcessGroupHora(Collectives, _c10d.ProcessGroup):
         if jobs and dev is None:
             self._engine.submit(jobs)
         elif jobs:
-            self._engine.run_now(jobs, dev[0].use_stream(self._stream_for(*dev)))
+            self._engine.run_now(jobs, dev[0].use_stream(self._stream_for(*dev)),
+                                 lambda: self._device_comm(*dev))
 
     def _peer(self, r, what):
         if not isinstance(r, int) or not 0 <= r < self._size:
