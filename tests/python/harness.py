@@ -188,3 +188,17 @@ class Checker:
             return 1
         print("%sall %d checks passed" % (self.prefix, self.passed), flush=True)
         return 0
+
+
+def device_tensor(shape, dtype, fill=None, cuda=False):
+    """A device tensor for the device tests: over the emulated GPU's memory (HORA_CUDA=emulate),
+    or with cuda (TEST_DEVICE=cuda, on a GPU) a CUDA tensor; with fill's values when given."""
+    import torch
+    if not cuda:
+        from hora import _device
+        return _device.emulated_tensor(shape, dtype, fill)
+    t = torch.empty(list(shape), dtype=dtype, device="cuda")
+    if fill is not None:
+        t.copy_(fill if isinstance(fill, torch.Tensor) else torch.full(list(shape), fill, dtype=dtype))
+        torch.cuda.synchronize()
+    return t

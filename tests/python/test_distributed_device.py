@@ -48,14 +48,7 @@ N = 4096
 
 
 def new(shape, dtype, fill=None):
-    """A device tensor (with fill's values when given)."""
-    if not CUDA:
-        return D.emulated_tensor(shape, dtype, fill=fill)
-    t = torch.empty(shape, dtype=dtype, device="cuda")
-    if fill is not None:
-        t.copy_(fill if isinstance(fill, torch.Tensor) else torch.full(tuple(shape), fill, dtype=dtype))
-        torch.cuda.synchronize()
-    return t
+    return harness.device_tensor(shape, dtype, fill, CUDA)
 
 
 def produced(values, dtype=torch.float32, gate=None):

@@ -48,14 +48,7 @@ else:
 
 
 def newdev(shape, dtype, fill=None):
-    """A device tensor: emulated, or (TEST_DEVICE=cuda) a CUDA tensor, with fill's values."""
-    if not CUDA:
-        return D.emulated_tensor(shape, dtype, fill)
-    t = torch.empty(list(shape), dtype=dtype, device="cuda")
-    if fill is not None:
-        t.copy_(fill if isinstance(fill, torch.Tensor) else torch.full(list(shape), fill, dtype=dtype))
-        torch.cuda.synchronize()
-    return t
+    return harness.device_tensor(shape, dtype, fill, CUDA)
 
 
 def async_error():

@@ -499,12 +499,7 @@ class Collectives:
         return self._submit(issue, finish, title="barrier", inputs=())
 
     def send(self, tensors, dst, tag=0):
-        if isinstance(tensors, torch.Tensor):
-            tensors = [tensors]
-        if len(tensors) != 1:
-            raise ValueError("send: the hora backend takes exactly one tensor")
-        t = tensors[0]
-        _check_tensor(t)
+        tensors, t = self._one_tensor(tensors, "send")
         peer = self._peer(dst, "send destination")
         if peer == self._rank:
             raise ValueError("send: a rank cannot send to itself")
@@ -520,13 +515,17 @@ class Collectives:
         return self._submit(issue, finish, p2p=True, title="send", inputs=tensors,
                             tensors=[t], pure=True)
 
-    def recv(self, tensors, src, tag=0):
+    @staticmethod
+    def _one_tensor(tensors, what):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         if len(tensors) != 1:
-            raise ValueError("recv: the hora backend takes exactly one tensor")
-        t = tensors[0]
-        _check_tensor(t)
+            raise ValueError("%s: the hora backend takes exactly one tensor" % what)
+        _check_tensor(tensors[0])
+        return tensors, tensors[0]
+
+    def recv(self, tensors, src, tag=0):
+        tensors, t = self._one_tensor(tensors, "recv")
         peer = self._peer(src, "recv source")
         if peer == self._rank:
             raise ValueError("recv: a rank cannot receive from itself")
@@ -592,12 +591,7 @@ class Collectives:
             delay = min(delay * 2, 0.02)
 
     def recv_anysource(self, tensors, tag=0):
-        if isinstance(tensors, torch.Tensor):
-            tensors = [tensors]
-        if len(tensors) != 1:
-            raise ValueError("recv: the hora backend takes exactly one tensor")
-        t = tensors[0]
-        _check_tensor(t)
+        tensors, t = self._one_tensor(tensors, "recv")
         if self._size > 2 and not self._any_source_on:
             raise RuntimeError(
                 "recv from any source: in a group of %d ranks the hora backend needs "
