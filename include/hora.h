@@ -224,8 +224,11 @@ horaResult_t horaCommInitRankScalable(horaComm_t* newcomm, int nranks, int myran
  * finalize (config->blocking = 0) is still running. */
 horaResult_t horaCommGetAsyncError(horaComm_t comm, horaResult_t* asyncError);
 
+/* The number of ranks of comm. */
 horaResult_t horaCommCount(const horaComm_t comm, int* count);
+/* The CUDA device comm is on (the current one at init, or devlist's), -1 without one. */
 horaResult_t horaCommCuDevice(const horaComm_t comm, int* device);
+/* This process's rank in comm. */
 horaResult_t horaCommUserRank(const horaComm_t comm, int* rank);
 
 /* ---- reduction operators -------------------------------------------------------- */
@@ -234,18 +237,25 @@ horaResult_t horaCommUserRank(const horaComm_t comm, int* rank);
  * scalar (of type datatype) before the sum. */
 horaResult_t horaRedOpCreatePreMulSum(horaRedOp_t* op, void* scalar, horaDataType_t datatype,
                                       horaScalarResidence_t residence, horaComm_t comm);
+/* Frees an op made by horaRedOpCreatePreMulSum on comm (after the calls that use it). */
 horaResult_t horaRedOpDestroy(horaRedOp_t op, horaComm_t comm);
 
 /* ---- collectives ---------------------------------------------------------------- */
 
+/* Every rank's recvbuff gets the reduction (op) of all ranks' sendbuff, count elements each;
+ * every rank receives the same bits. In place: sendbuff == recvbuff. */
 horaResult_t horaAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            horaDataType_t datatype, horaRedOp_t op, horaComm_t comm,
                            horaStream_t stream);
 
+/* The root's sendbuff (count elements) lands in every rank's recvbuff; sendbuff is read on the
+ * root only. In place: sendbuff == recvbuff. */
 horaResult_t horaBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                            horaDataType_t datatype, int root, horaComm_t comm,
                            horaStream_t stream);
 
+/* The root's recvbuff gets the reduction (op) of all ranks' sendbuff; recvbuff is written on the
+ * root only. */
 horaResult_t horaReduce(const void* sendbuff, void* recvbuff, size_t count,
                         horaDataType_t datatype, horaRedOp_t op, int root, horaComm_t comm,
                         horaStream_t stream);
@@ -281,6 +291,8 @@ horaResult_t horaScatter(const void* sendbuff, void* recvbuff, size_t count, hor
  * buffer, which may need the matching receive to be posted. */
 horaResult_t horaSend(const void* sendbuff, size_t count, horaDataType_t datatype, int peer,
                       horaComm_t comm, horaStream_t stream);
+/* Receives count elements from peer into recvbuff: the k-th receive from a peer meets that
+ * peer's k-th send to this rank; count and type must match the send's. */
 horaResult_t horaRecv(void* recvbuff, size_t count, horaDataType_t datatype, int peer,
                       horaComm_t comm, horaStream_t stream);
 
@@ -288,6 +300,7 @@ horaResult_t horaRecv(void* recvbuff, size_t count, horaDataType_t datatype, int
  * that, for example, a ring of sends and receives completes without deadlock. Groups nest;
  * the outermost horaGroupEnd runs them and returns the first error. */
 horaResult_t horaGroupStart(void);
+/* Ends the innermost group; the outermost issues every call held since its horaGroupStart. */
 horaResult_t horaGroupEnd(void);
 
 /* What horaGroupSimulateEnd reports. Initialise with HORA_SIM_INFO_INITIALIZER. */

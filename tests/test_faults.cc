@@ -522,7 +522,7 @@ TEST_CASE("horaCommAbort from another thread stops a blocked call", "[faults]") 
   CHECK(std::string(horaGetLastError(nullptr)).find("in use by another thread") != std::string::npos);
   CHECK(horaCommAbort(comms[0]) == horaSuccess);
   t.join();
-  // The aborting rank's own interrupted call: horaInvalidUsage (the README's table).
+  // The aborting rank's own interrupted call: horaInvalidUsage (docs/errors.md's table).
   CHECK(got == horaInvalidUsage);
   CHECK(text.find("aborted") != std::string::npos);
   // Its peer hears of it as a peer's failure: horaRemoteError, naming the rank that aborted.

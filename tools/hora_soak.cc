@@ -11,7 +11,7 @@
 // function of (seed, k, q, element index), so every rank regenerates any other rank's input
 // and computes the expected result without any communication beyond the call under test.
 //
-// Exactness. The reference follows the README's Semantics bit for bit:
+// Exactness. The reference follows docs/concepts.md's Semantics bit for bit:
 //  - integers wrap (sum, prod, premul-sum), max/min compare by signedness, avg is the
 //    truncated quotient of the wrapped sum: any order of combination gives the same bits,
 //    so integer inputs are random bits;

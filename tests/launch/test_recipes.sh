@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's launch recipes, run as written, on 2 hosts of a network-namespace cluster
+# The launch recipes of docs/launching.md, run as written, on 2 hosts of a network-namespace cluster
 # (tools/hora-netns), 2 ranks per host:
 #   - mpirun on one host and across hosts (an rsh agent that enters a host's namespace stands
 #     in for ssh), with HORA_ROOT and HORA_SECRET passed by -x;

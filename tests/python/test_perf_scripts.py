@@ -1,4 +1,4 @@
-"""perf/table1.py, perf/py_overhead.py and perf/step_overhead.py, briefly, so that the README's
+"""perf/table1.py, perf/py_overhead.py and perf/step_overhead.py, briefly, so that docs/python.md's
 measuring commands keep working: Table I on 1 and 2 processes for a few batches of every variant
 (Hora's Horovod API, torch gloo under DDP, DDP on the "hora" backend), the small-allreduce
 overhead at 2 ranks with its gloo and C rows, and the per-step overhead at 2 ranks for 10 steps
