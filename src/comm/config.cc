@@ -34,15 +34,16 @@ const Variable kVariables[] = {
     {"HORA_DEBUG", Topic::Core, "keyword", "WARN", "NONE, WARN, INFO or TRACE (any case)",
      "log level; lines name host, pid, thread and rank. At INFO the first line of a process names the build "
      "(version, build type, kernels, transports)",
-     "NCCL_DEBUG", "VERSION: WARN, and the version banner; ABORT: WARN"},
+     "NCCL_DEBUG", "VERSION: WARN, and the version banner; ABORT: WARN. Unset, Hora warns (NCCL is silent)"},
     {"HORA_DEBUG_SUBSYS", Topic::Core, "list", "ALL", "comma list of INIT, BOOTSTRAP, NET, COLL, ENV, ALL; ^X excludes X",
      "the subsystems that log", "NCCL_DEBUG_SUBSYS",
      "NCCL's syntax (a leading ^ excludes the whole list); P2P and SHM as NET, GRAPH and TUNING as COLL (in an "
-     "exclusion only NET and COLL themselves exclude those); ALLOC, CALL, PROXY, NVLS, REG, PROFILE, RAS ignored"},
+     "exclusion only NET and COLL themselves exclude those); ALLOC, CALL, PROXY, NVLS, REG, PROFILE, RAS ignored. "
+     "Unset, Hora logs ALL (NCCL: INIT,BOOTSTRAP,ENV)"},
     {"HORA_DEBUG_FILE", Topic::Core, "path pattern", "(stderr)", "a file name; %h: host name, %p: pid, %%: a %",
      "file the log is appended to, e.g. /tmp/hora.%h.%p; a file that cannot be opened is a warning, and the log "
      "stays where it was",
-     "NCCL_DEBUG_FILE", "as it is"},
+     "NCCL_DEBUG_FILE", "as it is (%h, %p); appended to, where NCCL truncates"},
     {"HORA_TIMEOUT_MS", Topic::Core, "integer (ms)", "600000", "1 to 31536000000",
      "milliseconds without progress before a wait fails with horaTimeout (horaConfig_t.timeoutMs overrides it "
      "per communicator); a transfer that keeps moving never times out"},
@@ -53,7 +54,8 @@ const Variable kVariables[] = {
      "the algorithm of each collective: auto lets the planner choose, e.g. allreduce:ring,broadcast:chain",
      "NCCL_ALGO",
      "NCCL's syntax (lists, ^, collective:list;...): per collective, the one of Ring (ring) and Tree (tree) it leaves "
-     "that Hora's has is forced; Hora's planner chooses where it leaves both or neither; other names ignored"},
+     "that Hora's has is forced; Hora's planner chooses where it leaves both or neither; other algorithms (NVLS, PAT, "
+     "CollNet...) are ignored with a warning"},
     {"HORA_TUNE_FILE", Topic::Core, "path", "(built-in costs)", "a file written by hora-tune",
      "the planner's cost model, instead of the built-in costs; a file that cannot be read or parsed is an error"},
     {"HORA_CHUNK_BYTES", Topic::Core, "size", "524288", "4096 to 64M bytes (K and M suffixes)",
@@ -77,7 +79,7 @@ const Variable kVariables[] = {
      "comma list of the transports built in: shm (ranks of one host), tcp, ib (where libibverbs was found at build "
      "time); ^X excludes X; the list must leave one",
      "transports to use; HORA_DEBUG=INFO prints each rank's links", "NCCL_IB_DISABLE,NCCL_SHM_DISABLE,NCCL_NET",
-     "NCCL_IB_DISABLE (not 0) leaves out ib, NCCL_SHM_DISABLE=1 shm; NCCL_NET=IB leaves out tcp, NCCL_NET=Socket ib"},
+     "NCCL_IB_DISABLE (not 0) leaves out ib, NCCL_SHM_DISABLE=1 shm; NCCL_NET=IB leaves out tcp (ignored in a build without ib), NCCL_NET=Socket ib; other networks ignored"},
     {"HORA_SOCKET_IFNAME", Topic::Transports, "list", "(the route to the rendezvous)",
      "comma list of interface name prefixes, =exact names, ^excluded ones",
      "interfaces for TCP", "NCCL_SOCKET_IFNAME",
@@ -90,7 +92,8 @@ const Variable kVariables[] = {
      "mlx5_0:1,mlx5_1: name prefixes with an optional :port; a leading = for exact names, ^ to exclude the list",
      "RDMA devices and ports for the ib transport; a filter that leaves no usable port is an error naming it and "
      "every port seen",
-     "NCCL_IB_HCA", "as it is (the same syntax)"},
+     "NCCL_IB_HCA", "the same syntax; one that leaves no usable port turns ib off, as NCCL falls back to sockets (from "
+     "HORA_IB_HCA it is an error)"},
     {"HORA_IB_GID_INDEX", Topic::Ib, "integer", "(the first RoCE v2 GID with an IPv4-mapped address)", "0 to 255",
      "the GID index of RoCE ports (InfiniBand ports are addressed by LID)", "NCCL_IB_GID_INDEX",
      "-1: chosen per port"},
@@ -109,7 +112,7 @@ const Variable kVariables[] = {
     {"HORA_CUDA_IPC", Topic::Cuda, "0 or 1", "1", "0 or 1",
      "0: device buffers of the ranks of one host are staged through host memory instead of the CUDA IPC stage; "
      "must agree on every rank",
-     "NCCL_P2P_DISABLE", "1 as 0"},
+     "NCCL_P2P_DISABLE", "1 as 0 (stage through host memory)"},
     // How a rank finds its job (horaCommInitFromEnv, hora.torch's init).
     {"HORA_RANK", Topic::Launch, "integer", "", "0 to HORA_SIZE-1",
      "this rank (horaCommInitFromEnv; set by hora-run)"},
