@@ -8,7 +8,8 @@ Scope (the page says the same at its top):
   C++, tools/hora_run_*.cc: every printError(...) and usageError(...) (hora-run's refusals and
     reports);
   Python, python/hora/torch/distributed.py and python/hora/torch/_pg_*.py (the torch.distributed
-    backend): the message of every `raise SomeError(...)`; python/hora/torch/*.py: every
+    backend) and python/hora/torch/_engine.py and basics.py (hora.torch's engine and init): the
+    message of every `raise SomeError(...)`; python/hora/torch/*.py: every
     HorovodInternalError(...) (hora.torch).
 
 A message is the text of its string literals: adjacent literals are joined; anything else in the
@@ -35,6 +36,7 @@ PH = "\x00"  # a placeholder
 ALLOWED = {
     "bootstrap round of \x00 bytes exceeds \x00": "a rendezvous round larger than the protocol allows: a bug of this library",
     "\x00 is not in the table of variables": "config.cc asked for a row it does not have: a bug of this library",
+    "module \x00 has no attribute \x00": "basics.py's module __getattr__: Python's own error for a misspelt name",
 }
 # (compared as normalized below)
 
@@ -42,7 +44,7 @@ CPP_FILES = ["src/comm/bootstrap.cc", "src/comm/launch.cc", "src/comm/config.cc"
 CPP_TOOLS_GLOB = "tools/hora_run_*.cc"
 # (call, index of the message argument)
 CPP_CALLS = [("fail(", 1), ("throw Error(", 1), ("HORA_WARN(", 1), ("printError(", 0), ("usageError(", 0)]
-PY_RAISE_FILES = ["python/hora/torch/distributed.py"]
+PY_RAISE_FILES = ["python/hora/torch/distributed.py", "python/hora/torch/_engine.py", "python/hora/torch/basics.py"]
 PY_RAISE_GLOB = "python/hora/torch/_pg_*.py"
 PY_CALL_GLOB = "python/hora/torch/*.py"
 PY_CALLS = {"HorovodInternalError"}
