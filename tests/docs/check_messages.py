@@ -2,9 +2,12 @@
 """Every user-facing message in scope is on the troubleshooting page (docs/troubleshooting.md).
 
 Scope (the page says the same at its top):
-  C++, src/comm/bootstrap.cc, src/comm/launch.cc, src/comm/config.cc: the message of every
-    fail(Errc::..., "format", ...), throw Error(Errc::..., ...) and HORA_WARN(subsystem, "format", ...)
-    (init, rendezvous, launcher and configuration errors and warnings);
+  C++, src/comm/bootstrap.cc, src/comm/launch.cc, src/comm/config.cc (init, rendezvous, launcher
+    and configuration), src/base/socket.cc (addresses, interfaces, connections), src/base/wait.cc
+    (timeouts), src/core/executor.cc (failures while a call waits, mismatched calls),
+    src/comm/comm.cc and src/comm/run.cc (a communicator's failure, links, threads): the message
+    of every fail(Errc::..., "format", ...), throw Error(Errc::..., ...) and
+    HORA_WARN(subsystem, "format", ...);
   C++, tools/hora_run_*.cc: every printError(...) and usageError(...) (hora-run's refusals and
     reports);
   Python, python/hora/torch/distributed.py and python/hora/torch/_pg_*.py (the torch.distributed
@@ -36,11 +39,15 @@ PH = "\x00"  # a placeholder
 ALLOWED = {
     "bootstrap round of \x00 bytes exceeds \x00": "a rendezvous round larger than the protocol allows: a bug of this library",
     "\x00 is not in the table of variables": "config.cc asked for a row it does not have: a bug of this library",
+    "a program uses shared-stage counters it does not have": "a plan the library built is inconsistent: a bug of this library",
+    "a program addresses rank \x00, which has no connection": "a plan the library built is inconsistent: a bug of this library",
+    "a shared-stage plan did not run at once": "a plan the library built is inconsistent: a bug of this library",
     "module \x00 has no attribute \x00": "basics.py's module __getattr__: Python's own error for a misspelt name",
 }
 # (compared as normalized below)
 
-CPP_FILES = ["src/comm/bootstrap.cc", "src/comm/launch.cc", "src/comm/config.cc"]
+CPP_FILES = ["src/comm/bootstrap.cc", "src/comm/launch.cc", "src/comm/config.cc", "src/base/socket.cc",
+             "src/base/wait.cc", "src/core/executor.cc", "src/comm/comm.cc", "src/comm/run.cc"]
 CPP_TOOLS_GLOB = "tools/hora_run_*.cc"
 # (call, index of the message argument)
 CPP_CALLS = [("fail(", 1), ("throw Error(", 1), ("HORA_WARN(", 1), ("printError(", 0), ("usageError(", 0)]
