@@ -223,6 +223,11 @@ def main():
         checked += 1
         if not any(msg in s for s in spans):
             missing.append((msg, where))
+    # An allowed message the code no longer has is a stale entry.
+    stale = sorted(set(allowed) - set(msg for msg, _ in messages))
+    for msg in stale:
+        print("STALE allow-list entry (no such message in scope any more): %s" % msg.replace(PH, "<...>"))
+        missing.append((msg, "ALLOWED"))
     print("%d messages in scope, %d checked (the rest have no text of their own or are internal)" %
           (len(messages), checked))
     for msg, where in missing:
