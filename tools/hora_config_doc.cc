@@ -68,14 +68,15 @@ std::string page() {
   o += "# Configuration\n\n";
   o += "<!-- Generated from the table of variables in src/comm/config.cc by tools/hora_config_doc.cc;\n"
        "     do not edit. Regenerate with: ninja -C <build> docs-configuration -->\n\n";
-  o += "Hora is configured by environment variables. Every variable is read by one module\n"
-       "(`src/comm/config.cc`), except those of the launcher, the Python package and the perf scripts,\n"
-       "which are listed here all the same. An invalid value makes the call that reads it fail with a\n"
-       "message that names the variable, the value and what was expected (`HORA_TIMEOUT_MS='abc' is\n"
-       "invalid: expected a positive number of milliseconds`). An unknown `HORA_*` variable is reported\n"
-       "with a suggestion (`HORA_TIMOUT_MS (did you mean HORA_TIMEOUT_MS?) is not a Hora variable; it is\n"
-       "ignored`). Settings that must agree on every rank say so; a rank that differs fails every rank's\n"
-       "init with the same text ([Troubleshooting](troubleshooting.md)).\n\n";
+  o += "Hora is configured by environment variables. The library reads its settings in one module\n"
+       "(`src/comm/config.cc`), and the rank, size and rendezvous in `src/comm/launch.cc`; hora-run, the\n"
+       "Python package and the perf scripts read their own, listed here too. An invalid value makes the\n"
+       "call that reads it fail with a message that names the variable, the value and what was\n"
+       "expected (`HORA_TIMEOUT_MS='abc' is invalid: expected a positive number of milliseconds`). An\n"
+       "unknown `HORA_*` variable is reported with a suggestion (`HORA_TIMOUT_MS (did you mean\n"
+       "HORA_TIMEOUT_MS?) is not a Hora variable; it is ignored`). Settings that must agree on every rank\n"
+       "say so; a rank that differs fails every rank's init with the same text\n"
+       "([Troubleshooting](troubleshooting.md)).\n\n";
   o += "Hora also reads the `NCCL_*` variables that set one of its knobs, whichever ABI the program\n"
        "uses; the `HORA_*` variable wins where both are set ([NCCL's variables](#nccls-variables)).\n\n";
   const Topic order[] = {Topic::Core, Topic::Transports, Topic::Ib, Topic::Cuda, Topic::Launch,

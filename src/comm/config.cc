@@ -46,7 +46,8 @@ const Variable kVariables[] = {
      "NCCL_DEBUG_FILE", "as it is (%h, %p); appended to, where NCCL truncates"},
     {"HORA_TIMEOUT_MS", Topic::Core, "integer (ms)", "600000", "1 to 31536000000",
      "milliseconds without progress before a wait fails with horaTimeout (horaConfig_t.timeoutMs overrides it "
-     "per communicator); a transfer that keeps moving never times out"},
+     "per communicator); a transfer that keeps moving never times out. The torch.distributed backend takes it "
+     "over init_process_group's default timeout, and hora.torch's stall shutdown defaults to it"},
     {"HORA_ALGO", Topic::Core, "list", "auto",
      "auto; an algorithm's name (forced for every collective that has it); or collective:name pairs, comma "
      "separated, collective one of allreduce, broadcast, reduce, allgather, reducescatter, alltoall, gather, "
