@@ -1,7 +1,7 @@
 // Configuration: the one place that reads HORA_* environment variables, and the NCCL_* ones
 // that set the same knobs (whichever ABI the program uses). Every variable is listed in
 // kVariables (config.cc) with its meaning and the NCCL_* variables it also reads, and the
-// README's tables mirror that list. An invalid HORA_* value is an error (Errc::InvalidArgument)
+// configuration reference (docs/configuration.md) is generated from it. An invalid HORA_* value is an error (Errc::InvalidArgument)
 // with a message naming the variable, the value and what was expected; it is never silently
 // ignored. A HORA_* variable wins over its NCCL_* twins; an NCCL_* value Hora cannot take is
 // never an error, but a warning that it is ignored (Config::ncclWarnings).
@@ -65,6 +65,27 @@ long long parseIntVariable(const char* name, const std::string& v, long long lo,
 
 // Names of HORA_* variables in `names` that Hora does not know, each with a suggestion.
 std::vector<std::string> unknownVariables(const std::vector<std::string>& names);
+
+// The sections of the configuration reference (docs/configuration.md), in its order.
+enum class Topic { Core, Transports, Ib, Cuda, Launch, HoraRun, Python, TorchBackend, Perf, NcclIgnored };
+const char* topicTitle(Topic t);
+
+// One row of the table of every variable (kVariables in config.cc), from which the configuration
+// reference is generated (tools/hora_config_doc.cc).
+struct Variable {
+  const char* name;  // HORA_*; null in a row of NCCL variables that Hora knows and ignores
+  Topic topic;
+  const char* type;         // what kind of value: "integer", "size", "0 or 1", "keyword", "list", "path", ...
+  const char* defaultText;  // "" where unset means nothing is done (or the variable is required)
+  const char* values;       // the values it takes
+  const char* meaning;
+  // NCCL's variables read where `name` is not set (comma separated), and how their values are
+  // translated; in a row without a name, the NCCL variables Hora ignores, and why.
+  const char* nccl = "";
+  const char* ncclNote = "";
+};
+// Every row of the table, in its order.
+const std::vector<Variable>& variables();
 
 // The NCCL_* variables of the table, for documentation and tests: `hora` is the HORA_* variable
 // they are read as ("" for NCCL variables Hora knows and ignores), `note` how their values are
