@@ -4,7 +4,7 @@
 # sees the system's packages (torch) and nothing of this build, and there runs a 2-rank
 # hora.torch allreduce under the environment's own hora-run. hora._core must load the wheel's
 # libhora, from inside the installed package. Skipped (exit 77) where meson-python, the venv
-# module or torch is missing.
+# module, pip, torch or patchelf is missing.
 #
 # usage: test-wheel.sh PYTHON SOURCE_DIR
 set -euo pipefail
@@ -12,6 +12,7 @@ py=$1 src=$2
 for m in mesonpy venv pip torch; do
   "$py" -c "import $m" 2>/dev/null || { echo "SKIP: $py cannot import $m (scripts/install-deps.sh installs it)" >&2; exit 77; }
 done
+command -v patchelf >/dev/null || { echo "SKIP: patchelf is not installed (scripts/install-deps.sh installs it)" >&2; exit 77; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hora-wheel.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
