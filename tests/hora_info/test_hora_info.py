@@ -1,0 +1,114 @@
+"""hora-info's checks: test_hora_info.py HORA_INFO CASE, one case per test.
+
+text:    the human text names the version and every transport of the build
+json:    --json is one JSON object with the fields its help text documents
+forced:  HORA_TRANSPORTS=tcp reports shm not usable, the reason naming the variable
+nccl:    NCCL_SHM_DISABLE=1 reports shm not usable, the reason naming that variable
+check:   --check --json reports shm and tcp ok on this machine
+help:    --help documents the JSON fields; an unknown argument is refused (status 2)
+"""
+import json
+import os
+import subprocess
+import sys
+
+HORA_INFO, CASE = sys.argv[1], sys.argv[2]
+FIELDS = ["version", "version_code", "build_type", "build", "cuda", "kernels", "transports", "topology",
+          "rdma_ports", "settings"]
+
+
+def run(args, env=None, status=0):
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("HORA_", "NCCL_"))}
+    e.update(env or {})
+    p = subprocess.run([HORA_INFO] + args, env=e, capture_output=True, text=True, timeout=120)
+    assert p.returncode == status, f"{args} exited {p.returncode}, not {status}:\n{p.stdout}\n{p.stderr}"
+    return p.stdout
+
+
+def info(args=(), env=None, status=0):
+    return json.loads(run(["--json"] + list(args), env, status))
+
+
+def transport(doc, name):
+    found = [t for t in doc["transports"] if t["name"] == name]
+    assert len(found) == 1, f"{name} in {doc['transports']}"
+    return found[0]
+
+
+def setting(doc, name):
+    found = [s for s in doc["settings"] if s["name"] == name]
+    assert len(found) == 1, f"{name} in {doc['settings']}"
+    return found[0]
+
+
+if CASE == "text":
+    out = run([])
+    doc = info()
+    assert out.startswith("Hora " + doc["version"]), out
+    assert "transports:" in out, out
+    for t in doc["transports"]:
+        assert f"  {t['name']} " in out, (t["name"], out)
+    assert "settings:" in out and "HORA_TRANSPORTS" in out, out
+elif CASE == "json":
+    doc = info()
+    for f in FIELDS:
+        assert f in doc, f"{f} missing: {sorted(doc)}"
+    assert doc["version"].count(".") == 2 and doc["version_code"] > 0, doc["version"]
+    assert isinstance(doc["build"]["cuda"], bool) and isinstance(doc["build"]["ib"], bool), doc["build"]
+    assert doc["cuda"]["usable"] or doc["cuda"]["why"], doc["cuda"]
+    k = doc["kernels"]
+    assert k["active"] == k["auto"] and k["auto"] in k["supported"] and "scalar" in k["supported"], k
+    for name in ("shm", "tcp"):
+        t = transport(doc, name)
+        assert t["built"] and t["enabled"] and t["usable"] and t["why"] == "", t
+    ib = transport(doc, "ib")
+    assert ib["built"] == doc["build"]["ib"], ib
+    assert ib["usable"] or ib["why"], ib
+    host = doc["topology"]["hosts"][0]
+    assert host["pus"] >= host["cores"] >= 1 and host["packages"] >= 1, host
+    for s in doc["settings"]:
+        assert set(s) == {"name", "value", "source", "from"}, s
+    assert setting(doc, "HORA_TRANSPORTS")["source"] == "default", setting(doc, "HORA_TRANSPORTS")
+    assert setting(doc, "HORA_CHUNK_BYTES")["value"] == "524288"
+    assert "check" not in doc
+    doc = info(env={"HORA_CHUNK_BYTES": "64K", "HORA_KERNEL_ISA": "scalar"})
+    s = setting(doc, "HORA_CHUNK_BYTES")
+    assert s == {"name": "HORA_CHUNK_BYTES", "value": "65536", "source": "environment", "from": "HORA_CHUNK_BYTES"}, s
+    assert doc["kernels"]["active"] == "scalar", doc["kernels"]
+elif CASE == "forced":
+    doc = info(env={"HORA_TRANSPORTS": "tcp"})
+    shm = transport(doc, "shm")
+    assert not shm["usable"] and not shm["enabled"] and "HORA_TRANSPORTS='tcp'" in shm["why"], shm
+    assert transport(doc, "tcp")["usable"]
+    s = setting(doc, "HORA_TRANSPORTS")
+    assert s["value"] == "tcp" and s["source"] == "environment", s
+    out = run([], {"HORA_TRANSPORTS": "^shm"})
+    assert "not usable: left out by HORA_TRANSPORTS='^shm'" in out, out
+elif CASE == "nccl":
+    doc = info(env={"NCCL_SHM_DISABLE": "1"})
+    shm = transport(doc, "shm")
+    assert not shm["usable"] and "NCCL_SHM_DISABLE" in shm["why"], shm
+    s = setting(doc, "HORA_TRANSPORTS")
+    assert s["source"] == "environment" and "NCCL_SHM_DISABLE" in s["from"], s
+elif CASE == "check":
+    doc = info(["--check"])
+    got = {c["transport"]: c for c in doc["check"]}
+    for name in ("shm", "tcp"):
+        assert got[name]["ok"] and got[name]["why"] == "", got
+    assert "loopback" not in got, got
+    # A transport left out is not checked.
+    doc = info(["--check"], {"HORA_TRANSPORTS": "tcp"})
+    assert [c["transport"] for c in doc["check"] if c["transport"] in ("shm", "tcp")] == ["tcp"], doc["check"]
+    out = run(["--check"])
+    assert "shm       ok" in out and "tcp       ok" in out, out
+elif CASE == "help":
+    out = run(["--help"])
+    for f in FIELDS + ["check"]:
+        assert f in out, f
+    run(["--bogus"], status=2)
+    # An invalid setting is hora-info's own failure.
+    p = subprocess.run([HORA_INFO], env=dict(os.environ, HORA_CHUNK_BYTES="7"), capture_output=True, text=True)
+    assert p.returncode == 1 and "HORA_CHUNK_BYTES" in p.stderr, (p.returncode, p.stderr)
+else:
+    sys.exit(f"unknown case {CASE}")
+print(f"hora-info {CASE}: ok")
