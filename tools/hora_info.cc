@@ -343,8 +343,7 @@ std::string text(const Report& r) {
   std::string o = "Hora " + r.version + " (" + HORA_BUILD_TYPE + ")\n";
   o += "build:       CUDA " + yesNo(r.cudaBuilt) + ", ib (verbs) " + yesNo(r.ibBuilt) + ", CPU kernels " +
        hora::joined(r.isaBuilt, " ") + "\n";
-  o += "CUDA:        " + (r.cudaUsable ? std::string("usable") : "not usable: " + r.cudaWhy) + " (HORA_CUDA=" + r.cudaMode +
-       ")\n";
+  o += "CUDA:        " + (r.cudaUsable ? "usable (HORA_CUDA=" + r.cudaMode + ")" : "not usable: " + r.cudaWhy) + "\n";
   std::string cpu;
   for (const auto& [name, has] : r.cpu) cpu += " " + name + (has ? "+" : "-");
   o += "kernels:     " + r.isaActive + " active; HORA_KERNEL_ISA=auto picks " + r.isaAuto + "; supported here: " +

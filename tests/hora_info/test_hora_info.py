@@ -5,6 +5,10 @@ json:    --json is one JSON object with the fields its help text documents
 forced:  HORA_TRANSPORTS=tcp reports shm not usable, the reason naming the variable
 nccl:    NCCL_SHM_DISABLE=1 reports shm not usable, the reason naming that variable
 check:   --check --json reports shm and tcp ok on this machine
+checkfail: a job that cannot start (HORA_SOCKET_IFNAME naming no interface) fails its check
+         with the library's error, and hora-info exits 1
+cuda:    HORA_CUDA=emulate: CUDA usable with one emulated GPU, cuda_ipc usable; HORA_CUDA_IPC=0
+         and NCCL_P2P_DISABLE=1 turn cuda_ipc off, naming the variable; other HORA_* variables
 help:    --help documents the JSON fields; an unknown argument is refused (status 2)
 """
 import json
@@ -101,6 +105,30 @@ elif CASE == "check":
     assert [c["transport"] for c in doc["check"] if c["transport"] in ("shm", "tcp")] == ["tcp"], doc["check"]
     out = run(["--check"])
     assert "shm       ok" in out and "tcp       ok" in out, out
+elif CASE == "checkfail":
+    doc = info(["--check"], {"HORA_SOCKET_IFNAME": "no_such_interface"}, status=1)
+    got = {c["transport"]: c for c in doc["check"]}
+    assert set(got) >= {"shm", "tcp"}, got
+    for c in got.values():
+        assert not c["ok"] and "HORA_SOCKET_IFNAME='no_such_interface'" in c["why"], c
+    out = run(["--check"], {"HORA_SOCKET_IFNAME": "no_such_interface"}, status=1)
+    assert "tcp       FAILED: " in out, out
+elif CASE == "cuda":
+    doc = info(env={"HORA_CUDA": "emulate"})
+    assert doc["cuda"]["usable"] and doc["cuda"]["why"] == "" and doc["cuda"]["mode"] == "emulate", doc["cuda"]
+    assert len(doc["cuda"]["gpus"]) == 1 and "emulated" in doc["cuda"]["gpus"][0]["name"], doc["cuda"]
+    assert transport(doc, "cuda_ipc")["usable"], transport(doc, "cuda_ipc")
+    for var in ("HORA_CUDA_IPC=0", "NCCL_P2P_DISABLE=1"):
+        name, value = var.split("=")
+        ipc = transport(info(env={"HORA_CUDA": "emulate", name: value}), "cuda_ipc")
+        assert not ipc["usable"] and f"{name}='{value}'" in ipc["why"], ipc
+    doc = info(env={"HORA_CUDA": "off"})
+    assert not doc["cuda"]["usable"] and doc["cuda"]["why"] and doc["cuda"]["gpus"] == [], doc["cuda"]
+    assert not transport(doc, "cuda_ipc")["usable"] and transport(doc, "cuda_ipc")["why"]
+    doc = info(env={"HORA_RANK": "0", "HORA_NO_SUCH_SETTING": "1", "HORA_SECRET": "ab" * 32})
+    assert setting(doc, "HORA_RANK")["source"] == "environment", setting(doc, "HORA_RANK")
+    assert "not a Hora variable" in setting(doc, "HORA_NO_SUCH_SETTING")["source"]
+    assert setting(doc, "HORA_SECRET")["value"] == "(set)", setting(doc, "HORA_SECRET")
 elif CASE == "help":
     out = run(["--help"])
     for f in FIELDS + ["check"]:
