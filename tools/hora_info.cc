@@ -44,9 +44,9 @@ const char kUsage[] =
     "usage: hora-info [--check] [--json]\n"
     "\n"
     "Prints what this build of Hora and this machine can do: the version and the build's options\n"
-    "(CUDA, ib), the CPU reduction kernels, the transports usable here (and why the others are\n"
-    "not), the topology (hwloc), GPUs, RDMA ports, and every setting in effect with where it\n"
-    "came from (default, or the HORA_* or NCCL_* variable that set it).\n"
+    "(CUDA, ib, MPI in the perf tools), the CPU reduction kernels, the transports usable here\n"
+    "(and why the others are not), the topology (hwloc), GPUs, RDMA ports, and every setting in\n"
+    "effect with where it came from (default, or the HORA_* or NCCL_* variable that set it).\n"
     "\n"
     "options:\n"
     "  --check     also run a 2-rank job (two ranks as threads of a child process, one allreduce\n"
@@ -54,7 +54,8 @@ const char kUsage[] =
     "              each gets at most 20 s. Exit status 1 if one fails.\n"
     "  --json      one JSON object instead of the text:\n"
     "                version, version_code, build_type: the library's version and build\n"
-    "                build: {cuda, ib}: what this build has (true or false)\n"
+    "                build: {cuda, ib, mpi}: what this build has (true or false; mpi: the perf\n"
+    "                  tools, allreduce_perf and the others, built with MPI)\n"
     "                cuda: {built, usable, why, mode, gpus: [{index, name}]}\n"
     "                kernels: {active, auto, supported: [...], built: [...], cpu: {avx2, avx512f,\n"
     "                  avx512bw, avx512vl, avx512bf16, f16c, fma}}\n"
@@ -341,7 +342,8 @@ std::string plural(int n, const char* one) { return std::to_string(n) + " " + on
 
 std::string text(const Report& r) {
   std::string o = "Hora " + r.version + " (" + HORA_BUILD_TYPE + ")\n";
-  o += "build:       CUDA " + yesNo(r.cudaBuilt) + ", ib (verbs) " + yesNo(r.ibBuilt) + ", CPU kernels " +
+  o += "build:       CUDA " + yesNo(r.cudaBuilt) + ", ib (verbs) " + yesNo(r.ibBuilt) + ", MPI (perf tools) " +
+       yesNo(HORA_INFO_PERF_MPI) + ", CPU kernels " +
        hora::joined(r.isaBuilt, " ") + "\n";
   o += "CUDA:        " + (r.cudaUsable ? "usable (HORA_CUDA=" + r.cudaMode + ")" : "not usable: " + r.cudaWhy) + "\n";
   std::string cpu;
@@ -391,7 +393,8 @@ std::string json(const Report& r) {
   auto str = [](const std::string& s) { return jsonString(s); };
   std::string o = "{\"version\": " + str(r.version) + ", \"version_code\": " + std::to_string(r.versionCode) +
                   ", \"build_type\": " + str(HORA_BUILD_TYPE);
-  o += ", \"build\": {\"cuda\": " + jsonBool(r.cudaBuilt) + ", \"ib\": " + jsonBool(r.ibBuilt) + "}";
+  o += ", \"build\": {\"cuda\": " + jsonBool(r.cudaBuilt) + ", \"ib\": " + jsonBool(r.ibBuilt) +
+       ", \"mpi\": " + jsonBool(HORA_INFO_PERF_MPI) + "}";
   o += ", \"cuda\": {\"built\": " + jsonBool(r.cudaBuilt) + ", \"usable\": " + jsonBool(r.cudaUsable) +
        ", \"why\": " + str(r.cudaWhy) + ", \"mode\": " + str(r.cudaMode) + ", \"gpus\": " +
        jsonList(r.gpus, [&](const Gpu& g) {

@@ -58,7 +58,7 @@ elif CASE == "json":
     for f in FIELDS:
         assert f in doc, f"{f} missing: {sorted(doc)}"
     assert doc["version"].count(".") == 2 and doc["version_code"] > 0, doc["version"]
-    assert isinstance(doc["build"]["cuda"], bool) and isinstance(doc["build"]["ib"], bool), doc["build"]
+    assert all(isinstance(doc["build"][k], bool) for k in ("cuda", "ib", "mpi")), doc["build"]
     assert doc["cuda"]["usable"] or doc["cuda"]["why"], doc["cuda"]
     k = doc["kernels"]
     assert k["active"] == k["auto"] and k["auto"] in k["supported"] and "scalar" in k["supported"], k
