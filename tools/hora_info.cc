@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -254,6 +255,9 @@ std::vector<Setting> settings(const hora::Config& c) {
   std::vector<Setting> out;
   std::vector<std::string> listed;
   for (const auto& [name, value] : knobs) {
+    // The library's table of variables (comm/config.cc) must know every one listed here.
+    if (!hora::unknownVariables({name}).empty())
+      throw std::runtime_error(std::string("internal: ") + name + " is not a variable of this library");
     const std::string from = setBy(c, name);
     const char* own = getenv(name);
     out.push_back({name, value, from.empty() ? "default" : "environment",

@@ -26,6 +26,8 @@ def run(args, env=None, status=0):
     e.update(env or {})
     p = subprocess.run([HORA_INFO] + args, env=e, capture_output=True, text=True, timeout=120)
     assert p.returncode == status, f"{args} exited {p.returncode}, not {status}:\n{p.stdout}\n{p.stderr}"
+    # Nothing on stderr where the environment has nothing to warn about.
+    assert env or status != 0 or p.stderr == "", f"{args}: {p.stderr}"
     return p.stdout
 
 
