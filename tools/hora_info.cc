@@ -4,6 +4,7 @@
 // --check runs a 2-rank job over each usable transport (tools/hora_info_check.cc).
 //
 //   hora-info [--check] [--json]
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -138,11 +139,14 @@ std::vector<TransportInfo> transports(const hora::Config& c) {
       out.push_back(t);
       continue;
     }
-    // Set the transport up as a communicator of two ranks would, and ask for its field of the
-    // peer record: empty when it cannot serve this rank, with its reason.
+    // Set the transport up as a communicator of two ranks would (listening on the interface
+    // HORA_SOCKET_IFNAME chooses, else on loopback), and ask for its field of the peer record:
+    // empty when it cannot serve this rank, with its reason.
     try {
-      std::unique_ptr<hora::transport::Transport> made =
-          r.make(hora::transportSettings(c, 0, 2, hora::SockAddr::parse("127.0.0.1:0")));
+      hora::SockAddr bind = c.socketIfname.empty() ? hora::SockAddr::parse("127.0.0.1:0")
+                                                   : hora::chooseInterface(c.socketIfname, AF_INET);
+      bind.setPort(0);
+      std::unique_ptr<hora::transport::Transport> made = r.make(hora::transportSettings(c, 0, 2, bind));
       t.usable = !made->field().empty();
       if (!t.usable) t.why = made->offReason().empty() ? "off on this host" : made->offReason();
     } catch (const std::exception& e) {

@@ -31,7 +31,10 @@ float input(int rank, size_t i) { return static_cast<float>((rank + 1) * (i % 97
 
 std::string rankJob(const horaUniqueId& id, int rank) {
   horaComm_t comm = nullptr;
-  if (horaCommInitRank(&comm, 2, id, rank) != horaSuccess)
+  horaConfig_t config = HORA_CONFIG_INITIALIZER;
+  config.blocking = 1;  // whatever HORA_COMM_BLOCKING says
+  config.commName = "hora-info check";
+  if (horaCommInitRankConfig(&comm, 2, id, rank, &config) != horaSuccess)
     return "rank " + std::to_string(rank) + ": init: " + horaGetLastError(nullptr);
   std::vector<float> send(kCount), recv(kCount, -1.0f);
   for (size_t i = 0; i < kCount; ++i) send[i] = input(rank, i);

@@ -5,8 +5,9 @@ json:    --json is one JSON object with the fields its help text documents
 forced:  HORA_TRANSPORTS=tcp reports shm not usable, the reason naming the variable
 nccl:    NCCL_SHM_DISABLE=1 reports shm not usable, the reason naming that variable
 check:   --check --json reports shm and tcp ok on this machine
-checkfail: a job that cannot start (HORA_SOCKET_IFNAME naming no interface) fails its check
-         with the library's error, and hora-info exits 1
+checkfail: a job whose allreduce cannot run (HORA_ALGO=hier on one host) fails its check with
+         the library's error, and hora-info exits 1; HORA_SOCKET_IFNAME naming no interface
+         makes every transport unusable, with that reason; HORA_COMM_BLOCKING=0 changes nothing
 cuda:    HORA_CUDA=emulate: CUDA usable with one emulated GPU, cuda_ipc usable; HORA_CUDA_IPC=0
          and NCCL_P2P_DISABLE=1 turn cuda_ipc off, naming the variable; other HORA_* variables
 help:    --help documents the JSON fields; an unknown argument is refused (status 2)
@@ -108,13 +109,20 @@ elif CASE == "check":
     out = run(["--check"])
     assert "shm       ok" in out and "tcp       ok" in out, out
 elif CASE == "checkfail":
-    doc = info(["--check"], {"HORA_SOCKET_IFNAME": "no_such_interface"}, status=1)
+    doc = info(["--check"], {"HORA_ALGO": "hier"}, status=1)
     got = {c["transport"]: c for c in doc["check"]}
     assert set(got) >= {"shm", "tcp"}, got
     for c in got.values():
-        assert not c["ok"] and "HORA_SOCKET_IFNAME='no_such_interface'" in c["why"], c
-    out = run(["--check"], {"HORA_SOCKET_IFNAME": "no_such_interface"}, status=1)
+        assert not c["ok"] and "HORA_ALGO forces hier" in c["why"], c
+    out = run(["--check"], {"HORA_ALGO": "hier"}, status=1)
     assert "tcp       FAILED: " in out, out
+    doc = info(["--check"], {"HORA_SOCKET_IFNAME": "no_such_interface"})
+    for t in doc["transports"]:
+        if t["name"] in ("shm", "tcp"):
+            assert not t["usable"] and "HORA_SOCKET_IFNAME='no_such_interface'" in t["why"], t
+    assert [c for c in doc["check"] if c["transport"] in ("shm", "tcp")] == [], doc["check"]
+    doc = info(["--check"], {"HORA_COMM_BLOCKING": "0"})
+    assert all(c["ok"] for c in doc["check"]), doc["check"]
 elif CASE == "cuda":
     doc = info(env={"HORA_CUDA": "emulate"})
     assert doc["cuda"]["usable"] and doc["cuda"]["why"] == "" and doc["cuda"]["mode"] == "emulate", doc["cuda"]
