@@ -55,6 +55,21 @@ std::vector<size_t> chooseTransports(const std::vector<TransportOffer>& offers, 
   return choice;
 }
 
+transport::Settings transportSettings(const Config& cfg, int rank, int nranks, const SockAddr& bindAddr) {
+  transport::Settings ts;
+  ts.rank = rank;
+  ts.nranks = nranks;
+  ts.bindAddr = bindAddr;
+  ts.socketsPerPeer = cfg.nsocksPerPeer;
+  ts.chunkBytes = cfg.chunkBytes;
+  ts.ibHca = cfg.ibHca;
+  ts.ibHcaLenient = cfg.ncclSource.count("HORA_IB_HCA") != 0;
+  ts.ibGidIndex = cfg.ibGidIndex;
+  ts.ibQpsPerPeer = cfg.ibQpsPerPeer;
+  ts.topoFile = cfg.topoFile;
+  return ts;
+}
+
 std::vector<topo::HostEntry> jobHosts(const std::vector<PeerInfo>& peers) {
   std::vector<topo::HostEntry> hosts;
   std::vector<std::string> ids;
@@ -212,19 +227,9 @@ void horaComm::init(const UniqueId& id) {
     // The listener a shrink led by this rank will use (see comm.h): opened now, accepted from
     // only then.
     c->rejoin = listenSocket(c->address);
-    transport::Settings ts;
+    transport::Settings ts = transportSettings(cfg, rank, nranks, c->address);
     ts.secret = id.secret;
     ts.commId = id.commId();
-    ts.rank = rank;
-    ts.nranks = nranks;
-    ts.bindAddr = c->address;
-    ts.socketsPerPeer = cfg.nsocksPerPeer;
-    ts.chunkBytes = cfg.chunkBytes;
-    ts.ibHca = cfg.ibHca;
-    ts.ibHcaLenient = cfg.ncclSource.count("HORA_IB_HCA") != 0;
-    ts.ibGidIndex = cfg.ibGidIndex;
-    ts.ibQpsPerPeer = cfg.ibQpsPerPeer;
-    ts.topoFile = cfg.topoFile;
     ts.handshakeTimeout = std::min(opts.timeout, milliseconds(30000));
     // Every enabled transport of the build, in registry order; each adds its field.
     std::vector<std::unique_ptr<transport::Transport>> owned;

@@ -67,6 +67,11 @@ struct TransportOffer {
   transport::Transport* transport = nullptr;
 };
 
+struct Config;
+// The transports' settings of `cfg` for rank `rank` of `nranks` listening at bindAddr (the job's
+// secret and id left for the caller).
+transport::Settings transportSettings(const Config& cfg, int rank, int nranks, const SockAddr& bindAddr);
+
 // The transport of each peer (an index into `offers`), chosen alike on both ends of each pair:
 // among the offers whose field both records carry, the one whose canConnect gives the highest
 // priority (the earlier offer on a tie). Throws, naming the peer and every offer, when none

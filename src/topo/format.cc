@@ -118,6 +118,8 @@ bool readLocality(Reader& r, int* numa, int* package) {
          r.i32(package, -1, kMaxCount - 1, "a device's package");
 }
 
+}  // namespace
+
 std::string jsonString(const std::string& s) {
   std::string out = "\"";
   for (char ch : s) {
@@ -136,6 +138,8 @@ std::string jsonString(const std::string& s) {
   }
   return out + "\"";
 }
+
+namespace {
 
 template <typename T, typename F>
 std::string jsonList(const std::vector<T>& items, F each) {

@@ -82,6 +82,9 @@ struct HostEntry {
   std::vector<Place> places;
 };
 
+// s as a JSON string, quoted (toJson's strings; hora-info's too).
+std::string jsonString(const std::string& s);
+
 // {"hosts": [{"name": ..., "packages": N, "numa_nodes": N, "cores": N, "pus": N,
 //   "caches": [...], "nics": [{"name", "kind", "pci", "numa"}...],
 //   "gpus": [{"name", "pci", "numa"}...], "ranks": [...]}]} on one line.
