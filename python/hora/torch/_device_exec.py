@@ -26,6 +26,7 @@ the engine stream's order, combined by the host algorithm, and copied back on th
 import torch
 
 from hora import _core as C
+from hora.torch._issue import allgather_rows, exchange, reduce_scatter_rows, split_offsets
 from hora.torch._protocol import (
     _DTYPE_BY_NAME, _HORA_OP, _REDUCE_CODE, AVERAGE, D_DTYPE, D_OP, D_POST, D_PRE, D_ROOT,
     D_SHAPE, D_SPLITS, ELEMENT_SIZE,
@@ -249,21 +250,7 @@ class DeviceExecution:
         out = r.rt.empty([sum(rows)] + trailing, dtype, r.dev, r.stream)
         rowbytes = _numel(trailing) * out.element_size()
         me = info.index
-        src = r.tensor
-        if all(x == rows[0] for x in rows):
-            if rows[0] * rowbytes:
-                comm.allgather(src.data_ptr(), out.data_ptr(), rows[0] * rowbytes, C.UINT8,
-                               stream=h)
-        else:
-            base = out.data_ptr()
-            off = 0
-            with C.group():
-                for i, k in enumerate(rows):
-                    if k * rowbytes:
-                        dst = base + off * rowbytes
-                        comm.broadcast(src.data_ptr() if i == me else dst, dst, k * rowbytes,
-                                       C.UINT8, i, stream=h)
-                    off += k
+        allgather_rows(comm, r.tensor.data_ptr(), out.data_ptr(), rows, rowbytes, me, stream=h)
         return out
 
     def _dev_alltoall(self, comm, info, e, r):
@@ -285,25 +272,12 @@ class DeviceExecution:
                 comm.alltoall(src.data_ptr(), out.data_ptr(), S[0][0] * rowbytes, C.UINT8,
                               stream=h)
         else:
-            soff = [0] * n
-            roff = [0] * n
-            for j in range(1, n):
-                soff[j] = soff[j - 1] + S[me][j - 1]
-                roff[j] = roff[j - 1] + recv[j - 1]
+            soff, roff = split_offsets(S, recv, me)
             if recv[me] and rowbytes:
                 r.rt.copy_(out[roff[me]:roff[me] + recv[me]], src[soff[me]:soff[me] + S[me][me]],
                            s)
-            sb, rb = src.data_ptr(), out.data_ptr()
-            with C.group():
-                for j in range(n):
-                    if j == me:
-                        continue
-                    if S[me][j] * rowbytes:
-                        comm.send(sb + soff[j] * rowbytes, S[me][j] * rowbytes, C.UINT8, j,
-                                  stream=h)
-                    if recv[j] * rowbytes:
-                        comm.recv(rb + roff[j] * rowbytes, recv[j] * rowbytes, C.UINT8, j,
-                                  stream=h)
+            exchange(comm, src.data_ptr(), out.data_ptr(), S, recv, soff, roff, rowbytes, me,
+                     stream=h)
         # The received splits are metadata, on the host (as the splits given).
         return out, torch.tensor(recv, dtype=torch.int32)
 
@@ -329,20 +303,8 @@ class DeviceExecution:
             self._keep.append(tmp)
             src = tmp
         out = rt.empty([rows[me]] + shape[1:], dtype, r.dev, r.stream)
-        if shape[0] % n == 0:
-            if rows[0] * per_row:
-                comm.reduce_scatter(src.data_ptr(), out.data_ptr(), rows[0] * per_row, code,
-                                    _HORA_OP[op], stream=h)
-        else:
-            esize = out.element_size()
-            off = 0
-            with C.group():
-                for i, k in enumerate(rows):
-                    if k * per_row:
-                        comm.reduce(src.data_ptr() + off * per_row * esize,
-                                    out.data_ptr() if i == me else None, k * per_row, code,
-                                    _HORA_OP[op], i, stream=h)
-                    off += k
+        reduce_scatter_rows(comm, src.data_ptr(), out.data_ptr(), rows, per_row, out.element_size(),
+                            code, _HORA_OP[op], me, stream=h)
         if op == AVERAGE or post != 1.0:
             rt.run_in_order(s, lambda: finish_(out, op, post, n))
         return out

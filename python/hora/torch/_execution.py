@@ -9,6 +9,7 @@ import torch
 
 from hora import _core as C
 from hora.torch._device_exec import DeviceExecution
+from hora.torch._issue import allgather_rows, exchange, reduce_scatter_rows, split_offsets
 from hora.torch._protocol import (
     _DTYPE_BY_NAME, _HORA_OP, _REDUCE_CODE, ADASUM, ADD_SET, ALLGATHER, ALLREDUCE, ALLTOALL, AVERAGE,
     BARRIER, BROADCAST, D_DTYPE, D_EXTRA, D_KIND, D_OP, D_POST, D_PRE, D_ROOT, D_SHAPE, D_SPLITS,
@@ -362,19 +363,7 @@ class Execution(DeviceExecution):
         rowbytes = _numel(trailing) * out.element_size()
         me = info.index
         src = r.tensor if r is not None else out
-        if all(x == rows[0] for x in rows):
-            if rows[0] * rowbytes:
-                comm.allgather(src.data_ptr(), out.data_ptr(), rows[0] * rowbytes, C.UINT8)
-        else:
-            base = out.data_ptr()
-            off = 0
-            with C.group():
-                for i, k in enumerate(rows):
-                    if k * rowbytes:
-                        dst = base + off * rowbytes
-                        comm.broadcast(src.data_ptr() if i == me else dst, dst, k * rowbytes,
-                                       C.UINT8, i)
-                    off += k
+        allgather_rows(comm, src.data_ptr(), out.data_ptr(), rows, rowbytes, me)
         return out
 
     def _alltoall(self, info, e, r):
@@ -396,22 +385,10 @@ class Execution(DeviceExecution):
             if S[0][0] * rowbytes:
                 comm.alltoall(src.data_ptr(), out.data_ptr(), S[0][0] * rowbytes, C.UINT8)
         else:
-            soff = [0] * n
-            roff = [0] * n
-            for j in range(1, n):
-                soff[j] = soff[j - 1] + S[me][j - 1]
-                roff[j] = roff[j - 1] + recv[j - 1]
+            soff, roff = split_offsets(S, recv, me)
             if recv[me]:
                 out[roff[me]:roff[me] + recv[me]].copy_(src[soff[me]:soff[me] + S[me][me]])
-            sb, rb = src.data_ptr(), out.data_ptr()
-            with C.group():
-                for j in range(n):
-                    if j == me:
-                        continue
-                    if S[me][j] * rowbytes:
-                        comm.send(sb + soff[j] * rowbytes, S[me][j] * rowbytes, C.UINT8, j)
-                    if recv[j] * rowbytes:
-                        comm.recv(rb + roff[j] * rowbytes, recv[j] * rowbytes, C.UINT8, j)
+            exchange(comm, src.data_ptr(), out.data_ptr(), S, recv, soff, roff, rowbytes, me)
         return out, torch.tensor(recv, dtype=torch.int32)
 
     def _reducescatter(self, info, e, r):
@@ -434,20 +411,8 @@ class Execution(DeviceExecution):
             scaled_copy(tmp, src, pre)
             src = tmp
         out = torch.empty([rows[me]] + shape[1:], dtype=dtype)
-        if shape[0] % n == 0:
-            if rows[0] * per_row:
-                comm.reduce_scatter(src.data_ptr(), out.data_ptr(), rows[0] * per_row, code,
-                                    _HORA_OP[op])
-        else:
-            esize = out.element_size()
-            off = 0
-            with C.group():
-                for i, k in enumerate(rows):
-                    if k * per_row:
-                        comm.reduce(src.data_ptr() + off * per_row * esize,
-                                    out.data_ptr() if i == me else None, k * per_row, code,
-                                    _HORA_OP[op], i)
-                    off += k
+        reduce_scatter_rows(comm, src.data_ptr(), out.data_ptr(), rows, per_row, out.element_size(),
+                            code, _HORA_OP[op], me)
         finish_(out, op, d0[D_POST], n)
         return out
 

@@ -49,6 +49,7 @@ from torch.distributed import distributed_c10d as _dc10d
 from hora import _core, _device
 from hora.torch import _pg_worker
 from hora.torch._pg_collectives import Collectives
+from hora.torch._pg_store import StoreOps
 from hora.torch._pg_worker import (GroupFailedError, _DeviceOp, _Engine, _has, _Job, _OnStream,
                                    _PyWork, _python_caller, _unwrap)
 
@@ -59,7 +60,7 @@ BACKEND_NAME = "hora"
 _UID_KEY = "hora/unique_id"
 
 
-class ProcessGroupHora(Collectives, _c10d.ProcessGroup):
+class ProcessGroupHora(Collectives, StoreOps, _c10d.ProcessGroup):
     """A torch.distributed process group on one Hora communicator (see the module's doc)."""
 
     def __init__(self, store, rank, size, timeout=_dc10d.default_pg_timeout):
