@@ -3,7 +3,7 @@
 #include <cstring>
 #include <functional>
 
-#include "base/cuda.h"
+#include "gpu/cuda.h"
 #include "harness.h"
 
 namespace hora::test {

@@ -34,7 +34,7 @@ struct Case {
 };
 std::string describe(const Case& c);
 
-// Where a case's buffers are: host memory (the default), or device memory (base/cuda.h: a GPU,
+// Where a case's buffers are: host memory (the default), or device memory (gpu/cuda.h: a GPU,
 // or the emulated one), with the call on `stream` (null: synchronous). On a stream, a kernel
 // writes the inputs just before the call and another reads the results just after it, all on
 // the same stream, and the host looks only after synchronizing the stream.

@@ -1,4 +1,4 @@
-// Device buffers and CUDA streams (comm/device.h), on whatever device base/cuda.h offers:
+// Device buffers and CUDA streams (comm/device.h), on whatever device gpu/cuda.h offers:
 //   - HORA_CUDA=emulate (the multirank suite, every machine): the emulated GPU, so that staging,
 //     stream order, the CUDA IPC stage and their failures run everywhere;
 //   - otherwise (the gpu suite): the real GPU; without one the program prints why and exits 77
@@ -15,7 +15,7 @@
 #include <random>
 #include <utility>
 
-#include "base/cuda.h"
+#include "gpu/cuda.h"
 #include "collective_check.h"
 #include "comm/comm.h"
 #include "comm/config.h"

@@ -24,7 +24,7 @@
 #include <infiniband/verbs.h>
 #endif
 
-#include "base/cuda.h"
+#include "gpu/cuda.h"
 #include "base/error.h"
 #include "build_info.h"
 #include "comm/comm.h"

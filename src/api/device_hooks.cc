@@ -7,7 +7,7 @@
 // other CUDA users (torch, CuPy) are the driver's objects, so they mix with these freely.
 // Not part of the supported ABI: they may change with the Python layer.
 #include "api/guard.h"
-#include "base/cuda.h"
+#include "gpu/cuda.h"
 #include "base/wait.h"
 #include "comm/config.h"
 

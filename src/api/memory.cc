@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "api/guard.h"
-#include "base/cuda.h"
+#include "gpu/cuda.h"
 #include "comm/config.h"
 #include "comm/group.h"
 

@@ -10,7 +10,7 @@
 #include <mutex>
 
 #include "base/error.h"
-#include "base/cuda.h"
+#include "gpu/cuda.h"
 #include "build_info.h"
 #include "comm/config_nccl.h"
 #include "kernels/cpu/reduce.h"

@@ -8,7 +8,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "base/cuda.h"
+#include "gpu/cuda.h"
 #include "kernels/cpu/scalar.h"
 #include "base/log.h"
 #include "comm/config.h"

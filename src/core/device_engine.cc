@@ -1,6 +1,6 @@
 #include "core/device_engine.h"
 
-#include "base/cuda.h"
+#include "gpu/cuda.h"
 
 namespace hora::core {
 

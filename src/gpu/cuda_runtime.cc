@@ -1,10 +1,10 @@
-// The CUDA runtime's backend of base/cuda.h (a CUDA build; elsewhere runtimeBackend() says why
+// The CUDA runtime's backend of gpu/cuda.h (a CUDA build; elsewhere runtimeBackend() says why
 // there is none).
 #include <cstring>
 #include <atomic>
 #include <mutex>
 
-#include "base/cuda_backend.h"
+#include "gpu/cuda_backend.h"
 #include "base/error.h"
 
 #if HORA_CUDA

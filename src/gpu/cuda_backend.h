@@ -1,9 +1,9 @@
-// The two implementations behind base/cuda.h: the CUDA runtime (cuda_runtime.cc) and the
-// emulated device (cuda_emulated.cc). Internal to src/base/cuda*.cc.
+// The two implementations behind gpu/cuda.h: the CUDA runtime (cuda_runtime.cc) and the
+// emulated device (cuda_emulated.cc). Internal to src/gpu/cuda*.cc.
 #pragma once
 #include <string>
 
-#include "base/cuda.h"
+#include "gpu/cuda.h"
 
 namespace hora::cuda {
 

@@ -1,10 +1,10 @@
-// base/cuda.h: the backend chosen once (by HORA_CUDA, config()), and the calls passed to it.
-#include "base/cuda.h"
+// gpu/cuda.h: the backend chosen once (by HORA_CUDA, config()), and the calls passed to it.
+#include "gpu/cuda.h"
 
 #include <atomic>
 #include <mutex>
 
-#include "base/cuda_backend.h"
+#include "gpu/cuda_backend.h"
 #include "base/error.h"
 
 namespace hora::cuda {
