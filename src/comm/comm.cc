@@ -391,6 +391,7 @@ horaComm::horaComm() {
 
 horaComm::~horaComm() {
   joinBackground();
+  device.reset();  // its worker and kernels' watchdog use the rest
   magic = kDead;
   std::unique_lock<std::shared_mutex> lock(gLiveMu);
   liveComms().erase(this);

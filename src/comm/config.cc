@@ -114,6 +114,11 @@ const Variable kVariables[] = {
      "0: device buffers of the ranks of one host are staged through host memory instead of the CUDA IPC stage; "
      "must agree on every rank",
      "NCCL_P2P_DISABLE", "1 as 0 (stage through host memory)"},
+    {"HORA_CUDA_KERNELS", Topic::Cuda, "0 or 1", "1", "0 or 1",
+     "1: a collective whose buffers are all on the device, between ranks of one host, is a kernel on the "
+     "caller's stream that moves and reduces the data itself through the ranks' mapped device memory (no host "
+     "hand-off); 0: such calls go through the communicator's worker thread (the CUDA IPC stage for an AllReduce, "
+     "staging for the rest); must agree on every rank; needs HORA_CUDA_IPC=1"},
     // How a rank finds its job (horaCommInitFromEnv, hora.torch's init).
     {"HORA_RANK", Topic::Launch, "integer", "", "0 to HORA_SIZE-1",
      "this rank (horaCommInitFromEnv; set by hora-run)"},
@@ -478,6 +483,7 @@ Config parseConfig(const EnvLookup& env) {
   } else {
     readNcclCudaIpc(c, s);
   }
+  if (auto v = env("HORA_CUDA_KERNELS")) c.cudaKernels = parseIntVariable("HORA_CUDA_KERNELS", *v, 0, 1, "0 or 1") != 0;
   if (KnobSource s = source(env, "HORA_COMM_BLOCKING", c); s.value) {
     c.commBlocking = parseIntVariable("HORA_COMM_BLOCKING", *s.value, 0, 1, "0 or 1") != 0;
   } else {

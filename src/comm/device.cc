@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -13,6 +15,8 @@
 #include "base/log.h"
 #include "comm/config.h"
 #include "core/device_engine.h"
+#include "gpu/protocol.h"
+#include "base/host.h"
 #include "transports/cuda_ipc/stage.h"
 
 namespace hora::device {
@@ -67,6 +71,29 @@ void takeStreamError(void* s) {
   throw e;
 }
 
+// The device-initiated collectives' regions of this process, with the number of communicators
+// that use each: a rank of this process reads another's region through its very pointer, so the
+// region is freed by the last of them to go, not by its owner.
+std::mutex gRegionsMu;
+std::unordered_map<uint8_t*, int>& sharedRegions() {
+  static auto* m = new std::unordered_map<uint8_t*, int>();
+  return *m;
+}
+void retainRegion(uint8_t* p) {
+  std::lock_guard<std::mutex> lock(gRegionsMu);
+  ++sharedRegions()[p];
+}
+void releaseRegion(uint8_t* p) {
+  if (!p) return;
+  {
+    std::lock_guard<std::mutex> lock(gRegionsMu);
+    auto it = sharedRegions().find(p);
+    if (it != sharedRegions().end() && --it->second > 0) return;
+    if (it != sharedRegions().end()) sharedRegions().erase(it);
+  }
+  cuda::deviceFree(p);
+}
+
 }  // namespace
 
 struct CommState {
@@ -103,6 +130,29 @@ struct CommState {
   // Events of other devices' streams that the worker is done with: destroyed by the next
   // caller (or the communicator's end), never by the worker.
   std::vector<void*> foreignDone;
+  // The device-initiated collectives (gpu/protocol.h): this rank's region and every rank's
+  // mapping of it, the status its kernels and the host share, and the numbers every rank
+  // advances alike with each call.
+  struct Kernels {
+    Ipc state = Ipc::Unknown;
+    uint8_t* region = nullptr;
+    std::vector<void*> opened;
+    std::vector<uint8_t*> retained;  // other ranks' regions of this process (retainRegion)
+    std::vector<uint8_t*> regions;
+    gpu::Layout layout;
+    gpu::Status* status = nullptr;  // pinned and mapped; never freed (a kernel may outlive us)
+    uint64_t calls = 0, chunks = 0;  // calls, chunks per block
+    std::atomic<uint64_t> blocks{0};  // blocks launched (the status counts those finished)
+    std::array<std::pair<uint64_t, coll::Args>, 8> recent{};  // the last calls, by number (their texts)
+    uint32_t ll = 0;                             // LL calls
+    std::mutex mu;                  // streams, reported
+    std::vector<void*> streams;     // the CUDA streams kernels were queued on
+    bool reported = false;          // the status's failure became the communicator's
+    std::thread watchdog;
+    std::mutex stopMu;
+    std::condition_variable stopCv;
+    bool stop = false;
+  } k;
   std::unique_ptr<HostStream> worker;  // last: drained and stopped first
 
   void* takeEvent() {
@@ -167,14 +217,23 @@ struct CommState {
     }
   }
 
+  // Ends the kernels' watchdog, makes every kernel of this rank stop (a peer's may still be
+  // waiting for it: they see it gone or time out) and waits, a while at most, until they have
+  // and the peers are done reading this rank's region.
+  void endKernels();
+
   ~CommState() {
     worker.reset();
+    endKernels();
     try {
       engine.reset();
       awaitPeersDone();
       stage.reset();
       for (void* p : opened) cuda::ipcClose(p);
+      for (void* p : k.opened) cuda::ipcClose(p);
+      for (uint8_t* p : k.retained) releaseRegion(p);
       cuda::deviceFree(region);
+      releaseRegion(k.region);
       for (Block& b : pool) cuda::hostFree(b.p);
       for (void* e : events) cuda::eventDestroy(e);
       for (void* e : foreignDone) cuda::eventDestroy(e);
@@ -184,6 +243,50 @@ struct CommState {
     }
   }
 };
+
+void CommState::endKernels() {
+  if (k.watchdog.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(k.stopMu);
+      k.stop = true;
+    }
+    k.stopCv.notify_all();
+    k.watchdog.join();
+  }
+  if (k.state != Ipc::On) return;
+  const auto finished = [this] { return __atomic_load_n(&k.status->finished, __ATOMIC_ACQUIRE) >= k.blocks.load(); };
+  // This rank's kernels end (a correct program has synchronised its streams; one that has not,
+  // or whose peers are gone, is told to stop after a second).
+  const auto start = Clock::now();
+  while (!finished() && Clock::now() - start < std::chrono::seconds(5)) {
+    if (Clock::now() - start > std::chrono::seconds(1)) __atomic_store_n(&k.status->abort, 1u, __ATOMIC_RELEASE);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  if (!finished()) {
+    HORA_WARN(log::kColl, "a collective kernel of this communicator is still running after 5 s: its device memory is "
+              "left allocated");
+    k.region = nullptr;
+    k.opened.clear();
+    k.retained.clear();
+    return;
+  }
+  if (__atomic_load_n(&k.status->abort, __ATOMIC_ACQUIRE)) return;  // failed: the peers stop too
+  // The peers read this rank's region until they have posted the last chunk freed and the last
+  // LL call read: wait for them, a while at most.
+  const auto counter = [this](int j, int b, int which) {
+    const auto* cs = reinterpret_cast<const gpu::Counters*>(k.regions[static_cast<size_t>(j)] + k.layout.countersAt(b));
+    return __atomic_load_n(&cs->c[which], __ATOMIC_ACQUIRE);
+  };
+  const auto peersDone = [&] {
+    for (size_t j = 0; j < k.regions.size(); ++j)
+      for (int b = 0; b < k.layout.blocks; ++b)
+        if (counter(static_cast<int>(j), b, gpu::kFreed) < k.chunks || (b == 0 && counter(static_cast<int>(j), 0, gpu::kLlDone) < k.ll))
+          return false;
+    return true;
+  };
+  const auto until = Clock::now() + std::chrono::seconds(5);
+  while (!peersDone() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::microseconds(200));
+}
 
 void destroy(CommState* s) { delete s; }
 
@@ -278,68 +381,104 @@ bool ipcFits(const horaComm* c, const coll::Args& a, const Where& w) {
          c->nranks > 1 && c->nranks <= kernels::kMaxSources && c->stage && c->stage->size() == c->nranks;
 }
 
-// Sets up the CUDA IPC stage: collective over the communicator (its first call that fits), in
-// the caller's thread, with no stream waiting on this communicator's worker (a CUDA allocation
-// or free may wait for the whole device).
-void setupIpc(horaComm* c, CommState& st) {
+// Every rank's region (device memory: this rank's is `mine`, null where it could not allocate
+// one), mapped here, by rank: exchanged by a collective of the communicator's own, in the
+// caller's thread. *ok is cleared, with *why, where a region is missing or cannot be mapped; the
+// mappings made are added to `opened`.
+std::vector<uint8_t*> exchangeRegions(horaComm* c, CommState& st, uint8_t* mine, std::vector<void*>& opened,
+                                      int32_t* ok, std::string* why, std::vector<uint8_t*>* retained = nullptr) {
   struct Info {
     unsigned char handle[64];
     uint64_t region;
     int32_t pid, device, ok, pad;
   };
-  const size_t regionBytes = 4 * kIpcSlotBytes;
-  Info mine{};
-  std::string why;
-  mine.ok = 1;
-  try {
-    if (!st.region) st.region = static_cast<uint8_t*>(cuda::deviceAlloc(regionBytes));
-    cuda::IpcHandle h = cuda::ipcHandle(st.region);
-    memcpy(mine.handle, h.bytes, sizeof mine.handle);
-  } catch (const Error& e) {
-    mine.ok = 0;
-    why = e.what();
+  Info me{};
+  me.ok = *ok && mine;
+  if (me.ok) {
+    try {
+      cuda::IpcHandle h = cuda::ipcHandle(mine);
+      memcpy(me.handle, h.bytes, sizeof me.handle);
+    } catch (const Error& e) {
+      me.ok = 0;
+      *why = e.what();
+    }
   }
-  mine.region = reinterpret_cast<uintptr_t>(st.region);
-  mine.pid = static_cast<int32_t>(getpid());
-  mine.device = st.device;
+  me.region = reinterpret_cast<uintptr_t>(mine);
+  me.pid = static_cast<int32_t>(getpid());
+  me.device = st.device;
   std::vector<Info> all(static_cast<size_t>(c->nranks));
   coll::Args g;
   g.kind = coll::Kind::AllGather;
-  g.sendbuf = &mine;
+  g.sendbuf = &me;
   g.recvbuf = all.data();
   g.count = sizeof(Info);
   g.dtype = DataType::Uint8;
   hora::runCalls(Calls{{c, g}});
   std::vector<uint8_t*> regions(static_cast<size_t>(c->nranks));
-  int32_t ok = 1;
-  for (int j = 0; j < c->nranks && ok; ++j) {
+  *ok = 1;
+  for (int j = 0; j < c->nranks && *ok; ++j) {
     const Info& p = all[static_cast<size_t>(j)];
     if (!p.ok) {
-      ok = 0;
-      why = format("rank %d could not export its region", j);
+      *ok = 0;
+      if (why->empty()) *why = format("rank %d could not export its region", j);
     } else if (j == c->rank) {
-      regions[static_cast<size_t>(j)] = st.region;
-    } else if (p.pid == mine.pid) {  // a rank of this process: its pointer, if this GPU reaches it
-      if (cuda::canAccessPeer(st.device, p.device)) {
-        cuda::enablePeer(p.device);
+      regions[static_cast<size_t>(j)] = mine;
+    } else if (p.pid == me.pid) {
+      // A rank of this process: its pointer, on this very device or one this GPU reaches.
+      if (p.device == st.device || cuda::canAccessPeer(st.device, p.device)) {
+        if (p.device != st.device) cuda::enablePeer(p.device);
         regions[static_cast<size_t>(j)] = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(p.region));
+        if (retained) {
+          retainRegion(regions[static_cast<size_t>(j)]);
+          retained->push_back(regions[static_cast<size_t>(j)]);
+        }
       } else {
-        ok = 0;
-        why = format("device %d cannot reach device %d of rank %d", st.device, p.device, j);
+        *ok = 0;
+        *why = format("device %d cannot reach device %d of rank %d", st.device, p.device, j);
       }
     } else {
       try {
         cuda::IpcHandle h;
         memcpy(h.bytes, p.handle, sizeof h.bytes);
         void* mapped = cuda::ipcOpen(h);
-        st.opened.push_back(mapped);
+        opened.push_back(mapped);
         regions[static_cast<size_t>(j)] = static_cast<uint8_t*>(mapped);
       } catch (const Error& e) {
-        ok = 0;
-        why = format("mapping rank %d's region: %s", j, e.what());
+        *ok = 0;
+        *why = format("mapping rank %d's region: %s", j, e.what());
       }
     }
   }
+  return regions;
+}
+
+// Whether every rank says ok (a collective: every rank goes the same way).
+bool everyRank(horaComm* c, int32_t ok) {
+  int32_t all = 0;
+  coll::Args m;
+  m.kind = coll::Kind::AllReduce;
+  m.sendbuf = &ok;
+  m.recvbuf = &all;
+  m.count = 1;
+  m.dtype = DataType::Int32;
+  m.op = RedOp::Min;
+  hora::runCalls(Calls{{c, m}});
+  return all != 0;
+}
+
+// Sets up the CUDA IPC stage: collective over the communicator (its first call that fits), in
+// the caller's thread, with no stream waiting on this communicator's worker (a CUDA allocation
+// or free may wait for the whole device).
+void setupIpc(horaComm* c, CommState& st) {
+  const size_t regionBytes = 4 * kIpcSlotBytes;
+  std::string why;
+  int32_t ok = 1;
+  try {
+    if (!st.region) st.region = static_cast<uint8_t*>(cuda::deviceAlloc(regionBytes));
+  } catch (const Error& e) {
+    why = e.what();
+  }
+  std::vector<uint8_t*> regions = exchangeRegions(c, st, st.region, st.opened, &ok, &why);
   if (ok) {
     try {
       st.engine = std::make_unique<core::DeviceEngine>(st.device);
@@ -348,17 +487,7 @@ void setupIpc(horaComm* c, CommState& st) {
       why = e.what();
     }
   }
-  // Every rank goes the same way: the stage only if every one could map every region.
-  int32_t allOk = 0;
-  coll::Args m;
-  m.kind = coll::Kind::AllReduce;
-  m.sendbuf = &ok;
-  m.recvbuf = &allOk;
-  m.count = 1;
-  m.dtype = DataType::Int32;
-  m.op = RedOp::Min;
-  hora::runCalls(Calls{{c, m}});
-  if (allOk) {
+  if (everyRank(c, ok)) {
     st.stage = std::make_shared<transport::CudaIpcStage>(c->stage, std::move(regions), regionBytes);
     st.ipc = Ipc::On;
     HORA_INFO(log::kInit, "rank %d: device AllReduce through CUDA IPC between the %d ranks of this host (device %d, "
@@ -371,6 +500,241 @@ void setupIpc(horaComm* c, CommState& st) {
   st.engine.reset();
   for (void* p : st.opened) cuda::ipcClose(p);
   st.opened.clear();  // (the region itself goes with the communicator)
+}
+
+// ---- Device-initiated collectives (gpu/protocol.h) ----
+
+// Whether a call can be a kernel of the protocol: every rank decides alike for a matched call
+// whose buffers are all on the device.
+bool kernelFits(const horaComm* c, const coll::Args& a, const Where& w) {
+  if (!config().cudaKernels || !config().cudaIpc) return false;
+  switch (a.kind) {
+    case coll::Kind::AllReduce:
+    case coll::Kind::Broadcast:
+    case coll::Kind::Reduce:
+    case coll::Kind::AllGather:
+    case coll::Kind::ReduceScatter: break;
+    default: return false;
+  }
+  if (a.count == 0 || a.op == RedOp::PreMulSum || a.scalarAt) return false;
+  if ((w.in && w.inDev < 0) || (w.out && w.outDev < 0) || (!w.in && !w.out)) return false;
+  if (c->nranks > gpu::kMaxRanks) return false;
+  return c->nranks == 1 || (c->stage && c->stage->size() == c->nranks);
+}
+
+const char* counterName(int counter) {
+  switch (counter) {
+    case gpu::kIn: return "'in' (a chunk deposited)";
+    case gpu::kOut: return "'out' (a chunk's reduced part ready)";
+    case gpu::kFreed: return "'freed' (a slot read by all)";
+    case gpu::kLlDone: return "'LL done' (a small call's data read)";
+    default: return "counter";
+  }
+}
+
+// The error a kernel's status describes, naming the rank it waited for.
+Error statusError(const horaComm* c, const CommState& st, const gpu::Status& s) {
+  const int peer = s.peer;
+  const bool known = peer >= 0 && peer < c->nranks && static_cast<size_t>(peer) < c->peers.size();
+  const std::string who = known ? c->peers[static_cast<size_t>(peer)].name() : format("rank %d", peer);
+  std::string what = format("call #%llu of this communicator's device collectives", static_cast<unsigned long long>(s.call));
+  for (const auto& [no, a] : st.k.recent)
+    if (no == s.call && no) what = coll::describe(a) + " (" + what + ")";
+  if (static_cast<gpu::Code>(s.code) == gpu::Code::Mismatch)
+    return Error(Errc::InvalidUsage, format("mismatched calls: %s is in another collective than this rank's %s (its "
+                                            "tag %016llx); every rank must make the same calls in the same order",
+                                            who.c_str(), what.c_str(), static_cast<unsigned long long>(s.theirTag)));
+  std::string stalled;
+  if (known && static_cast<size_t>(peer) < c->localPids.size() && c->localPids[static_cast<size_t>(peer)])
+    stalled = processStalled(c->localPids[static_cast<size_t>(peer)]);
+  const std::string waited =
+      s.counter < 0 ? format("for its data of that call (flag %llu, it is at %llu)", static_cast<unsigned long long>(s.target),
+                             static_cast<unsigned long long>(s.seen))
+                    : format("for its %s counter to reach %llu (it is at %llu)", counterName(s.counter),
+                             static_cast<unsigned long long>(s.target), static_cast<unsigned long long>(s.seen));
+  return Error(Errc::Timeout, format("Timed out: %s%s did not go on with %s within %lld ms: this rank's kernel waited %s",
+                                     who.c_str(), stalled.empty() ? "" : (" " + stalled + " and").c_str(), what.c_str(),
+                                     static_cast<long long>(c->opts.timeout.count()), waited.c_str()));
+}
+
+// The kernels' failure, once: the communicator's error (its peers hear of it) and the error of
+// every stream they were queued on.
+void reportKernels(horaComm* c, CommState& st) {
+  CommState::Kernels& k = st.k;
+  if (!k.status || !__atomic_load_n(&k.status->code, __ATOMIC_ACQUIRE)) return;
+  std::vector<void*> streams;
+  {
+    std::lock_guard<std::mutex> lock(k.mu);
+    if (k.reported) return;
+    k.reported = true;
+    streams = k.streams;
+  }
+  const Error e = statusError(c, st, *k.status);
+  noteStreamError(streams, "a collective on a CUDA stream", e);
+  if (!c->aborting.load()) c->fail(e);
+  c->setLastError(e.what());
+}
+
+bool kernelsInFlight(const CommState& st) {
+  return st.k.status && __atomic_load_n(&st.k.status->finished, __ATOMIC_ACQUIRE) < st.k.blocks.load();
+}
+
+// The host's side of the kernels, on a thread of its own: it stops them (their status's abort
+// word) when the communicator is aborted or fails or a rank of this host is found gone, and turns
+// a kernel's failure into the communicator's error. Not on any call's path.
+void watchKernels(horaComm* c, CommState* st) {
+  CommState::Kernels& k = st->k;
+  std::vector<pollfd> fds;
+  std::unique_lock<std::mutex> lock(k.stopMu);
+  for (;;) {
+    const auto every = kernelsInFlight(*st) ? std::chrono::milliseconds(2) : std::chrono::milliseconds(20);
+    if (k.stopCv.wait_for(lock, every, [&] { return k.stop; })) return;
+    lock.unlock();
+    const Errc failed = c->asyncError();
+    bool stop = c->aborting.load() || (failed != Errc::Success && failed != Errc::InProgress);
+    if (!stop && c->stage && kernelsInFlight(*st)) {
+      Errc relayed = Errc::Success;
+      fds.clear();
+      const std::string gone = c->stage->arm(-1, &relayed, fds);
+      c->stage->disarm();
+      if (!gone.empty() && kernelsInFlight(*st)) {
+        c->fail(relayed != Errc::Success ? static_cast<const Error&>(PeerFailure(gone, relayed))
+                                         : static_cast<const Error&>(Error(Errc::Remote, gone)));
+        stop = true;
+      }
+    }
+    if (stop) __atomic_store_n(&k.status->abort, 1u, __ATOMIC_RELEASE);
+    reportKernels(c, *st);
+    if (stop && !k.reported) {
+      // The streams learn why: the communicator's error.
+      std::vector<void*> streams;
+      {
+        std::lock_guard<std::mutex> g(k.mu);
+        k.reported = true;
+        streams = k.streams;
+      }
+      Error why(Errc::InvalidUsage, "the communicator was aborted");
+      try {
+        c->check();
+      } catch (const Error& e) {
+        why = e;
+      }
+      noteStreamError(streams, "a collective on a CUDA stream", why);
+      c->setLastError(std::string("a collective on a CUDA stream: ") + why.what());
+    }
+    lock.lock();
+  }
+}
+
+// Sets up the device-initiated collectives: collective over the communicator (its first call
+// that fits), in the caller's thread.
+void setupKernels(horaComm* c, CommState& st) {
+  CommState::Kernels& k = st.k;
+  // The same on every rank (one host: one build, one device mode).
+  k.layout.blocks = cuda::emulated() ? 2 : 8;
+  k.layout.slotBytes = cuda::emulated() ? size_t(256) << 10 : size_t(1) << 20;
+  std::string why;
+  int32_t ok = 1;
+  try {
+    k.region = static_cast<uint8_t*>(cuda::deviceAlloc(k.layout.bytes()));
+    retainRegion(k.region);
+    // Counters and LL flags start at 0 (the slots need nothing).
+    const size_t head = k.layout.slotAt(0, 0, 0);
+    std::vector<uint8_t> zeros(head, 0);
+    cuda::copyAsync(k.region, zeros.data(), head, nullptr);
+    cuda::streamSync(nullptr);
+    k.status = static_cast<gpu::Status*>(cuda::hostAlloc(sizeof(gpu::Status)));
+    memset(k.status, 0, sizeof(gpu::Status));
+  } catch (const Error& e) {
+    ok = 0;
+    why = e.what();
+  }
+  k.regions = exchangeRegions(c, st, k.region, k.opened, &ok, &why, &k.retained);
+  if (everyRank(c, ok)) {
+    k.state = Ipc::On;
+    k.watchdog = std::thread(watchKernels, c, &st);
+    HORA_INFO(log::kInit, "rank %d: collectives on device buffers are kernels on the caller's stream, between the %d "
+              "ranks of this host (device %d, %d blocks, %zu KiB slots, LL up to %zu KiB)", c->rank, c->nranks,
+              st.device, k.layout.blocks, k.layout.slotBytes >> 10, gpu::kLlBytes >> 10);
+    return;
+  }
+  k.state = Ipc::Off;
+  HORA_INFO(log::kInit, "rank %d: no device-initiated collectives (%s); the communicator's worker runs them", c->rank,
+            why.empty() ? "another rank could not map every region" : why.c_str());
+  for (void* p : k.opened) cuda::ipcClose(p);
+  k.opened.clear();
+  for (uint8_t* p : k.retained) releaseRegion(p);
+  k.retained.clear();
+}
+
+// Queues (stream) or runs (null: on the legacy default stream, waiting for it) a call as a
+// device-initiated collective; false where it does not go that way.
+bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, bool lone) {
+  if (!kernelFits(c, a, w)) return false;
+  CommState& st = stateOf(c);
+  CommState::Kernels& k = st.k;
+  if (k.state == Ipc::Unknown) {
+    if (!lone) return false;
+    awaitStreamWork(c);  // the worker idle: the set-up's collectives go first everywhere
+    OnDevice on(st.device);
+    setupKernels(c, st);
+  }
+  if (k.state != Ipc::On) return false;
+  c->check();
+  gpu::Desc d;
+  switch (a.kind) {
+    case coll::Kind::AllReduce: d.coll = gpu::Coll::AllReduce; break;
+    case coll::Kind::Broadcast: d.coll = gpu::Coll::Broadcast; break;
+    case coll::Kind::Reduce: d.coll = gpu::Coll::Reduce; break;
+    case coll::Kind::AllGather: d.coll = gpu::Coll::AllGather; break;
+    default: d.coll = gpu::Coll::ReduceScatter; break;
+  }
+  d.rank = c->rank;
+  d.nranks = c->nranks;
+  d.root = a.root;
+  d.esize = dataTypeSize(a.dtype);
+  d.bytes = a.count * d.esize;
+  d.send = w.in;
+  d.recv = w.out;
+  for (int j = 0; j < c->nranks; ++j) d.regions[j] = k.regions[static_cast<size_t>(j)];
+  d.layout = k.layout;
+  d.status = k.status;
+  d.timeoutNs = static_cast<uint64_t>(c->opts.timeout.count()) * 1000000u;
+  d.dtype = static_cast<int>(a.dtype);
+  d.op = static_cast<int>(a.op);
+  d.divide = a.op == RedOp::Avg;
+  d.divisor = static_cast<uint64_t>(c->nranks);
+  d.tag = coll::makeTag(a) | 1;
+  d.call = k.calls + 1;
+  d.ll = gpu::fitsLl(d.coll, d.bytes, d.nranks);
+  d.llSeq = d.ll ? k.ll + 1 : 0;
+  d.chunkBase = k.chunks;
+  if (d.coll == gpu::Coll::Broadcast && c->rank != a.root) d.send = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(k.mu);
+    if (stream && std::find(k.streams.begin(), k.streams.end(), stream) == k.streams.end()) k.streams.push_back(stream);
+  }
+  try {
+    OnDevice on(st.device);
+    cuda::collectiveAsync(d, stream);
+  } catch (const Error& e) {
+    // The peers' numbers have moved on with this call: the communicator cannot go on.
+    if (!c->aborting.load()) c->fail(e);
+    throw;
+  }
+  k.calls = d.call;
+  k.ll = d.ll ? d.llSeq : k.ll;
+  k.chunks += gpu::chunksOf(d);
+  k.blocks.fetch_add(static_cast<uint64_t>(d.layout.blocks));
+  k.recent[d.call % k.recent.size()] = {d.call, a};
+  ++c->calls;
+  if (stream) return true;
+  OnDevice on(st.device);
+  cuda::streamSync(nullptr);
+  reportKernels(c, st);
+  c->check();
+  if (__atomic_load_n(&k.status->abort, __ATOMIC_ACQUIRE)) fail(Errc::InvalidUsage, "the communicator was aborted");
+  return true;
 }
 
 // Waits for an event (the caller's own work: no deadline), backing off from yielding to
@@ -575,6 +939,7 @@ void runCalls(const Calls& calls) {
   if (!cuda::usable()) return hora::runCalls(calls);
   thread_local std::vector<Where> ws;
   if (!anyOnDevice(calls, ws)) return hora::runCalls(calls);
+  if (calls.size() == 1 && viaKernel(calls[0].first, calls[0].second, ws[0], nullptr, true)) return;
   OnDevice on(stateOf(calls[0].first).device);
   std::unique_ptr<Plan> p = plan(calls, ws, true);
   execute(*p, nullptr);
@@ -605,6 +970,10 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
       else st.retireForeign(events[i]);
     }
   };
+  if (calls.size() == 1 && distinct.size() == 1 && !calls[0].second.scalarAt) {
+    std::vector<Where> ws;
+    if (anyOnDevice(calls, ws) && viaKernel(calls[0].first, calls[0].second, ws[0], distinct[0], true)) return;
+  }
   std::vector<Item> items;
   for (horaComm* c : comms) {
     Item it{c, &stateOf(c), {}, nullptr, {}, {}};
@@ -688,6 +1057,11 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
       OnDevice on(cuda::streamDevice(s));
       cuda::streamWaitFlag(s, items[i].st->flag, seqs[i], config().cudaWaitKernel);
     }
+}
+
+bool kernelsActive(horaComm* c) {
+  std::lock_guard<std::mutex> lock(c->deviceMu);
+  return c->device && c->device->k.state == Ipc::On;
 }
 
 bool ipcActive(horaComm* c) {

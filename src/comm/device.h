@@ -60,6 +60,9 @@ bool query(void* stream);
 
 // Whether c's device AllReduces go through its CUDA IPC stage (set up by the first that fits).
 bool ipcActive(horaComm* c);
+// Whether c's collectives on device buffers are kernels of the device-initiated protocol
+// (gpu/protocol.h; set up by the first call that fits).
+bool kernelsActive(horaComm* c);
 
 // Per communicator: its worker, pinned staging and CUDA IPC stage (comm.h holds one).
 struct CommState;

@@ -88,6 +88,7 @@ void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc,
                  const kernels::ReduceSpec& spec, void* stream) {
   if (count) b().reduceAsync(dsts, ndst, srcs, nsrc, count, spec, stream);
 }
+void collectiveAsync(const gpu::Desc& d, void* stream) { b().collectiveAsync(d, stream); }
 IpcHandle ipcHandle(void* devicePtr) { return b().ipcHandle(devicePtr); }
 void* ipcOpen(const IpcHandle& h) { return b().ipcOpen(h); }
 void ipcClose(void* p) {

@@ -20,6 +20,10 @@
 
 #include "kernels/cpu/reduce.h"
 
+namespace hora::gpu {
+struct Desc;
+}
+
 namespace hora::cuda {
 
 // HORA_CUDA: auto (the runtime where it is usable), off (never: every pointer is host memory and
@@ -78,6 +82,11 @@ void streamWaitFlag(void* stream, const volatile uint32_t* flag, uint32_t value,
 // Queues kernels::reduce on device memory (kernels/cuda) in `stream`'s order.
 void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
                  const kernels::ReduceSpec& spec, void* stream);
+
+// Queues a device-initiated collective (gpu/protocol.h: the kernel that moves, reduces and
+// synchronises through the ranks' mapped regions) on `stream`; its failures are written to
+// d.status (host-mapped memory from hostAlloc), not thrown.
+void collectiveAsync(const gpu::Desc& d, void* stream);
 
 // CUDA IPC.
 struct IpcHandle {

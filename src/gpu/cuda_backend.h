@@ -34,6 +34,7 @@ class Backend {
   virtual void streamWaitFlag(void* stream, const volatile uint32_t* flag, uint32_t value, bool kernel) = 0;
   virtual void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
                            const kernels::ReduceSpec& spec, void* stream) = 0;
+  virtual void collectiveAsync(const gpu::Desc& d, void* stream) = 0;
   virtual IpcHandle ipcHandle(void* devicePtr) = 0;
   virtual void* ipcOpen(const IpcHandle& h) = 0;
   virtual void ipcClose(void* p) = 0;

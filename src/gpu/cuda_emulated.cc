@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "gpu/cuda_backend.h"
+#include "gpu/protocol_host.h"
 #include "base/error.h"
 
 namespace hora::cuda {
@@ -233,6 +234,9 @@ class Emulated final : public Backend {
   // instantiates them) not loaded before waits, at its first launch, for every stream's work, so
   // a launch from a thread that a stream waits for hangs, as on a GPU.
   void loadKernels() override { loaded_.store(~uint64_t{0}); }
+  void collectiveAsync(const gpu::Desc& d, void* s) override {
+    run(s, [d] { gpu::runOnHost(d); });
+  }
   void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
                    const kernels::ReduceSpec& spec, void* s) override {
     const int op = static_cast<int>(spec.op);

@@ -11,6 +11,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "gpu/protocol_host.h"
 #include "kernels/cuda/reduce.h"
 #endif
 
@@ -128,6 +129,7 @@ class Runtime final : public Backend {
     std::lock_guard<std::mutex> lock(loadMu_);
     if (loaded_[dev]) return;
     check(static_cast<cudaError_t>(kernels::cuda::preload()), "loading the CUDA kernels (cudaFuncGetAttributes)");
+    check(static_cast<cudaError_t>(gpu::preload()), "loading the collective kernels (cudaFuncGetAttributes)");
     loaded_[dev] = true;
   }
   void streamWaitFlag(void* stream, const volatile uint32_t* flag, uint32_t value, bool kernel) override {
@@ -152,6 +154,13 @@ class Runtime final : public Backend {
                    const kernels::ReduceSpec& spec, void* stream) override {
     check(static_cast<cudaError_t>(kernels::cuda::reduce(dsts, ndst, srcs, nsrc, count, spec, stream)),
           "the reduction kernel's launch");
+  }
+  void collectiveAsync(const gpu::Desc& d, void* stream) override {
+    gpu::Desc on = d;
+    void* status = nullptr;
+    check(cudaHostGetDevicePointer(&status, d.status, 0), "cudaHostGetDevicePointer");
+    on.status = static_cast<gpu::Status*>(status);
+    check(static_cast<cudaError_t>(gpu::launch(on, stream)), "the collective kernel's launch");
   }
   IpcHandle ipcHandle(void* devicePtr) override {
     cudaIpcMemHandle_t h;

@@ -1,0 +1,155 @@
+// The device-initiated protocol (protocol.h) as a CUDA kernel: one launch per call, `blocks`
+// blocks of kThreads threads, each block a channel of its own. Thread 0 of a block waits on the
+// counters; every thread moves data. Reads of the regions bypass L1 (__ldcg): a slot is reused
+// every second chunk, and another SM (a rank as a thread on the same GPU) or another GPU wrote
+// it. The element arithmetic is kernels/cuda/element.h's, bit for bit the CPU kernels'.
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "gpu/protocol_host.h"
+#include "kernels/cuda/element.h"
+
+namespace hora::gpu {
+namespace {
+
+namespace el = kernels::element;
+
+constexpr int kThreads = 512;
+
+template <class E>
+__device__ __forceinline__ E loadCg(const void* p) {
+  E v;
+  if constexpr (sizeof(E) == 1) {
+    const unsigned char b = __ldcg(static_cast<const unsigned char*>(p));
+    memcpy(&v, &b, 1);
+  } else if constexpr (sizeof(E) == 2) {
+    const unsigned short b = __ldcg(static_cast<const unsigned short*>(p));
+    memcpy(&v, &b, 2);
+  } else if constexpr (sizeof(E) == 4) {
+    const unsigned int b = __ldcg(static_cast<const unsigned int*>(p));
+    memcpy(&v, &b, 4);
+  } else {
+    const unsigned long long b = __ldcg(static_cast<const unsigned long long*>(p));
+    memcpy(&v, &b, 8);
+  }
+  return v;
+}
+
+template <class D, class Op>
+struct DevX {
+  using E = typename D::E;
+  el::Params p;
+
+  __device__ int tid() const { return static_cast<int>(threadIdx.x); }
+  __device__ int nthreads() const { return static_cast<int>(blockDim.x); }
+  __device__ void sync() const { __syncthreads(); }
+  __device__ bool agree(bool ok) const { return __syncthreads_and(ok ? 1 : 0) != 0; }
+
+  __device__ void copy(void* dst, const void* src, size_t bytes) const {
+    if (!bytes || dst == src) return;
+    char* o = static_cast<char*>(dst);
+    const char* i = static_cast<const char*>(src);
+    size_t done = 0;
+    if (((reinterpret_cast<uintptr_t>(o) | reinterpret_cast<uintptr_t>(i)) & 15) == 0) {
+      const size_t packs = bytes / 16;
+      for (size_t k = threadIdx.x; k < packs; k += blockDim.x)
+        reinterpret_cast<uint4*>(o)[k] = __ldcg(reinterpret_cast<const uint4*>(i) + k);
+      done = packs * 16;
+    }
+    for (size_t k = done + threadIdx.x; k < bytes; k += blockDim.x) o[k] = static_cast<char>(__ldcg(reinterpret_cast<const unsigned char*>(i) + k));
+  }
+
+  __device__ void reduceInto(void* a, void* b, const void* const* srcs, int n, size_t count) const {
+    for (size_t i = threadIdx.x; i < count; i += blockDim.x) {
+      typename D::C acc = el::first<D>(loadCg<E>(static_cast<const E*>(srcs[0]) + i), p);
+      for (int k = 1; k < n; ++k) acc = el::combine<D, Op>(acc, loadCg<E>(static_cast<const E*>(srcs[k]) + i));
+      const E out = el::last<D>(acc, p);
+      static_cast<E*>(a)[i] = out;
+      if (b) static_cast<E*>(b)[i] = out;
+    }
+  }
+  __device__ void reduce(void* dst, const void* const* srcs, int n, size_t count, const Desc&) const {
+    reduceInto(dst, nullptr, srcs, n, count);
+  }
+  __device__ void reduce2(void* a, void* b, const void* const* srcs, int n, size_t count, const Desc&) const {
+    reduceInto(a, a == b ? nullptr : b, srcs, n, count);
+  }
+
+  __device__ static uint64_t load64(const uint64_t* q) { return *reinterpret_cast<const volatile uint64_t*>(q); }
+  __device__ static void store64(uint64_t* q, uint64_t v) { *reinterpret_cast<volatile uint64_t*>(q) = v; }
+  __device__ static uint32_t load32(const uint32_t* q) { return *reinterpret_cast<const volatile uint32_t*>(q); }
+  __device__ static void store32(uint32_t* q, uint32_t v) { *reinterpret_cast<volatile uint32_t*>(q) = v; }
+  __device__ static bool claim(uint32_t* q, uint32_t v) { return atomicCAS_system(q, 0u, v) == 0u; }
+  __device__ static void add64(uint64_t* q, uint64_t v) {
+    atomicAdd_system(reinterpret_cast<unsigned long long*>(q), static_cast<unsigned long long>(v));
+  }
+  __device__ static void fenceSystem() { __threadfence_system(); }
+  __device__ static uint64_t now() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+  }
+  __device__ static void pause(unsigned spins) {
+    if (spins > 64) __nanosleep(spins > 4096 ? 1000 : 100);
+  }
+  __device__ static uint32_t read32(const uint8_t* q) {
+    if ((reinterpret_cast<uintptr_t>(q) & 3) == 0) return *reinterpret_cast<const uint32_t*>(q);
+    return static_cast<uint32_t>(q[0]) | static_cast<uint32_t>(q[1]) << 8 | static_cast<uint32_t>(q[2]) << 16 |
+           static_cast<uint32_t>(q[3]) << 24;
+  }
+  __device__ static void write32(uint8_t* q, uint32_t v) {
+    if ((reinterpret_cast<uintptr_t>(q) & 3) == 0) {
+      *reinterpret_cast<uint32_t*>(q) = v;
+      return;
+    }
+    for (int k = 0; k < 4; ++k) q[k] = static_cast<uint8_t>(v >> (8 * k));
+  }
+};
+
+template <class D, class Op>
+__global__ void __launch_bounds__(kThreads) protocolKernel(const __grid_constant__ Desc d) {
+  DevX<D, Op> x;
+  x.p.divide = d.divide;
+  x.p.divisor = d.divisor;
+  Run<DevX<D, Op>>{x, d, static_cast<int>(blockIdx.x)}();
+}
+
+struct Launch {
+  const Desc* d;
+  cudaStream_t stream;
+  cudaError_t result = cudaErrorInvalidValue;
+  template <class D, class Op>
+  void operator()() {
+    protocolKernel<D, Op><<<static_cast<unsigned>(d->layout.blocks), kThreads, 0, stream>>>(*d);
+    result = cudaGetLastError();
+  }
+};
+
+struct Load {
+  cudaError_t result = cudaSuccess;
+  template <class D, class Op>
+  void operator()() {
+    cudaFuncAttributes attr;
+    const cudaError_t e = cudaFuncGetAttributes(&attr, protocolKernel<D, Op>);
+    if (result == cudaSuccess) result = e;
+  }
+};
+
+}  // namespace
+
+int preload() {
+  Load l;
+  for (int t = 0; t < 12; ++t)
+    for (int op = 0; op < 4; ++op) el::dispatch(t, op, l);
+  return l.result;
+}
+
+int launch(const Desc& d, void* stream) {
+  if (d.layout.blocks < 1 || d.layout.blocks > kMaxBlocks || d.nranks < 1 || d.nranks > kMaxRanks) return cudaErrorInvalidValue;
+  Launch l{&d, static_cast<cudaStream_t>(stream)};
+  if (!el::dispatch(d.dtype, d.op, l)) return cudaErrorInvalidValue;
+  return l.result;
+}
+
+}  // namespace hora::gpu

@@ -1,0 +1,448 @@
+// The device-initiated collectives of the ranks of one host: the collective is a kernel on the
+// caller's stream, which moves and reduces the data itself through the regions of the ranks
+// (each rank's own device memory, mapped into every other's once, by CUDA IPC or, between ranks
+// of one process, as the pointer itself) and synchronises through counters in those regions. No
+// host thread, event or stream wait is on this path.
+//
+// The steps are written once, here, as code for the host and the device over a policy (X) that
+// says how a block's threads share work, load and store a counter, read the clock and pause:
+// protocol.cu runs them as a CUDA kernel (X = a block of threads), protocol_host.cc on the
+// emulated GPU (X = one thread of the emulated stream), so the suite runs the very state
+// machine a GPU runs.
+//
+// Each rank's region, per block b (a block is a channel of its own: its piece of every chunk,
+// its counters and its slots):
+//   - counters that only the owner writes, each only growing: kIn (chunks deposited), kOut
+//     (chunks whose reduced part is in the out-slot), kFreed (chunks the owner has finished
+//     reading from every region), kLlDone (LL calls read), and the call the owner is in with its
+//     tag, so that a member waiting on another can tell a mismatched call from a late one;
+//   - two LL buffers (block 0 only uses them): for a small call, the data and a flag in one
+//     8-byte store (4 bytes of data, the call's LL number), so that a reader sees data and flag
+//     together and no counter round trip is needed;
+//   - two slots, each an in-area and an out-area of slotBytes.
+//
+// The protocols, per collective (n ranks, each chunk g of a call posted as the value g):
+//   LL (the call's bytes per rank at most kLlBytes): each contributor writes its data as LL words
+//     into its buffer (LL number s, buffer s % 2; first it waits until the readers are done with
+//     call s - 2, kLlDone); each reader polls the words of the buffers it needs until their flag
+//     is s, unpacks them (into its landing area, or straight into the output), reduces, and
+//     posts kLlDone = s. One pass, no counter.
+//   counters (larger): per chunk, wait until the readers have freed the slot used two chunks
+//     before (kFreed >= g - 2), deposit this rank's part into its in-area, post kIn = g; then
+//       AllReduce: reduce part r of the chunk from every in-area into this rank's out-area and the
+//                  output, post kOut = g, copy the other parts from the others' out-areas;
+//       Broadcast: the root deposits, the others copy its in-area;
+//       Reduce: the root reduces every in-area into the output;
+//       AllGather: copy every in-area to its place in the output;
+//       ReduceScatter: the in-area holds the chunk of each of the n blocks; reduce block r's;
+//     post kFreed = g. Two slots: a chunk's deposit overlaps the previous chunk's reads.
+//
+// Every wait polls the abort word of the rank's status (host-mapped memory the host sets on
+// horaCommAbort, when it finds a peer dead, or when the communicator fails) and its deadline:
+// the first failure is written to the status (what it waited for, from whom), every other wait
+// of the kernel ends, and the kernel returns; the host turns the status into the communicator's
+// error naming the culprit (comm/device.cc). A GPU never hangs on a peer.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define HORA_PD __host__ __device__ __forceinline__
+#else
+#define HORA_PD inline
+#endif
+
+namespace hora::gpu {
+
+inline constexpr int kMaxRanks = 8;
+inline constexpr int kMaxBlocks = 16;
+inline constexpr size_t kLlBytes = size_t(16) << 10;  // a call's bytes per rank through LL, at most
+inline constexpr int kSlots = 2;
+
+enum class Coll : uint8_t { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter };
+// kCall: the last call the owner announced; kTag + call % 3: the tags of its last three calls.
+enum Counter : int { kIn = 0, kOut = 1, kFreed = 2, kLlDone = 3, kCall = 4, kTag = 5 };
+inline constexpr int kTags = 3;
+enum class Code : uint32_t { Ok = 0, Aborted = 1, TimedOut = 2, Mismatch = 3 };
+
+struct alignas(64) Counters {
+  uint64_t c[8];
+};
+
+// Where everything is in each rank's region (the same on every rank).
+struct Layout {
+  int blocks = 1;
+  size_t slotBytes = size_t(1) << 20;  // each of a slot's two areas, per block
+  HORA_PD size_t countersAt(int b) const { return static_cast<size_t>(b) * sizeof(Counters); }
+  HORA_PD size_t llAt(int buf) const { return kMaxBlocks * sizeof(Counters) + static_cast<size_t>(buf) * 2 * kLlBytes; }
+  // Where the LL data of member j lands, unpacked (ReduceScatter: its part for this rank).
+  HORA_PD size_t landingAt(int j) const { return llAt(2) + static_cast<size_t>(j) * kLlBytes; }
+  HORA_PD size_t slotAt(int b, int slot, int out) const {
+    return landingAt(kMaxRanks) + ((static_cast<size_t>(b) * kSlots + slot) * 2 + out) * slotBytes;
+  }
+  HORA_PD size_t bytes() const { return slotAt(blocks, 0, 0); }
+};
+
+// In host-mapped memory, one per rank and communicator: the host's abort word and the kernel's
+// account of its first failure.
+struct Status {
+  uint32_t abort;  // non-zero: every wait ends (the host's, or a failing block's)
+  uint32_t code;   // Code of the first failure (0 while none)
+  int32_t peer;    // the rank waited for
+  int32_t counter;  // Counter, or -1 for an LL word
+  uint64_t call;    // the call's number on this communicator's device path
+  uint64_t target, seen;  // the value waited for, and the last seen
+  uint64_t theirTag;      // Mismatch: the peer's tag for the same call number
+  uint64_t finished;      // blocks of this rank's kernels that have returned
+};
+
+// A call, as the kernel (or the emulated stream) runs it.
+struct Desc {
+  Coll coll = Coll::AllReduce;
+  int rank = 0, nranks = 1, root = 0;
+  size_t bytes = 0;   // per rank: AllReduce, Broadcast, Reduce: the buffer; AllGather: the send
+                      // buffer; ReduceScatter: the receive buffer
+  size_t esize = 1;   // element size: parts are cut at elements
+  const void* send = nullptr;
+  void* recv = nullptr;
+  uint8_t* regions[kMaxRanks] = {};
+  Layout layout;
+  uint64_t chunkBase = 0;  // chunks of each block before this call
+  uint32_t llSeq = 0;      // this call's LL number (LL calls)
+  bool ll = false;
+  uint64_t call = 0;       // this call's number (announced, for the mismatch check)
+  uint64_t tag = 0;        // what the call is (kind, count, type, op, root): equal on every rank
+  Status* status = nullptr;
+  uint64_t timeoutNs = 0;
+  // The reduction (kernels::ReduceSpec's, without PreMulSum, which does not take this path).
+  int dtype = 0, op = 0;
+  bool divide = false;
+  uint64_t divisor = 1;
+};
+
+// The chunk unit of a call per block: ReduceScatter's in-area holds a piece of each of the n
+// blocks.
+HORA_PD size_t unitOf(const Desc& d) {
+  size_t unit = d.coll == Coll::ReduceScatter ? d.layout.slotBytes / static_cast<size_t>(d.nranks) : d.layout.slotBytes;
+  unit -= unit % d.esize;
+  return unit;
+}
+// Chunks per block of a call (every rank computes the same).
+HORA_PD uint64_t chunksOf(const Desc& d) {
+  if (d.ll || d.bytes == 0) return 0;
+  const size_t step = unitOf(d) * static_cast<size_t>(d.layout.blocks);
+  return (d.bytes + step - 1) / step;
+}
+// Whether a call of these bytes per rank goes by LL.
+HORA_PD bool fitsLl(Coll c, size_t bytes, int nranks) {
+  const size_t own = c == Coll::ReduceScatter ? bytes * static_cast<size_t>(nranks) : bytes;
+  return bytes > 0 && own <= kLlBytes;
+}
+
+template <class X>
+struct Run {
+  X& x;
+  const Desc& d;
+  int b;  // the block
+
+  HORA_PD Counters* counters(int j) const {
+    return reinterpret_cast<Counters*>(d.regions[j] + d.layout.countersAt(b));
+  }
+  HORA_PD bool stopped() const { return X::load32(&d.status->abort) != 0; }
+
+  // Records the first failure and stops every wait (of every block).
+  HORA_PD void fail(Code code, int peer, int counter, uint64_t target, uint64_t seen, uint64_t theirs) const {
+    if (X::claim(&d.status->code, static_cast<uint32_t>(code))) {
+      d.status->peer = peer;
+      d.status->counter = counter;
+      d.status->call = d.call;
+      d.status->target = target;
+      d.status->seen = seen;
+      d.status->theirTag = theirs;
+      X::fenceSystem();
+    }
+    X::store32(&d.status->abort, 1u);
+  }
+
+  // Whether member j is not in another call under this call's number (as far as it can be
+  // told: it has announced this number, and not three more since); records the mismatch.
+  HORA_PD bool sameCall(int j) const {
+    const Counters* theirs = counters(j);
+    const uint64_t at = X::load64(&theirs->c[kCall]);
+    if (at < d.call || at - d.call >= kTags) return true;
+    const uint64_t t = X::load64(&theirs->c[kTag + static_cast<int>(d.call % kTags)]);
+    if (X::load64(&theirs->c[kCall]) - d.call >= kTags || t == d.tag) return true;
+    fail(Code::Mismatch, j, -1, 0, 0, t);
+    return false;
+  }
+
+  // Polls `word` (member `peer`'s counter) until it reaches target; false when the kernel must
+  // stop (an abort, the deadline, or a mismatched call of that member). Any one thread.
+  HORA_PD bool until(const uint64_t* word, uint64_t target, int peer, int counter) const {
+    uint64_t start = 0;
+    unsigned spins = 0;
+    for (;;) {
+      const uint64_t v = X::load64(word);
+      if (v >= target) return true;
+      if (stopped()) return false;
+      if ((++spins & 63) == 0) {
+        if (!sameCall(peer)) return false;
+        const uint64_t now = X::now();
+        if (!start) start = now;
+        else if (now - start > d.timeoutNs) {
+          fail(Code::TimedOut, peer, counter, target, v, 0);
+          return false;
+        }
+      }
+      X::pause(spins);
+    }
+  }
+
+  // Thread 0 waits for `counter` of every member in [first, last] but `skip` to reach target;
+  // the block then goes on together, or stops together.
+  HORA_PD bool all(int counter, uint64_t target, int first, int last, int skip) const {
+    bool ok = true;
+    if (x.tid() == 0)
+      for (int j = first; j <= last && ok; ++j)
+        if (j != skip) ok = until(&counters(j)->c[counter], target, j, counter);
+    return x.agree(ok);
+  }
+  HORA_PD bool everyone(int counter, uint64_t target) const { return all(counter, target, 0, d.nranks - 1, d.rank); }
+
+  HORA_PD void post(int counter, uint64_t value) const {
+    x.sync();  // every thread's stores before
+    if (x.tid() == 0) {
+      X::fenceSystem();
+      X::store64(&counters(d.rank)->c[counter], value);
+    }
+  }
+
+  HORA_PD void announce() const {
+    if (x.tid() == 0) {
+      Counters* mine = counters(d.rank);
+      X::store64(&mine->c[kTag + static_cast<int>(d.call % kTags)], d.tag);
+      X::fenceSystem();
+      X::store64(&mine->c[kCall], d.call);
+      X::fenceSystem();  // before any data of the call
+    }
+    x.sync();
+  }
+
+  // ---- LL ----
+  HORA_PD uint64_t* llWords(int j, int buf) const { return reinterpret_cast<uint64_t*>(d.regions[j] + d.layout.llAt(buf)); }
+
+  // This rank's `bytes` at src into its LL buffer, flagged s.
+  HORA_PD void llWrite(const uint8_t* src, size_t bytes, uint64_t* words, uint32_t s) const {
+    const size_t n = (bytes + 3) / 4;
+    for (size_t i = static_cast<size_t>(x.tid()); i < n; i += static_cast<size_t>(x.nthreads())) {
+      uint32_t v = 0;
+      const size_t at = i * 4;
+      if (at + 4 <= bytes) v = X::read32(src + at);
+      else
+        for (size_t k = 0; at + k < bytes; ++k) v |= static_cast<uint32_t>(src[at + k]) << (8 * k);
+      X::store64(&words[i], static_cast<uint64_t>(s) << 32 | v);
+    }
+  }
+
+  // Member j's bytes [from, from + bytes) of its buffer, once flagged s, into dst. Every thread
+  // polls its own words; false (for every thread) when the kernel stops.
+  HORA_PD bool llRead(int j, const uint64_t* words, size_t from, size_t bytes, uint8_t* dst, uint32_t s) const {
+    const size_t first = from / 4, end = (from + bytes + 3) / 4;
+    bool ok = true;
+    for (size_t i = first + static_cast<size_t>(x.tid()); i < end && ok; i += static_cast<size_t>(x.nthreads())) {
+      const uint64_t* w = &words[i];
+      uint64_t v = X::load64(w);
+      if (static_cast<uint32_t>(v >> 32) != s) {
+        uint64_t start = 0;
+        unsigned spins = 0;
+        while (static_cast<uint32_t>((v = X::load64(w)) >> 32) != s) {
+          if (stopped()) {
+            ok = false;
+            break;
+          }
+          if ((++spins & 63) == 0) {
+            if (!sameCall(j)) {
+              ok = false;
+              break;
+            }
+            const uint64_t now = X::now();
+            if (!start) start = now;
+            else if (now - start > d.timeoutNs) {
+              fail(Code::TimedOut, j, -1, s, v >> 32, 0);
+              ok = false;
+              break;
+            }
+          }
+          X::pause(spins);
+        }
+        if (!ok) break;
+      }
+      const uint32_t data = static_cast<uint32_t>(v);
+      const size_t at = i * 4;  // the word's first byte, in the buffer
+      if (at >= from && at + 4 <= from + bytes) {
+        X::write32(dst + (at - from), data);
+      } else {
+        for (size_t k = 0; k < 4; ++k)
+          if (at + k >= from && at + k < from + bytes) dst[at + k - from] = static_cast<uint8_t>(data >> (8 * k));
+      }
+    }
+    // Its words were this call's: it announced the call before writing them.
+    if (ok && x.tid() == 0) ok = sameCall(j);
+    return x.agree(ok && !stopped());
+  }
+
+  HORA_PD void ll() const {
+    const int n = d.nranks, r = d.rank;
+    const uint32_t s = d.llSeq;
+    const int buf = static_cast<int>(s & 1);
+    const uint8_t* send = static_cast<const uint8_t*>(d.send);
+    uint8_t* recv = static_cast<uint8_t*>(d.recv);
+    uint8_t* mine = d.regions[r];
+    const bool contributes = d.coll != Coll::Broadcast || r == d.root;
+    // Who reads this rank's buffer, and whose this rank reads.
+    int rFirst = 0, rLast = n - 1;
+    if (d.coll == Coll::Reduce) rFirst = rLast = d.root;
+    if (d.coll == Coll::Broadcast && r != d.root) rFirst = rLast = d.root;
+    if (contributes) {
+      // Readers of this buffer are done with call s - 2 (only ever behind by one otherwise).
+      if (s > 2) {
+        const int first = d.coll == Coll::Reduce ? d.root : 0, last = d.coll == Coll::Reduce ? d.root : n - 1;
+        if (!all(kLlDone, s - 2, first, last, r)) return;
+      }
+      const size_t own = d.coll == Coll::ReduceScatter ? d.bytes * static_cast<size_t>(n) : d.bytes;
+      llWrite(send, own, llWords(r, buf), s);
+    }
+    const bool reduces = d.coll == Coll::AllReduce || d.coll == Coll::ReduceScatter || (d.coll == Coll::Reduce && r == d.root);
+    const bool gathers = d.coll == Coll::AllGather || (d.coll == Coll::Broadcast && r != d.root);
+    if (reduces) {
+      const void* srcs[kMaxRanks];
+      const size_t part = d.coll == Coll::ReduceScatter ? static_cast<size_t>(r) * d.bytes : 0;
+      for (int j = 0; j < n; ++j) {
+        if (j == r) {
+          srcs[j] = send + part;
+          continue;
+        }
+        uint8_t* landing = mine + d.layout.landingAt(j);
+        if (!llRead(j, llWords(j, buf), part, d.bytes, landing, s)) return;
+        srcs[j] = landing;
+      }
+      x.reduce(recv, srcs, n, d.bytes / d.esize, d);
+    } else if (gathers) {
+      for (int j = rFirst; j <= rLast; ++j) {
+        uint8_t* to = d.coll == Coll::AllGather ? recv + static_cast<size_t>(j) * d.bytes : recv;
+        if (j == r) continue;
+        if (!llRead(j, llWords(j, buf), 0, d.bytes, to, s)) return;
+      }
+    }
+    // This rank's own part of the output.
+    if (d.coll == Coll::AllGather) x.copy(recv + static_cast<size_t>(r) * d.bytes, send, d.bytes);
+    if (d.coll == Coll::Broadcast && r == d.root) x.copy(recv, send, d.bytes);
+    post(kLlDone, s);
+  }
+
+  // ---- counters ----
+  HORA_PD uint8_t* slot(int j, uint64_t g, int out) const {
+    return d.regions[j] + d.layout.slotAt(b, static_cast<int>(g % kSlots), out);
+  }
+
+  HORA_PD void chunks() const {
+    const int n = d.nranks, r = d.rank;
+    const size_t unit = unitOf(d), step = unit * static_cast<size_t>(d.layout.blocks);
+    const uint64_t k = chunksOf(d);
+    const uint8_t* send = static_cast<const uint8_t*>(d.send);
+    uint8_t* recv = static_cast<uint8_t*>(d.recv);
+    for (uint64_t i = 0; i < k; ++i) {
+      const uint64_t g = d.chunkBase + i + 1;
+      size_t off = static_cast<size_t>(i) * step + static_cast<size_t>(b) * unit;
+      size_t len = 0;
+      if (off < d.bytes) len = d.bytes - off < unit ? d.bytes - off : unit;
+      else off = d.bytes;
+      // The slot of chunk g - 2 is free on every member.
+      if (g > kSlots && !everyone(kFreed, g - kSlots)) return;
+      uint8_t* in = slot(r, g, 0);
+      switch (d.coll) {
+        case Coll::Broadcast:
+          if (r == d.root) x.copy(in, send + off, len);
+          break;
+        case Coll::ReduceScatter:
+          for (int j = 0; j < n; ++j) x.copy(in + static_cast<size_t>(j) * len, send + static_cast<size_t>(j) * d.bytes + off, len);
+          break;
+        default:
+          x.copy(in, send + off, len);
+      }
+      post(kIn, g);
+      const void* srcs[kMaxRanks];
+      switch (d.coll) {
+        case Coll::AllReduce: {
+          if (!everyone(kIn, g)) return;
+          // Part j of the chunk: [j * part, (j + 1) * part), cut at elements.
+          size_t part = (len / d.esize + static_cast<size_t>(n) - 1) / static_cast<size_t>(n) * d.esize;
+          const size_t at = static_cast<size_t>(r) * part < len ? static_cast<size_t>(r) * part : len;
+          const size_t mineLen = len - at < part ? len - at : part;
+          for (int j = 0; j < n; ++j) srcs[j] = slot(j, g, 0) + at;
+          x.reduce2(slot(r, g, 1) + at, recv + off + at, srcs, n, mineLen / d.esize, d);
+          post(kOut, g);
+          if (!everyone(kOut, g)) return;
+          for (int j = 0; j < n; ++j) {
+            if (j == r) continue;
+            const size_t ja = static_cast<size_t>(j) * part < len ? static_cast<size_t>(j) * part : len;
+            const size_t jl = len - ja < part ? len - ja : part;
+            x.copy(recv + off + ja, slot(j, g, 1) + ja, jl);
+          }
+          break;
+        }
+        case Coll::Broadcast:
+          if (r == d.root) {
+            if (recv != send) x.copy(recv + off, send + off, len);
+          } else {
+            if (!all(kIn, g, d.root, d.root, r)) return;
+            x.copy(recv + off, slot(d.root, g, 0), len);
+          }
+          break;
+        case Coll::Reduce:
+          if (r == d.root) {
+            if (!everyone(kIn, g)) return;
+            for (int j = 0; j < n; ++j) srcs[j] = slot(j, g, 0);
+            x.reduce(recv + off, srcs, n, len / d.esize, d);
+          }
+          break;
+        case Coll::AllGather:
+          if (!everyone(kIn, g)) return;
+          for (int j = 0; j < n; ++j) {
+            uint8_t* to = recv + static_cast<size_t>(j) * d.bytes + off;
+            if (j == r) {
+              if (to != send + off) x.copy(to, send + off, len);
+            } else {
+              x.copy(to, slot(j, g, 0), len);
+            }
+          }
+          break;
+        case Coll::ReduceScatter:
+          if (!everyone(kIn, g)) return;
+          for (int j = 0; j < n; ++j) srcs[j] = slot(j, g, 0) + static_cast<size_t>(r) * len;
+          x.reduce(recv + off, srcs, n, len / d.esize, d);
+          break;
+      }
+      post(kFreed, g);
+    }
+    // Everyone whose data this rank read was in this very call.
+    if (k && x.tid() == 0)
+      for (int j = 0; j < n; ++j)
+        if (j != r && !sameCall(j)) break;
+  }
+
+  HORA_PD void operator()() const {
+    if (!stopped()) {
+      announce();
+      if (!d.ll) chunks();
+      else if (b == 0) ll();
+    }
+    x.sync();
+    if (x.tid() == 0) {
+      X::fenceSystem();
+      X::add64(&d.status->finished, 1);
+    }
+  }
+};
+
+}  // namespace hora::gpu
