@@ -298,17 +298,15 @@ struct Run {
     const uint8_t* send = static_cast<const uint8_t*>(d.send);
     uint8_t* recv = static_cast<uint8_t*>(d.recv);
     uint8_t* mine = d.regions[r];
-    const bool contributes = d.coll != Coll::Broadcast || r == d.root;
-    // Who reads this rank's buffer, and whose this rank reads.
+    // The root of a Reduce reads its own input where it is; a Broadcast's other ranks send none.
+    const bool contributes = d.coll == Coll::Broadcast ? r == d.root : d.coll != Coll::Reduce || r != d.root;
+    // Whose buffers this rank reads.
     int rFirst = 0, rLast = n - 1;
-    if (d.coll == Coll::Reduce) rFirst = rLast = d.root;
     if (d.coll == Coll::Broadcast && r != d.root) rFirst = rLast = d.root;
     if (contributes) {
-      // Readers of this buffer are done with call s - 2 (only ever behind by one otherwise).
-      if (s > 2) {
-        const int first = d.coll == Coll::Reduce ? d.root : 0, last = d.coll == Coll::Reduce ? d.root : n - 1;
-        if (!all(kLlDone, s - 2, first, last, r)) return;
-      }
+      // Every member is done with call s - 2, the last to use this buffer (whoever read it then:
+      // the roots change from call to call).
+      if (s > 2 && !everyone(kLlDone, s - 2)) return;
       const size_t own = d.coll == Coll::ReduceScatter ? d.bytes * static_cast<size_t>(n) : d.bytes;
       llWrite(send, own, llWords(r, buf), s);
     }
