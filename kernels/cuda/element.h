@@ -54,9 +54,12 @@
 
 #if defined(__CUDACC__)
 #define HORA_HD __host__ __device__ __forceinline__
-#define HORA_UNROLL _Pragma("unroll")
 #else
 #define HORA_HD inline
+#endif
+#if defined(__CUDA_ARCH__)
+#define HORA_UNROLL _Pragma("unroll")
+#else
 #define HORA_UNROLL
 #endif
 
