@@ -143,16 +143,22 @@ struct Launch {
 };
 
 // Loads a kernel into the current context (cudaFuncGetAttributes does, under lazy loading) and
-// notes how many of its blocks an SM holds.
+// notes how many of its blocks an SM holds (a hint only: if that fails, its error is cleared and
+// the launch guesses).
 struct Load {
   cudaError_t result = cudaSuccess;
   template <class D, class Op>
   void operator()() {
     cudaFuncAttributes attr;
-    cudaError_t e = cudaFuncGetAttributes(&attr, reduceKernel<D, Op>);
+    const cudaError_t e = cudaFuncGetAttributes(&attr, reduceKernel<D, Op>);
     int perSm = 0;
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, reduceKernel<D, Op>, kThreads, 0);
-    if (e == cudaSuccess && perSm > 0) residentBlocks<D, Op>.store(perSm, std::memory_order_relaxed);
+    if (e == cudaSuccess) {
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, reduceKernel<D, Op>, kThreads, 0) == cudaSuccess &&
+          perSm > 0)
+        residentBlocks<D, Op>.store(perSm, std::memory_order_relaxed);
+      else
+        (void)cudaGetLastError();
+    }
     if (result == cudaSuccess) result = e;
   }
 };
