@@ -375,6 +375,7 @@ TEST_CASE("the CUDA kernels on a GPU give the CPU kernels' bits on the special v
     return;
   }
   auto ok = [](cudaError_t r) { REQUIRE(r == cudaSuccess); };
+  ok(static_cast<cudaError_t>(hora::kernels::cuda::preload()));  // as the library does: grids sized by occupancy
   // Per type: every pair of special values (two sources), every code alone (one source; the
   // float types' specials), and triples of specials (three sources); each op; every pointer
   // 16-aligned (the pack path), one element past (a head and a tail element by element), and
