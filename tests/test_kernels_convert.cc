@@ -63,8 +63,6 @@ double codeValue(const Format& f, uint32_t code) {
   return sign ? -v : v;
 }
 
-bool isNanCode(const Format& f, uint32_t code) { return std::isnan(codeValue(f, code)); }
-
 // Positive finite codes in increasing order (code order is value order) with their values.
 struct Table {
   std::vector<uint32_t> codes;
@@ -140,8 +138,10 @@ void checkFormat(const Format& f) {
   for (float p : probes) {
     for (float x : {p, -p}) {
       const uint32_t got = f.narrow(x);
-      if (std::isnan(x)) {
-        if (!isNanCode(f, got) && failures++ < 10) FAIL_CHECK("NaN narrows to non-NaN " << hex(got));
+      if (std::isnan(x)) {  // any NaN: the canonical one, all ones but the sign
+        const uint32_t canonical = (1u << (f.e + f.m)) - 1;
+        if (got != canonical && failures++ < 10)
+          FAIL_CHECK("NaN " << hex(bitsOf(x)) << " narrows to " << hex(got) << ", want " << hex(canonical));
         continue;
       }
       const uint32_t want = nearestCode(f, pos, x);
@@ -180,11 +180,7 @@ TEST_CASE("conversions: known bit patterns", "[kernels][convert]") {
   CHECK(floatToHalf(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);   // tie -> even
   CHECK(floatToHalf(1.0f + std::ldexp(3.0f, -11)) == 0x3c02);   // tie -> even (up)
   CHECK(floatToHalf(-0.0f) == 0x8000);
-  {
-    const uint16_t h = floatToHalf(std::numeric_limits<float>::quiet_NaN());
-    CHECK((h & 0x7c00) == 0x7c00);
-    CHECK((h & 0x03ff) != 0);
-  }
+  CHECK(floatToHalf(std::numeric_limits<float>::quiet_NaN()) == 0x7fff);  // the canonical NaN
   // bfloat16
   CHECK(bfloat16ToFloat(0x3f80) == 1.0f);
   CHECK(bfloat16ToFloat(0x7f7f) == floatOf(0x7f7f0000));
@@ -195,8 +191,8 @@ TEST_CASE("conversions: known bit patterns", "[kernels][convert]") {
   CHECK(floatToBfloat16(floatOf(0x00018000)) == 0x0002);  // subnormal tie -> even
   CHECK(floatToBfloat16(std::numeric_limits<float>::max()) == 0x7f80);  // rounds up to inf
   CHECK(floatToBfloat16(std::numeric_limits<float>::infinity()) == 0x7f80);
-  CHECK((floatToBfloat16(floatOf(0x7f800001)) & 0x7fff) > 0x7f80);  // sNaN stays NaN
-  CHECK((floatToBfloat16(floatOf(0xffffffff)) & 0x7fff) > 0x7f80);
+  CHECK(floatToBfloat16(floatOf(0x7f800001)) == 0x7fff);  // sNaN: the canonical NaN
+  CHECK(floatToBfloat16(floatOf(0xffffffff)) == 0x7fff);
   // fp8 e4m3: max 448 = 0x7e, NaN 0x7f/0xff, no inf, saturating
   CHECK(fp8e4m3ToFloat(0x7e) == 448.0f);
   CHECK(fp8e4m3ToFloat(0x38) == 1.0f);
@@ -227,9 +223,72 @@ TEST_CASE("conversions: known bit patterns", "[kernels][convert]") {
   CHECK(floatToFp8e5m2(61440.0f) == 0x7c);  // halfway to 65536: ties to even = inf
   CHECK(floatToFp8e5m2(1e30f) == 0x7c);
   CHECK(floatToFp8e5m2(-1e30f) == 0xfc);
-  CHECK(isNanCode(kE5m2, floatToFp8e5m2(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(floatToFp8e5m2(std::numeric_limits<float>::quiet_NaN()) == 0x7f);
+  CHECK(floatToFp8e5m2(std::numeric_limits<float>::infinity()) == 0x7c);
+  CHECK(floatToFp8e5m2(-std::numeric_limits<float>::infinity()) == 0xfc);
   CHECK(floatToFp8e5m2(1.125f) == 0x3c);  // tie -> even
   CHECK(floatToFp8e5m2(1.375f) == 0x3e);  // tie -> even (up)
+}
+
+TEST_CASE("conversions: every NaN narrows to the canonical NaN, sign and payload dropped", "[kernels][convert]") {
+  // Quiet and signalling, either sign, payloads in the bits that survive a narrowing and in
+  // those that do not; and the NaNs that widening the narrow formats' own NaN codes gives.
+  std::vector<float> nans;
+  for (uint32_t payload : {0x400000u, 0x000001u, 0x200000u, 0x7fffffu, 0x001000u, 0x3fffffu, 0x400001u})
+    for (uint32_t sign : {0u, 0x80000000u}) nans.push_back(floatOf(sign | 0x7f800000u | payload));
+  for (uint32_t h = 0x7c01; h <= 0x7fff; h += 0x3f) {
+    nans.push_back(halfToFloat(static_cast<uint16_t>(h)));
+    nans.push_back(halfToFloat(static_cast<uint16_t>(h | 0x8000)));
+    nans.push_back(bfloat16ToFloat(static_cast<uint16_t>(0x7f80 | (h & 0x7f) | 1)));
+  }
+  for (uint8_t v : {0x7f, 0xff}) nans.push_back(fp8e4m3ToFloat(v));
+  for (uint8_t v : {0x7d, 0x7e, 0x7f, 0xfd, 0xfe, 0xff}) nans.push_back(fp8e5m2ToFloat(v));
+  for (float x : nans) {
+    INFO("NaN " << hex(bitsOf(x)));
+    REQUIRE(std::isnan(x));
+    CHECK(floatToHalf(x) == 0x7fff);
+    CHECK(floatToBfloat16(x) == 0x7fff);
+    CHECK(floatToFp8e4m3(x) == 0x7f);
+    CHECK(floatToFp8e5m2(x) == 0x7f);
+  }
+}
+
+TEST_CASE("conversions: overflow, ties and subnormals at the edges", "[kernels][convert]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  // float16: 65520 is halfway between 65504 and 65536 (ties to the even code, inf).
+  CHECK(floatToHalf(std::nextafter(65520.0f, 0.0f)) == 0x7bff);
+  CHECK(floatToHalf(-65520.0f) == 0xfc00);
+  CHECK(floatToHalf(-inf) == 0xfc00);
+  CHECK(floatToHalf(std::ldexp(1.0f, -24) * 0.5f) == 0x0000);                       // tie -> 0
+  CHECK(floatToHalf(std::nextafter(std::ldexp(1.0f, -25), 1.0f)) == 0x0001);
+  CHECK(floatToHalf(std::ldexp(1023.5f, -24)) == 0x0400);  // largest subnormal + half: tie -> even (min normal)
+  CHECK(floatToHalf(std::ldexp(1022.5f, -24)) == 0x03fe);  // tie -> even (down)
+  CHECK(floatToHalf(std::numeric_limits<float>::denorm_min()) == 0x0000);
+  CHECK(floatToHalf(-std::numeric_limits<float>::denorm_min()) == 0x8000);
+  // bfloat16: float subnormals are kept (not flushed), max float rounds up to inf.
+  CHECK(floatToBfloat16(std::numeric_limits<float>::denorm_min()) == 0x0000);  // below the tie
+  CHECK(floatToBfloat16(floatOf(0x00008000)) == 0x0000);                        // tie -> even (0)
+  CHECK(floatToBfloat16(floatOf(0x00008001)) == 0x0001);
+  CHECK(floatToBfloat16(floatOf(0x807fffff)) == 0x8080);  // largest negative subnormal rounds to -min normal
+  CHECK(floatToBfloat16(floatOf(0x7f7f7fff)) == 0x7f7f);
+  CHECK(floatToBfloat16(floatOf(0x7f7f8000)) == 0x7f80);  // tie -> even = inf
+  CHECK(floatToBfloat16(-inf) == 0xff80);
+  // e4m3: saturating; 464 is halfway between 448 and the 480 it does not have.
+  CHECK(floatToFp8e4m3(464.0f) == 0x7e);
+  CHECK(floatToFp8e4m3(std::nextafter(464.0f, inf)) == 0x7e);
+  CHECK(floatToFp8e4m3(-464.0f) == 0xfe);
+  CHECK(floatToFp8e4m3(std::numeric_limits<float>::max()) == 0x7e);
+  CHECK(floatToFp8e4m3(std::ldexp(1.5f, -10)) == 0x01);                      // above the tie
+  CHECK(floatToFp8e4m3(std::ldexp(3.0f, -10)) == 0x02);                      // 1.5 ulps: tie -> even
+  CHECK(floatToFp8e4m3(std::ldexp(7.5f, -9)) == 0x08);                       // tie -> min normal
+  CHECK(floatToFp8e4m3(std::numeric_limits<float>::denorm_min()) == 0x00);
+  CHECK(floatToFp8e4m3(-std::numeric_limits<float>::denorm_min()) == 0x80);
+  // e5m2: IEEE-like; 61440 is halfway between 57344 and 65536 (ties to even = inf).
+  CHECK(floatToFp8e5m2(std::nextafter(61440.0f, 0.0f)) == 0x7b);
+  CHECK(floatToFp8e5m2(-61440.0f) == 0xfc);
+  CHECK(floatToFp8e5m2(std::ldexp(1.0f, -17)) == 0x00);   // tie -> 0
+  CHECK(floatToFp8e5m2(std::ldexp(3.0f, -17)) == 0x02);   // tie -> even
+  CHECK(floatToFp8e5m2(std::ldexp(3.5f, -16)) == 0x04);   // tie -> min normal
 }
 
 TEST_CASE("conversions: every code and brute-force rounding", "[kernels][convert]") {

@@ -163,21 +163,25 @@ inline void refReduce(uint8_t* out, const std::vector<const uint8_t*>& srcs, siz
   }
 }
 
-// Element i of a and b equal: bit for bit, or both NaN for floating types.
+// Element i of a and b equal: bit for bit, or both NaN for float and double (whose NaN
+// payloads are the hardware's). The narrow floating types store one canonical NaN on every
+// CPU path and on the GPU, so they compare bit for bit, NaN included.
 inline bool sameElement(DataType t, const uint8_t* a, const uint8_t* b, size_t i) {
   const size_t es = dataTypeSize(t);
   if (std::memcmp(a + i * es, b + i * es, es) == 0) return true;
   switch (t) {
     case DataType::Float32: return std::isnan(loadT<float>(a, i)) && std::isnan(loadT<float>(b, i));
     case DataType::Float64: return std::isnan(loadT<double>(a, i)) && std::isnan(loadT<double>(b, i));
-    case DataType::Float16:
-      return std::isnan(halfToFloat(loadT<uint16_t>(a, i))) && std::isnan(halfToFloat(loadT<uint16_t>(b, i)));
-    case DataType::Bfloat16:
-      return std::isnan(bfloat16ToFloat(loadT<uint16_t>(a, i))) &&
-             std::isnan(bfloat16ToFloat(loadT<uint16_t>(b, i)));
-    case DataType::Float8e4m3: return a[i] == 0x7f || a[i] == 0xff ? (b[i] & 0x7f) == 0x7f : false;
-    case DataType::Float8e5m2: return (a[i] & 0x7f) > 0x7c && (b[i] & 0x7f) > 0x7c;
     default: return false;
+  }
+}
+
+// The canonical NaN that narrowing stores (0 for the types that have none here).
+inline uint32_t canonicalNan(DataType t) {
+  switch (t) {
+    case DataType::Float16: case DataType::Bfloat16: return 0x7fff;
+    case DataType::Float8e4m3: case DataType::Float8e5m2: return 0x7f;
+    default: return 0;
   }
 }
 

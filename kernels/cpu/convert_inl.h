@@ -7,8 +7,19 @@
 // handle subnormals, infinities and NaN, and do not depend on the floating-point
 // environment (rounding mode, FTZ/DAZ): they are integer code.
 //
-// The CUDA kernels (kernels/cuda/element.h) compile the same functions for the device
-// (HORA_CONV_HD), so a narrow value is rounded to the same bits on either side.
+// Narrowing gives what the GPU's conversion instructions give (cvt.rn.f16.f32,
+// cvt.rn.bf16.f32, cvt.rn.satfinite.e4m3x2.f32; kernels/cuda/element.h uses them), so that
+// the CPU and the CUDA kernels store the same bits:
+//   - any NaN, whatever its sign and payload, becomes the one canonical NaN of the format,
+//     all ones but the sign: 0x7fff (float16, bfloat16), 0x7f (e4m3, e5m2);
+//   - overflow: float16, bfloat16 and e5m2 round to infinity (IEEE), e4m3 (no infinity)
+//     saturates to +-448, infinities included.
+// Widening is exact; a NaN widens to a NaN (payload kept, quieted), which only ever narrows
+// again to the canonical NaN.
+//
+// The CUDA kernels compile these functions for GPUs without fp8 conversion instructions
+// (HORA_CONV_HD); tests/test_kernels_cuda.cc checks them against NVIDIA's own host
+// equivalents of those instructions (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -87,10 +98,7 @@ HORA_CONV_HD static inline uint32_t floatToNarrow(float f) {
   const uint32_t x = floatBits(f);
   const uint32_t sign = (x >> 31) << (E + M);
   const uint32_t a = x & 0x7fffffffu;
-  if (a > 0x7f800000u) {  // NaN stays NaN (quiet, top payload bits kept where there is room)
-    if (kIeee) return sign | kExpMask | (1u << (M - 1)) | ((a & 0x007fffffu) >> kShift);
-    return sign | kExpMask | kManAll;
-  }
+  if (a > 0x7f800000u) return kExpMask | kManAll;  // NaN: the canonical one, no sign
   uint32_t r;
   if (a < kMinNormal) {
     // Subnormal (or zero) in the target: the value in units of the target's smallest
@@ -131,7 +139,7 @@ HORA_CONV_HD static inline uint8_t floatToE5m2(float f) {
 HORA_CONV_HD static inline float bf16ToFloat(uint16_t b) { return bitsFloat(static_cast<uint32_t>(b) << 16); }
 HORA_CONV_HD static inline uint16_t floatToBf16(float f) {
   const uint32_t x = floatBits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;  // NaN: the canonical one, no sign
   return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 

@@ -15,7 +15,10 @@
 //     type's signedness says; the Avg division is the truncated quotient of the wrapped sum;
 //   - float, double: IEEE in the type itself; max/min propagate NaN (NaN if either is NaN);
 //   - float16, bfloat16, float8 (e4m3, e5m2): widened to float, combined in float across
-//     all sources of one call, rounded once (to nearest even) when stored;
+//     all sources of one call, rounded once (to nearest even) when stored; a NaN result is
+//     stored as the format's one canonical NaN (0x7fff, 0x7f); e4m3 saturates to +-448,
+//     the others overflow to infinity (what the GPU's conversion instructions give, so that
+//     the CUDA kernels store the same bits);
 //   - premul scalar: spec.scalar.f for floating types, spec.scalar.i (two's complement
 //     bits) for integer types.
 // Details every implementation (ISA) shares, so that all of them give the same bits:
@@ -69,14 +72,15 @@ Isa activeIsa();
 // Forces an implementation; returns false (and changes nothing) if it is not supported.
 bool setIsa(Isa isa);
 
-// Conversions between the narrow floating types and float (round to nearest even).
+// Conversions between the narrow floating types and float (round to nearest even; widening
+// is exact). Narrowing a NaN gives the format's canonical NaN, whatever its sign and payload.
 float halfToFloat(uint16_t h);
-uint16_t floatToHalf(float f);
+uint16_t floatToHalf(float f);  // overflow -> inf; NaN -> 0x7fff
 float bfloat16ToFloat(uint16_t b);
-uint16_t floatToBfloat16(float f);
+uint16_t floatToBfloat16(float f);  // overflow -> inf; NaN -> 0x7fff
 float fp8e4m3ToFloat(uint8_t v);
-uint8_t floatToFp8e4m3(float f);  // saturating to +-448; NaN -> NaN
+uint8_t floatToFp8e4m3(float f);  // saturating to +-448 (inf too); NaN -> 0x7f
 float fp8e5m2ToFloat(uint8_t v);
-uint8_t floatToFp8e5m2(float f);  // IEEE-like: overflow -> inf
+uint8_t floatToFp8e5m2(float f);  // IEEE-like: overflow -> inf; NaN -> 0x7f
 
 }  // namespace hora::kernels

@@ -107,8 +107,13 @@ struct S {
   static F loadHalf(const void* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
   }
+  // vcvtps2ph rounds like conv::floatToHalf but keeps a NaN's sign and payload (quieted):
+  // NaN lanes are replaced by the canonical 0x7fff.
   static void storeHalf(void* p, F v) {
-    _mm_storeu_si128(static_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    const __m256i nan32 = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    const __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(nan32), _mm256_extracti128_si256(nan32, 1));
+    _mm_storeu_si128(static_cast<__m128i*>(p), _mm_blendv_epi8(h, _mm_set1_epi16(0x7fff), nan16));
   }
   static F loadE5m2(const void* p) {
     const __m128i b = _mm_loadl_epi64(static_cast<const __m128i*>(p));

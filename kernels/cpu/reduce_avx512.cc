@@ -87,8 +87,11 @@ struct S {
   static void store32x16(void* p, I v) { _mm256_storeu_si256(static_cast<__m256i*>(p), _mm512_cvtepi32_epi16(v)); }
   static void store32x8(void* p, I v) { _mm_storeu_si128(static_cast<__m128i*>(p), _mm512_cvtepi32_epi8(v)); }
   static F loadHalf(const void* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p))); }
+  // NaN lanes: the canonical 0x7fff (vcvtps2ph keeps sign and payload; see reduce_avx2.cc).
   static void storeHalf(void* p, F v) {
-    _mm256_storeu_si256(static_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    _mm256_storeu_si256(static_cast<__m256i*>(p), _mm256_mask_mov_epi16(h, nan, _mm256_set1_epi16(0x7fff)));
   }
   static F loadE5m2(const void* p) {
     const __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(static_cast<const __m128i*>(p))), 8);
@@ -138,9 +141,10 @@ struct S {
 
 #include "kernels/cpu/reduce_simd.inc"
 
-// bfloat16 with vcvtneps2bf16. The instruction rounds to nearest even and keeps NaN NaN
-// like narrowBf16Lanes, but it flushes subnormal inputs to zero; those lanes (rare) are
-// redone with the integer rounding, so the result is the same bit for bit.
+// bfloat16 with vcvtneps2bf16. The instruction rounds to nearest even like
+// narrowBf16Lanes, but it flushes subnormal inputs to zero, and keeps a NaN's sign and
+// payload (quieted): subnormal lanes (rare) are redone with the integer rounding, NaN lanes
+// get the canonical 0x7fff, so the result is the same bit for bit.
 void S::storeBf16Ins(void* p, F v) {
 #if defined(__AVX512BF16__)
   const __m256bh bh = _mm512_cvtneps_pbh(v);
@@ -149,6 +153,7 @@ void S::storeBf16Ins(void* p, F v) {
   const I x = castFI(v);
   const __mmask16 sub = _mm512_testn_epi32_mask(x, set32(0x7f800000)) & _mm512_test_epi32_mask(x, set32(0x007fffff));
   if (sub) r = _mm256_mask_mov_epi16(r, sub, _mm512_cvtepi32_epi16(narrowBf16Lanes(v)));
+  r = _mm256_mask_mov_epi16(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm256_set1_epi16(0x7fff));
   _mm256_storeu_si256(static_cast<__m256i*>(p), r);
 #else
   store32x16(p, narrowBf16Lanes(v));

@@ -1,5 +1,5 @@
 // The CUDA reduction kernels (reduce.h): one kernel per (element type, combining op), its
-// arithmetic element.h's.
+// arithmetic element.h's (the narrow types through the GPU's conversion instructions).
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -63,31 +63,26 @@ __device__ __forceinline__ void oneElement(const Args& a, size_t i) {
   for (int j = 0; j < a.ndst; ++j) storeElement<E>(a.dsts[j], i, out, a.elementAligned);
 }
 
-// 16 bytes of every source (at byte offset `off`, 16-aligned in all of them) into 16 bytes of
-// every destination; all loads happen before the stores, so a destination may be a source.
-template <class D, class Op>
-__device__ __forceinline__ void onePack(const Args& a, size_t off) {
-  using E = typename D::E;
-  using C = typename D::C;
-  constexpr int V = kPack / static_cast<int>(sizeof(E));
-  union Pack {
-    uint4 v;
-    E e[V];
-  };
-  Pack in;
-  in.v = *reinterpret_cast<const uint4*>(static_cast<const char*>(a.srcs[0]) + off);
-  C acc[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) acc[j] = el::first<D>(in.e[j], a.p);
-  for (int k = 1; k < a.nsrc; ++k) {
-    in.v = *reinterpret_cast<const uint4*>(static_cast<const char*>(a.srcs[k]) + off);
-#pragma unroll
-    for (int j = 0; j < V; ++j) acc[j] = el::combine<D, Op>(acc[j], in.e[j]);
-  }
-  Pack out;
-#pragma unroll
-  for (int j = 0; j < V; ++j) out.e[j] = el::last<D>(acc[j], a.p);
-  for (int d = 0; d < a.ndst; ++d) *reinterpret_cast<uint4*>(static_cast<char*>(a.dsts[d]) + off) = out.v;
+__device__ __forceinline__ el::Words loadPack(const void* base, size_t off) {
+  const uint4 v = *reinterpret_cast<const uint4*>(static_cast<const char*>(base) + off);
+  return el::Words{{v.x, v.y, v.z, v.w}};
+}
+
+__device__ __forceinline__ void storePack(void* base, size_t off, const el::Words& w) {
+  *reinterpret_cast<uint4*>(static_cast<char*>(base) + off) = make_uint4(w.w[0], w.w[1], w.w[2], w.w[3]);
+}
+
+// U packs of 16 bytes (pack k0 + u * stride, at byte offset body + pack * 16, 16-aligned in every
+// pointer) of every source into every destination (element.h's reducePacks: one source's loads
+// in flight while the one before is combined, every load before the first store).
+template <class D, class Op, int U>
+__device__ __forceinline__ void packs(const Args& a, size_t body, size_t k0, size_t stride) {
+  el::reducePacks<D, Op, U>(
+      a.nsrc, a.ndst, a.p,
+      [&](int k, int u) { return loadPack(a.srcs[k], body + (k0 + static_cast<size_t>(u) * stride) * kPack); },
+      [&](int d, int u, const el::Words& w) {
+        storePack(a.dsts[d], body + (k0 + static_cast<size_t>(u) * stride) * kPack, w);
+      });
 }
 
 template <class D, class Op>
@@ -98,9 +93,14 @@ __global__ void __launch_bounds__(kThreads) reduceKernel(const __grid_constant__
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   for (size_t i = tid; i < a.head; i += stride) oneElement<D, Op>(a, i);
   const size_t body = a.head * sizeof(E);
-  for (size_t k = tid; k < a.packs; k += stride) onePack<D, Op>(a, body + k * kPack);
+  for (size_t k = tid; k < a.packs; k += stride) packs<D, Op, 1>(a, body, k, stride);
   for (size_t i = a.head + a.packs * V + tid; i < a.count; i += stride) oneElement<D, Op>(a, i);
 }
+
+// How many blocks of each kernel an SM holds at once (its registers decide), found when the
+// kernels are loaded (preload); 0 until then.
+template <class D, class Op>
+std::atomic<int> residentBlocks{0};
 
 // Polls the host's word, sleeping a little between reads (it crosses the bus), then makes what
 // the host wrote before it visible to the work after it.
@@ -109,31 +109,11 @@ __global__ void waitFlagKernel(const volatile uint32_t* flag, uint32_t value) {
   __threadfence_system();
 }
 
-struct Launch {
-  const Args* args;
-  cudaStream_t stream;
-  unsigned blocks;
-  cudaError_t result = cudaErrorInvalidValue;
-  template <class D, class Op>
-  void operator()() {
-    reduceKernel<D, Op><<<blocks, kThreads, 0, stream>>>(*args);
-    result = cudaGetLastError();
-  }
-};
-
-// Loads a kernel into the current context: cudaFuncGetAttributes does, under lazy loading.
-struct Load {
-  cudaError_t result = cudaSuccess;
-  template <class D, class Op>
-  void operator()() {
-    cudaFuncAttributes attr;
-    const cudaError_t e = cudaFuncGetAttributes(&attr, reduceKernel<D, Op>);
-    if (result == cudaSuccess) result = e;
-  }
-};
-
-// Enough blocks to fill the device several times over; the grid-stride loop does the rest.
-unsigned blocksFor(size_t items) {
+// One wave of blocks at most: as many as the device holds at once (perSm per SM; 4 where the
+// kernel's occupancy is not known yet), fewer for a small count; the grid-stride loop does the
+// rest. More than one wave would leave a last, partial wave running alone (the grid-stride
+// loop gives every block the same share).
+unsigned blocksFor(size_t items, int perSm) {
   static std::atomic<int> sms[64] = {};
   int dev = 0;
   int n = 0;
@@ -143,11 +123,45 @@ unsigned blocksFor(size_t items) {
       sms[dev].store(n, std::memory_order_relaxed);
   }
   if (n <= 0) n = 108;
-  const size_t most = static_cast<size_t>(n) * 4;
+  const size_t most = static_cast<size_t>(n) * static_cast<size_t>(perSm > 0 ? perSm : 4);
   size_t blocks = (items + kThreads - 1) / kThreads;
   if (blocks > most) blocks = most;
   return static_cast<unsigned>(blocks ? blocks : 1);
 }
+
+struct Launch {
+  const Args* args;
+  cudaStream_t stream;
+  size_t items;
+  cudaError_t result = cudaErrorInvalidValue;
+  template <class D, class Op>
+  void operator()() {
+    const unsigned blocks = blocksFor(items, residentBlocks<D, Op>.load(std::memory_order_relaxed));
+    reduceKernel<D, Op><<<blocks, kThreads, 0, stream>>>(*args);
+    result = cudaGetLastError();
+  }
+};
+
+// Loads a kernel into the current context (cudaFuncGetAttributes does, under lazy loading) and
+// notes how many of its blocks an SM holds (a hint only: if that fails, its error is cleared and
+// the launch guesses).
+struct Load {
+  cudaError_t result = cudaSuccess;
+  template <class D, class Op>
+  void operator()() {
+    cudaFuncAttributes attr;
+    const cudaError_t e = cudaFuncGetAttributes(&attr, reduceKernel<D, Op>);
+    int perSm = 0;
+    if (e == cudaSuccess) {
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, reduceKernel<D, Op>, kThreads, 0) == cudaSuccess &&
+          perSm > 0)
+        residentBlocks<D, Op>.store(perSm, std::memory_order_relaxed);
+      else
+        (void)cudaGetLastError();
+    }
+    if (result == cudaSuccess) result = e;
+  }
+};
 
 }  // namespace
 
@@ -193,7 +207,7 @@ int reduce(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_
   a.p.divide = spec.divide;
   a.p.divisor = spec.divisor;
   const size_t rest = count - a.head - a.packs * (kPack / esz);
-  Launch l{&a, static_cast<cudaStream_t>(stream), blocksFor(a.packs + (a.head > rest ? a.head : rest))};
+  Launch l{&a, static_cast<cudaStream_t>(stream), a.packs + (a.head > rest ? a.head : rest)};
   if (!el::dispatch(static_cast<int>(spec.dtype), static_cast<int>(spec.op), l)) return cudaErrorInvalidValue;
   return l.result;
 }

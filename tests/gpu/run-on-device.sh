@@ -5,7 +5,7 @@
 #     and staged through host memory; stream order (kernels writing the input just before the
 #     call and reading the result just after, on the same stream; a group over two streams); a
 #     rank killed mid-call; ranks as threads of one process on one GPU; the CUDA kernels against
-#     the CPU kernels, aligned and not;
+#     the CPU kernels, aligned and not, on random data and (test_kernels_cuda) on special values;
 #   - perf/kernel_perf: the reduce and reduce-copy kernels against cudaMemcpy device to device;
 #   - allreduce_perf -M device between 2 ranks of one GPU, through CUDA IPC and staged
 #     (HORA_CUDA_IPC=0), and the other tools with device buffers at 4 ranks.
@@ -63,7 +63,7 @@ if [[ ${1:-} == --pack ]]; then
   rm -rf build-gpu-pack
   mkdir -p build-gpu-pack/tests build-gpu-pack/perf build-gpu-pack/tools
   cp -L build-gpu/libhora.so.0 build-gpu-pack/
-  cp build-gpu/tests/test_device build-gpu-pack/tests/
+  cp build-gpu/tests/test_device build-gpu/tests/test_kernels_cuda build-gpu-pack/tests/
   cp build-gpu/tools/hora-run build-gpu-pack/tools/
   for t in kernel allreduce broadcast reduce allgather reducescatter sendrecv; do
     cp build-gpu/perf/${t}_perf build-gpu-pack/perf/
@@ -139,6 +139,7 @@ step() {  # step NAME LOGFILE COMMAND...: run it under the limit, tee its output
 log "gpu suite"
 step "gpu-device" gpu-tests.log $b/tests/test_device
 step "gpu-device-staged" gpu-tests.log env HORA_CUDA_IPC=0 $b/tests/test_device '[sweep]'
+step "gpu-kernels-special-values" gpu-tests.log $b/tests/test_kernels_cuda '[gpu]'
 step "kernel_perf" kernel_perf.txt $b/perf/kernel_perf -b 256M -n 20
 run=$b/tools/hora-run
 step "allreduce 2 ranks, CUDA IPC" device_perf.txt \
