@@ -88,10 +88,16 @@ TEST_CASE("device buffers without a stream: every collective at 1, 2, 3, 5 and 8
         return "horaCommCuDevice says " + std::to_string(dev) + ", not the current device 0";
       std::string e = runSweep(comm, rank, nranks, deviceSweep(nranks), Memory{true, nullptr});
       if (!e.empty()) return e;
-      // Every rank on this host, every buffer on the device: the AllReduces went through CUDA IPC
-      // (unless it is off).
-      const bool ipc = hora::device::ipcActive(reinterpret_cast<horaComm*>(comm));
-      if (nranks > 1 && ipc != hora::config().cudaIpc)
+      // Every rank on this host, every buffer on the device: the collectives were kernels of the
+      // device-initiated protocol, or, with HORA_CUDA_KERNELS=0, the AllReduces went through the
+      // CUDA IPC stage (unless HORA_CUDA_IPC=0 turns both off).
+      horaComm* c = reinterpret_cast<horaComm*>(comm);
+      const bool kernels = hora::device::kernelsActive(c);
+      if (kernels != (hora::config().cudaIpc && hora::config().cudaKernels))
+        return kernels ? "device-initiated collectives with HORA_CUDA_IPC=0 or HORA_CUDA_KERNELS=0"
+                       : "the device collectives were not kernels of the device-initiated protocol";
+      const bool ipc = hora::device::ipcActive(c);
+      if (nranks > 1 && !hora::config().cudaKernels && ipc != hora::config().cudaIpc)
         return ipc ? "an IPC stage with HORA_CUDA_IPC=0" : "the device AllReduces did not go through the CUDA IPC stage";
       return "";
     });
@@ -276,12 +282,94 @@ TEST_CASE("a rank killed mid-call: the others' streams go on and report it", "[d
   CHECK(WIFSIGNALED(results[2].status));
 }
 
+// The device-initiated collectives' failures: every kernel ends, on every rank, with an error that
+// names the rank it waited for.
+TEST_CASE("device-initiated collectives: a stopped rank times out naming it, on every size", "[device][fault][kernels]") {
+  ProcessOptions o;
+  o.timeoutMs = 1500;
+  for (size_t count : {size_t(64), size_t(3) << 20}) {  // LL, and pipelined chunks
+    auto results = runProcesses(3, [count](horaComm_t comm, int rank, int) -> std::string {
+      float* d = static_cast<float*>(cu::deviceAlloc(count * 4));
+      void* stream = cu::streamCreate();
+      horaStream_t s = static_cast<horaStream_t>(stream);
+      if (horaAllReduce(d, d, count, horaFloat32, horaSum, comm, s) != horaSuccess || horaStreamSynchronize(s) != horaSuccess)
+        return std::string("first AllReduce: ") + horaGetLastError(comm);
+      if (!hora::device::kernelsActive(reinterpret_cast<horaComm*>(comm))) return "no device-initiated collectives";
+      if (rank == 2) raise(SIGSTOP);
+      if (horaAllReduce(d, d, count, horaFloat32, horaSum, comm, s) != horaSuccess)
+        return std::string("the call failed at once: ") + horaGetLastError(comm);
+      if (horaStreamSynchronize(s) == horaSuccess) return "the stream's AllReduce succeeded without rank 2";
+      const std::string text = horaGetLastError(nullptr);
+      if (text.find("rank 2") == std::string::npos || text.find("stopped") == std::string::npos)
+        return "the stream's error does not name rank 2 as stopped: " + text;
+      horaResult_t async = horaSuccess;
+      horaCommGetAsyncError(comm, &async);
+      if (async != horaTimeout && async != horaRemoteError) return "the communicator's error is " + std::to_string(async);
+      return "";
+    }, o);
+    INFO("count " << count << "\n" << describe(results));
+    REQUIRE(results.size() == 3);
+    CHECK(results[0].ok());
+    CHECK(results[1].ok());
+    CHECK(WIFSIGNALED(results[2].status));
+  }
+}
+
+TEST_CASE("device-initiated collectives: horaCommAbort ends a kernel that waits for a rank", "[device][fault][kernels]") {
+  auto results = runProcesses(3, [](horaComm_t comm, int rank, int) -> std::string {
+    const size_t count = 1 << 20;
+    float* d = static_cast<float*>(cu::deviceAlloc(count * 4));
+    void* stream = cu::streamCreate();
+    horaStream_t s = static_cast<horaStream_t>(stream);
+    if (horaAllReduce(d, d, count, horaFloat32, horaSum, comm, s) != horaSuccess || horaStreamSynchronize(s) != horaSuccess)
+      return std::string("first AllReduce: ") + horaGetLastError(comm);
+    // Rank 2 never makes the second call: the others' kernels wait for it until they are aborted
+    // (the default timeout is ten minutes: only the abort ends them within the test's guard).
+    if (rank != 2) {
+      if (horaAllReduce(d, d, count, horaFloat32, horaSum, comm, s) != horaSuccess)
+        return std::string("the call failed at once: ") + horaGetLastError(comm);
+      if (horaCommAbort(comm) != horaSuccess) return "horaCommAbort failed";
+      horaStreamSynchronize(s);  // returns: the kernel ended
+      return "";
+    }
+    horaCommAbort(comm);
+    return "";
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+TEST_CASE("device-initiated collectives: mismatched calls are an error on every rank", "[device][fault][kernels]") {
+  ProcessOptions o;
+  o.timeoutMs = 3000;
+  for (size_t count : {size_t(100), size_t(1) << 20}) {
+    auto results = runProcesses(2, [count](horaComm_t comm, int rank, int) -> std::string {
+      uint8_t* d = static_cast<uint8_t*>(cu::deviceAlloc(count * 2 * 4));
+      void* stream = cu::streamCreate();
+      horaStream_t s = static_cast<horaStream_t>(stream);
+      if (horaAllReduce(d, d, count, horaFloat32, horaSum, comm, s) != horaSuccess || horaStreamSynchronize(s) != horaSuccess)
+        return std::string("first AllReduce: ") + horaGetLastError(comm);
+      // Rank 1 calls Broadcast where rank 0 calls AllReduce, on as many bytes.
+      horaResult_t r = rank == 0 ? horaAllReduce(d, d, count, horaFloat32, horaSum, comm, s)
+                                 : horaBroadcast(d, d, count, horaFloat32, 0, comm, s);
+      if (r != horaSuccess) return std::string("the call failed at once: ") + horaGetLastError(comm);
+      if (horaStreamSynchronize(s) == horaSuccess) return "mismatched calls succeeded";
+      const std::string text = horaGetLastError(nullptr);
+      if (text.find("mismatched") == std::string::npos && text.find("Timed out") == std::string::npos)
+        return "the error says neither a mismatch nor a timeout: " + text;
+      return "";
+    }, o);
+    INFO("count " << count << "\n" << describe(results));
+    for (const auto& r : results) CHECK(r.ok());
+  }
+}
+
 TEST_CASE("ranks as threads of one process share one device", "[device][threads]") {
   const std::string e = inChild([] {
     auto failures = runThreads(4, [](horaComm_t comm, int rank, int nranks) -> std::string {
       std::string e = runSweep(comm, rank, nranks, deviceSweep(nranks), Memory{true, nullptr});
       if (!e.empty()) return e;
-      if (!hora::device::ipcActive(reinterpret_cast<horaComm*>(comm))) return "no IPC stage between threads";
+      if (!hora::device::kernelsActive(reinterpret_cast<horaComm*>(comm))) return "no device-initiated collectives between threads";
       return "";
     });
     return joinAll(failures);

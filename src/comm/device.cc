@@ -71,6 +71,14 @@ void takeStreamError(void* s) {
   throw e;
 }
 
+// Every communicator of this process with device-initiated collectives: a stream's
+// synchronisation settles their failures first (the watchdog may not have yet).
+std::mutex gKernelCommsMu;
+std::vector<std::pair<horaComm*, CommState*>>& kernelComms() {
+  static auto* v = new std::vector<std::pair<horaComm*, CommState*>>();
+  return *v;
+}
+
 // The device-initiated collectives' regions of this process, with the number of communicators
 // that use each: a rank of this process reads another's region through its very pointer, so the
 // region is freed by the last of them to go, not by its owner.
@@ -245,6 +253,11 @@ struct CommState {
 };
 
 void CommState::endKernels() {
+  {
+    std::lock_guard<std::mutex> lock(gKernelCommsMu);
+    auto& v = kernelComms();
+    v.erase(std::remove_if(v.begin(), v.end(), [this](const auto& e) { return e.second == this; }), v.end());
+  }
   if (k.watchdog.joinable()) {
     {
       std::lock_guard<std::mutex> lock(k.stopMu);
@@ -575,6 +588,8 @@ void reportKernels(horaComm* c, CommState& st) {
   c->setLastError(e.what());
 }
 
+void settleKernels(horaComm* c, CommState& st);
+
 bool kernelsInFlight(const CommState& st) {
   return st.k.status && __atomic_load_n(&st.k.status->finished, __ATOMIC_ACQUIRE) < st.k.blocks.load();
 }
@@ -604,25 +619,33 @@ void watchKernels(horaComm* c, CommState* st) {
       }
     }
     if (stop) __atomic_store_n(&k.status->abort, 1u, __ATOMIC_RELEASE);
-    reportKernels(c, *st);
-    if (stop && !k.reported) {
-      // The streams learn why: the communicator's error.
-      std::vector<void*> streams;
-      {
-        std::lock_guard<std::mutex> g(k.mu);
-        k.reported = true;
-        streams = k.streams;
-      }
-      Error why(Errc::InvalidUsage, "the communicator was aborted");
-      try {
-        c->check();
-      } catch (const Error& e) {
-        why = e;
-      }
-      noteStreamError(streams, "a collective on a CUDA stream", why);
-      c->setLastError(std::string("a collective on a CUDA stream: ") + why.what());
-    }
+    settleKernels(c, *st);
     lock.lock();
+  }
+}
+
+// The kernels' failure, or the communicator's that stopped them, as their streams' error (once).
+void settleKernels(horaComm* c, CommState& st) {
+  CommState::Kernels& k = st.k;
+  reportKernels(c, st);
+  // A kernel cut short by the host (an abort, the communicator's failure): its calls failed.
+  if (__atomic_load_n(&k.status->abort, __ATOMIC_ACQUIRE) && __atomic_load_n(&k.status->cut, __ATOMIC_ACQUIRE) &&
+      !k.reported) {
+    // The streams learn why: the communicator's error.
+    std::vector<void*> streams;
+    {
+      std::lock_guard<std::mutex> g(k.mu);
+      k.reported = true;
+      streams = k.streams;
+    }
+    Error why(Errc::InvalidUsage, "the communicator was aborted");
+    try {
+      c->check();
+    } catch (const Error& e) {
+      why = e;
+    }
+    noteStreamError(streams, "a collective on a CUDA stream", why);
+    c->setLastError(std::string("a collective on a CUDA stream: ") + why.what());
   }
 }
 
@@ -653,6 +676,10 @@ void setupKernels(horaComm* c, CommState& st) {
   if (everyRank(c, ok)) {
     k.state = Ipc::On;
     k.watchdog = std::thread(watchKernels, c, &st);
+    {
+      std::lock_guard<std::mutex> lock(gKernelCommsMu);
+      kernelComms().emplace_back(c, &st);
+    }
     HORA_INFO(log::kInit, "rank %d: collectives on device buffers are kernels on the caller's stream, between the %d "
               "ranks of this host (device %d, %d blocks, %zu KiB slots, LL up to %zu KiB)", c->rank, c->nranks,
               st.device, k.layout.blocks, k.layout.slotBytes >> 10, gpu::kLlBytes >> 10);
@@ -1069,13 +1096,30 @@ bool ipcActive(horaComm* c) {
   return c->device && c->device->ipc == Ipc::On;
 }
 
+namespace {
+// The failures of the kernels queued on `stream`, settled now.
+void settleStream(void* stream) {
+  std::lock_guard<std::mutex> lock(gKernelCommsMu);
+  for (auto& [c, st] : kernelComms()) {
+    bool on = false;
+    {
+      std::lock_guard<std::mutex> g(st->k.mu);
+      on = std::find(st->k.streams.begin(), st->k.streams.end(), stream) != st->k.streams.end();
+    }
+    if (on) settleKernels(c, *st);
+  }
+}
+}  // namespace
+
 void synchronize(void* stream) {
   cuda::streamSync(stream);
+  settleStream(stream);
   takeStreamError(stream);
 }
 
 bool query(void* stream) {
   if (!cuda::streamDone(stream)) return false;
+  settleStream(stream);
   takeStreamError(stream);
   return true;
 }

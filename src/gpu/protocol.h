@@ -94,6 +94,7 @@ struct Status {
   uint64_t target, seen;  // the value waited for, and the last seen
   uint64_t theirTag;      // Mismatch: the peer's tag for the same call number
   uint64_t finished;      // blocks of this rank's kernels that have returned
+  uint64_t cut;           // ... of those, the blocks that returned before the end of their call
 };
 
 // A call, as the kernel (or the emulated stream) runs it.
@@ -291,7 +292,7 @@ struct Run {
     return x.agree(ok && !stopped());
   }
 
-  HORA_PD void ll() const {
+  HORA_PD bool ll() const {
     const int n = d.nranks, r = d.rank;
     const uint32_t s = d.llSeq;
     const int buf = static_cast<int>(s & 1);
@@ -306,7 +307,7 @@ struct Run {
     if (contributes) {
       // Every member is done with call s - 2, the last to use this buffer (whoever read it then:
       // the roots change from call to call).
-      if (s > 2 && !everyone(kLlDone, s - 2)) return;
+      if (s > 2 && !everyone(kLlDone, s - 2)) return false;
       const size_t own = d.coll == Coll::ReduceScatter ? d.bytes * static_cast<size_t>(n) : d.bytes;
       llWrite(send, own, llWords(r, buf), s);
     }
@@ -321,7 +322,7 @@ struct Run {
           continue;
         }
         uint8_t* landing = mine + d.layout.landingAt(j);
-        if (!llRead(j, llWords(j, buf), part, d.bytes, landing, s)) return;
+        if (!llRead(j, llWords(j, buf), part, d.bytes, landing, s)) return false;
         srcs[j] = landing;
       }
       x.reduce(recv, srcs, n, d.bytes / d.esize, d);
@@ -329,13 +330,14 @@ struct Run {
       for (int j = rFirst; j <= rLast; ++j) {
         uint8_t* to = d.coll == Coll::AllGather ? recv + static_cast<size_t>(j) * d.bytes : recv;
         if (j == r) continue;
-        if (!llRead(j, llWords(j, buf), 0, d.bytes, to, s)) return;
+        if (!llRead(j, llWords(j, buf), 0, d.bytes, to, s)) return false;
       }
     }
     // This rank's own part of the output.
     if (d.coll == Coll::AllGather) x.copy(recv + static_cast<size_t>(r) * d.bytes, send, d.bytes);
     if (d.coll == Coll::Broadcast && r == d.root) x.copy(recv, send, d.bytes);
     post(kLlDone, s);
+    return true;
   }
 
   // ---- counters ----
@@ -343,7 +345,7 @@ struct Run {
     return d.regions[j] + d.layout.slotAt(b, static_cast<int>(g % kSlots), out);
   }
 
-  HORA_PD void chunks() const {
+  HORA_PD bool chunks() const {
     const int n = d.nranks, r = d.rank;
     const size_t unit = unitOf(d), step = unit * static_cast<size_t>(d.layout.blocks);
     const uint64_t k = chunksOf(d);
@@ -356,7 +358,7 @@ struct Run {
       if (off < d.bytes) len = d.bytes - off < unit ? d.bytes - off : unit;
       else off = d.bytes;
       // The slot of chunk g - 2 is free on every member.
-      if (g > kSlots && !everyone(kFreed, g - kSlots)) return;
+      if (g > kSlots && !everyone(kFreed, g - kSlots)) return false;
       uint8_t* in = slot(r, g, 0);
       switch (d.coll) {
         case Coll::Broadcast:
@@ -372,7 +374,7 @@ struct Run {
       const void* srcs[kMaxRanks];
       switch (d.coll) {
         case Coll::AllReduce: {
-          if (!everyone(kIn, g)) return;
+          if (!everyone(kIn, g)) return false;
           // Part j of the chunk: [j * part, (j + 1) * part), cut at elements.
           size_t part = (len / d.esize + static_cast<size_t>(n) - 1) / static_cast<size_t>(n) * d.esize;
           const size_t at = static_cast<size_t>(r) * part < len ? static_cast<size_t>(r) * part : len;
@@ -380,7 +382,7 @@ struct Run {
           for (int j = 0; j < n; ++j) srcs[j] = slot(j, g, 0) + at;
           x.reduce2(slot(r, g, 1) + at, recv + off + at, srcs, n, mineLen / d.esize, d);
           post(kOut, g);
-          if (!everyone(kOut, g)) return;
+          if (!everyone(kOut, g)) return false;
           for (int j = 0; j < n; ++j) {
             if (j == r) continue;
             const size_t ja = static_cast<size_t>(j) * part < len ? static_cast<size_t>(j) * part : len;
@@ -393,19 +395,19 @@ struct Run {
           if (r == d.root) {
             if (recv != send) x.copy(recv + off, send + off, len);
           } else {
-            if (!all(kIn, g, d.root, d.root, r)) return;
+            if (!all(kIn, g, d.root, d.root, r)) return false;
             x.copy(recv + off, slot(d.root, g, 0), len);
           }
           break;
         case Coll::Reduce:
           if (r == d.root) {
-            if (!everyone(kIn, g)) return;
+            if (!everyone(kIn, g)) return false;
             for (int j = 0; j < n; ++j) srcs[j] = slot(j, g, 0);
             x.reduce(recv + off, srcs, n, len / d.esize, d);
           }
           break;
         case Coll::AllGather:
-          if (!everyone(kIn, g)) return;
+          if (!everyone(kIn, g)) return false;
           for (int j = 0; j < n; ++j) {
             uint8_t* to = recv + static_cast<size_t>(j) * d.bytes + off;
             if (j == r) {
@@ -416,7 +418,7 @@ struct Run {
           }
           break;
         case Coll::ReduceScatter:
-          if (!everyone(kIn, g)) return;
+          if (!everyone(kIn, g)) return false;
           for (int j = 0; j < n; ++j) srcs[j] = slot(j, g, 0) + static_cast<size_t>(r) * len;
           x.reduce(recv + off, srcs, n, len / d.esize, d);
           break;
@@ -427,17 +429,19 @@ struct Run {
     if (k && x.tid() == 0)
       for (int j = 0; j < n; ++j)
         if (j != r && !sameCall(j)) break;
+    return true;
   }
 
   HORA_PD void operator()() const {
+    bool whole = false;
     if (!stopped()) {
       announce();
-      if (!d.ll) chunks();
-      else if (b == 0) ll();
+      whole = d.ll ? b != 0 || ll() : chunks();
     }
     x.sync();
     if (x.tid() == 0) {
       X::fenceSystem();
+      if (!whole) X::add64(&d.status->cut, 1);
       X::add64(&d.status->finished, 1);
     }
   }
