@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <condition_variable>
+#include <cstddef>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -149,10 +150,9 @@ struct CommState {
     std::vector<uint8_t*> regions;
     gpu::Layout layout;
     gpu::Status* status = nullptr;  // pinned and mapped; never freed (a kernel may outlive us)
-    uint64_t calls = 0, chunks = 0;  // calls, chunks per block
+    uint64_t calls = 0;  // calls launched (their numbers, outside graphs' replays)
     std::atomic<uint64_t> blocks{0};  // blocks launched (the status counts those finished)
     std::array<std::pair<uint64_t, coll::Args>, 8> recent{};  // the last calls, by number (their texts)
-    uint32_t ll = 0;                             // LL calls
     std::mutex mu;                  // streams, reported
     std::vector<void*> streams;     // the CUDA streams kernels were queued on
     bool reported = false;          // the status's failure became the communicator's
@@ -286,19 +286,33 @@ void CommState::endKernels() {
   if (__atomic_load_n(&k.status->abort, __ATOMIC_ACQUIRE)) return;  // failed: the peers stop too
   // The peers read this rank's region until they have posted the last chunk freed and the last
   // LL call read: wait for them, a while at most.
-  const auto counter = [this](int j, int b, int which) {
-    const auto* cs = reinterpret_cast<const gpu::Counters*>(k.regions[static_cast<size_t>(j)] + k.layout.countersAt(b));
-    return __atomic_load_n(&cs->c[which], __ATOMIC_ACQUIRE);
+  // (Device memory: read by copies, on the worker's stream, which waits for nothing else.)
+  const auto peek = [this](const uint8_t* at) {
+    uint64_t v = 0;
+    cuda::copyAsync(&v, at, sizeof v, copyStream);
+    cuda::streamSync(copyStream);
+    return v;
+  };
+  const auto counter = [&](int j, int b, int which) {
+    return peek(k.regions[static_cast<size_t>(j)] + k.layout.countersAt(b) + sizeof(uint64_t) * static_cast<size_t>(which));
   };
   const auto peersDone = [&] {
-    for (size_t j = 0; j < k.regions.size(); ++j)
-      for (int b = 0; b < k.layout.blocks; ++b)
-        if (counter(static_cast<int>(j), b, gpu::kFreed) < k.chunks || (b == 0 && counter(static_cast<int>(j), 0, gpu::kLlDone) < k.ll))
+    for (int b = 0; b < k.layout.blocks; ++b) {
+      const uint8_t* mine = k.region + k.layout.stateAt(b);
+      const uint64_t chunks = peek(mine + offsetof(gpu::BlockState, chunks)), ll = peek(mine + offsetof(gpu::BlockState, ll));
+      for (size_t j = 0; j < k.regions.size(); ++j)
+        if (counter(static_cast<int>(j), b, gpu::kFreed) < chunks || (b == 0 && counter(static_cast<int>(j), 0, gpu::kLlDone) < ll))
           return false;
+    }
     return true;
   };
   const auto until = Clock::now() + std::chrono::seconds(5);
-  while (!peersDone() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  try {
+    OnDevice on(device);
+    while (!peersDone() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  } catch (const Error& e) {
+    HORA_WARN(log::kColl, "reading the peers' progress through the device collectives' regions: %s", e.what());
+  }
 }
 
 void destroy(CommState* s) { delete s; }
@@ -732,10 +746,7 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
   d.divide = a.op == RedOp::Avg;
   d.divisor = static_cast<uint64_t>(c->nranks);
   d.tag = coll::makeTag(a) | 1;
-  d.call = k.calls + 1;
   d.ll = gpu::fitsLl(d.coll, d.bytes, d.nranks);
-  d.llSeq = d.ll ? k.ll + 1 : 0;
-  d.chunkBase = k.chunks;
   if (d.coll == gpu::Coll::Broadcast && c->rank != a.root) d.send = nullptr;
   {
     std::lock_guard<std::mutex> lock(k.mu);
@@ -749,11 +760,9 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
     if (!c->aborting.load()) c->fail(e);
     throw;
   }
-  k.calls = d.call;
-  k.ll = d.ll ? d.llSeq : k.ll;
-  k.chunks += gpu::chunksOf(d);
+  ++k.calls;  // (the kernel's own number, outside a graph's replays)
   k.blocks.fetch_add(static_cast<uint64_t>(d.layout.blocks));
-  k.recent[d.call % k.recent.size()] = {d.call, a};
+  k.recent[k.calls % k.recent.size()] = {k.calls, a};
   ++c->calls;
   if (stream) return true;
   OnDevice on(st.device);

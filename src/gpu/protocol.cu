@@ -45,6 +45,15 @@ struct DevX {
   __device__ int nthreads() const { return static_cast<int>(blockDim.x); }
   __device__ void sync() const { __syncthreads(); }
   __device__ bool agree(bool ok) const { return __syncthreads_and(ok ? 1 : 0) != 0; }
+  // Thread 0's v, in every thread.
+  __device__ uint64_t share(uint64_t v) const {
+    __shared__ uint64_t shared;
+    if (threadIdx.x == 0) shared = v;
+    __syncthreads();
+    const uint64_t out = shared;
+    __syncthreads();
+    return out;
+  }
 
   __device__ void copy(void* dst, const void* src, size_t bytes) const {
     if (!bytes || dst == src) return;

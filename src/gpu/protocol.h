@@ -69,12 +69,25 @@ struct alignas(64) Counters {
   uint64_t c[8];
 };
 
+// What a block has done so far, in its owner's region, read and advanced by each of its kernels
+// (not by the host): a call's numbers come from here, so a CUDA graph that captured the launch
+// replays it with the numbers of the replay.
+struct alignas(64) BlockState {
+  uint64_t calls;   // calls
+  uint64_t chunks;  // chunks (the value of the last kIn, kOut and kFreed posted)
+  uint64_t ll;      // LL calls (the last kLlDone posted)
+  uint64_t pad[5];
+};
+
 // Where everything is in each rank's region (the same on every rank).
 struct Layout {
   int blocks = 1;
   size_t slotBytes = size_t(1) << 20;  // each of a slot's two areas, per block
   HORA_PD size_t countersAt(int b) const { return static_cast<size_t>(b) * sizeof(Counters); }
-  HORA_PD size_t llAt(int buf) const { return kMaxBlocks * sizeof(Counters) + static_cast<size_t>(buf) * 2 * kLlBytes; }
+  HORA_PD size_t stateAt(int b) const { return kMaxBlocks * sizeof(Counters) + static_cast<size_t>(b) * sizeof(BlockState); }
+  HORA_PD size_t llAt(int buf) const {
+    return kMaxBlocks * (sizeof(Counters) + sizeof(BlockState)) + static_cast<size_t>(buf) * 2 * kLlBytes;
+  }
   // Where the LL data of member j lands, unpacked (ReduceScatter: its part for this rank).
   HORA_PD size_t landingAt(int j) const { return llAt(2) + static_cast<size_t>(j) * kLlBytes; }
   HORA_PD size_t slotAt(int b, int slot, int out) const {
@@ -108,10 +121,7 @@ struct Desc {
   void* recv = nullptr;
   uint8_t* regions[kMaxRanks] = {};
   Layout layout;
-  uint64_t chunkBase = 0;  // chunks of each block before this call
-  uint32_t llSeq = 0;      // this call's LL number (LL calls)
-  bool ll = false;
-  uint64_t call = 0;       // this call's number (announced, for the mismatch check)
+  bool ll = false;         // by LL (fitsLl)
   uint64_t tag = 0;        // what the call is (kind, count, type, op, root): equal on every rank
   Status* status = nullptr;
   uint64_t timeoutNs = 0;
@@ -145,6 +155,10 @@ struct Run {
   X& x;
   const Desc& d;
   int b;  // the block
+  // This call's numbers, from the block's state: the call (announced, for the mismatch check),
+  // the chunks before it, and its LL number.
+  uint64_t call = 0, chunkBase = 0;
+  uint32_t llSeq = 0;
 
   HORA_PD Counters* counters(int j) const {
     return reinterpret_cast<Counters*>(d.regions[j] + d.layout.countersAt(b));
@@ -156,7 +170,7 @@ struct Run {
     if (X::claim(&d.status->code, static_cast<uint32_t>(code))) {
       d.status->peer = peer;
       d.status->counter = counter;
-      d.status->call = d.call;
+      d.status->call = call;
       d.status->target = target;
       d.status->seen = seen;
       d.status->theirTag = theirs;
@@ -170,9 +184,9 @@ struct Run {
   HORA_PD bool sameCall(int j) const {
     const Counters* theirs = counters(j);
     const uint64_t at = X::load64(&theirs->c[kCall]);
-    if (at < d.call || at - d.call >= kTags) return true;
-    const uint64_t t = X::load64(&theirs->c[kTag + static_cast<int>(d.call % kTags)]);
-    if (X::load64(&theirs->c[kCall]) - d.call >= kTags || t == d.tag) return true;
+    if (at < call || at - call >= kTags) return true;
+    const uint64_t t = X::load64(&theirs->c[kTag + static_cast<int>(call % kTags)]);
+    if (X::load64(&theirs->c[kCall]) - call >= kTags || t == d.tag) return true;
     fail(Code::Mismatch, j, -1, 0, 0, t);
     return false;
   }
@@ -221,9 +235,9 @@ struct Run {
   HORA_PD void announce() const {
     if (x.tid() == 0) {
       Counters* mine = counters(d.rank);
-      X::store64(&mine->c[kTag + static_cast<int>(d.call % kTags)], d.tag);
+      X::store64(&mine->c[kTag + static_cast<int>(call % kTags)], d.tag);
       X::fenceSystem();
-      X::store64(&mine->c[kCall], d.call);
+      X::store64(&mine->c[kCall], call);
       X::fenceSystem();  // before any data of the call
     }
     x.sync();
@@ -294,7 +308,7 @@ struct Run {
 
   HORA_PD bool ll() const {
     const int n = d.nranks, r = d.rank;
-    const uint32_t s = d.llSeq;
+    const uint32_t s = llSeq;
     const int buf = static_cast<int>(s & 1);
     const uint8_t* send = static_cast<const uint8_t*>(d.send);
     uint8_t* recv = static_cast<uint8_t*>(d.recv);
@@ -352,7 +366,7 @@ struct Run {
     const uint8_t* send = static_cast<const uint8_t*>(d.send);
     uint8_t* recv = static_cast<uint8_t*>(d.recv);
     for (uint64_t i = 0; i < k; ++i) {
-      const uint64_t g = d.chunkBase + i + 1;
+      const uint64_t g = chunkBase + i + 1;
       size_t off = static_cast<size_t>(i) * step + static_cast<size_t>(b) * unit;
       size_t len = 0;
       if (off < d.bytes) len = d.bytes - off < unit ? d.bytes - off : unit;
@@ -432,7 +446,11 @@ struct Run {
     return true;
   }
 
-  HORA_PD void operator()() const {
+  HORA_PD void operator()() {
+    BlockState* state = reinterpret_cast<BlockState*>(d.regions[d.rank] + d.layout.stateAt(b));
+    call = x.share(X::load64(&state->calls)) + 1;
+    chunkBase = x.share(X::load64(&state->chunks));
+    llSeq = static_cast<uint32_t>(x.share(X::load64(&state->ll)) + (d.ll ? 1 : 0));
     bool whole = false;
     if (!stopped()) {
       announce();
@@ -440,6 +458,9 @@ struct Run {
     }
     x.sync();
     if (x.tid() == 0) {
+      X::store64(&state->calls, call);
+      X::store64(&state->chunks, chunkBase + chunksOf(d));
+      X::store64(&state->ll, llSeq);
       X::fenceSystem();
       if (!whole) X::add64(&d.status->cut, 1);
       X::add64(&d.status->finished, 1);
