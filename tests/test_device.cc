@@ -364,6 +364,72 @@ TEST_CASE("device-initiated collectives: mismatched calls are an error on every 
   }
 }
 
+// CUDA graphs: a device-initiated collective captured on a stream replays correctly, again and
+// again (each replay takes its numbers from the device, not from the capture); a call that
+// needs the worker is refused while capturing, and the communicator goes on.
+TEST_CASE("device-initiated collectives captured in a CUDA graph replay correctly", "[device][graph][kernels]") {
+  for (int n : {2, 3}) {
+    auto results = runProcesses(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
+      const size_t small = 37, large = (size_t(1) << 20) + 3;  // LL, and chunks
+      int32_t* in = static_cast<int32_t*>(cu::deviceAlloc(large * 4));
+      int32_t* sum = static_cast<int32_t*>(cu::deviceAlloc(small * 4));
+      int32_t* all = static_cast<int32_t*>(cu::deviceAlloc(large * 4 * static_cast<size_t>(nranks)));
+      int32_t* pinned = static_cast<int32_t*>(cu::hostAlloc(large * 4 * static_cast<size_t>(nranks)));
+      void* stream = cu::streamCreate();
+      horaStream_t s = static_cast<horaStream_t>(stream);
+      const auto value = [](int r, int round, size_t i) { return static_cast<int32_t>(r * 1000003 + round * 7919 + static_cast<int>(i % 9973)); };
+      const auto fill = [&](int round) {
+        for (size_t i = 0; i < large; ++i) pinned[i] = value(rank, round, i);
+        cu::copyAsync(in, pinned, large * 4, stream);
+      };
+      // The set-up call, before any capture.
+      fill(0);
+      if (horaAllReduce(in, sum, small, horaInt32, horaSum, comm, s) != horaSuccess || horaStreamSynchronize(s) != horaSuccess)
+        return std::string("the first call: ") + horaGetLastError(comm);
+      cu::streamBeginCapture(stream);
+      if (!cu::isCapturing(stream)) return "the stream does not say it is capturing";
+      if (horaAllReduce(in, sum, small, horaInt32, horaSum, comm, s) != horaSuccess)
+        return std::string("captured AllReduce: ") + horaGetLastError(comm);
+      if (horaAllGather(in, all, large, horaInt32, comm, s) != horaSuccess)
+        return std::string("captured AllGather: ") + horaGetLastError(comm);
+      // AllToAll goes through the worker: refused while capturing.
+      if (horaAllToAll(in, all, 1, horaInt32, comm, s) != horaInvalidUsage) return "an AllToAll was captured";
+      if (std::string(horaGetLastError(comm)).find("graph") == std::string::npos)
+        return std::string("the refusal does not say why: ") + horaGetLastError(comm);
+      void* graph = cu::streamEndCapture(stream);
+      for (int round = 1; round <= 4; ++round) {
+        fill(round);
+        cu::graphLaunch(graph, stream);
+        std::vector<int32_t> got(small);
+        cu::copyAsync(pinned, sum, small * 4, stream);
+        if (horaStreamSynchronize(s) != horaSuccess) return std::string("a replay failed: ") + horaGetLastError(nullptr);
+        for (size_t i = 0; i < small; ++i) {
+          int32_t want = 0;
+          for (int r = 0; r < nranks; ++r) want = static_cast<int32_t>(static_cast<uint32_t>(want) + static_cast<uint32_t>(value(r, round, i)));
+          if (pinned[i] != want)
+            return "replay " + std::to_string(round) + ": AllReduce element " + std::to_string(i) + " is " +
+                   std::to_string(pinned[i]) + ", not " + std::to_string(want);
+        }
+        cu::copyAsync(pinned, all, large * 4 * static_cast<size_t>(nranks), stream);
+        cu::streamSync(stream);
+        for (int r = 0; r < nranks; ++r)
+          for (size_t i = 0; i < large; i += 4099)
+            if (pinned[static_cast<size_t>(r) * large + i] != value(r, round, i))
+              return "replay " + std::to_string(round) + ": AllGather block " + std::to_string(r) + " element " +
+                     std::to_string(i) + " is wrong";
+      }
+      cu::graphDestroy(graph);
+      // Not captured, after the replays: the numbers went on.
+      fill(9);
+      if (horaAllReduce(in, sum, small, horaInt32, horaSum, comm, s) != horaSuccess || horaStreamSynchronize(s) != horaSuccess)
+        return std::string("a call after the replays: ") + horaGetLastError(comm);
+      return "";
+    });
+    INFO("nranks " << n << "\n" << describe(results));
+    for (const auto& r : results) CHECK(r.ok());
+  }
+}
+
 TEST_CASE("ranks as threads of one process share one device", "[device][threads]") {
   const std::string e = inChild([] {
     auto failures = runThreads(4, [](horaComm_t comm, int rank, int nranks) -> std::string {

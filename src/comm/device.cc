@@ -150,6 +150,7 @@ struct CommState {
     std::vector<uint8_t*> regions;
     gpu::Layout layout;
     gpu::Status* status = nullptr;  // pinned and mapped; never freed (a kernel may outlive us)
+    gpu::Status* statusOnDevice = nullptr;  // its device address
     uint64_t calls = 0;  // calls launched (their numbers, outside graphs' replays)
     std::atomic<uint64_t> blocks{0};  // blocks launched (the status counts those finished)
     std::array<std::pair<uint64_t, coll::Args>, 8> recent{};  // the last calls, by number (their texts)
@@ -677,11 +678,14 @@ void setupKernels(horaComm* c, CommState& st) {
     retainRegion(k.region);
     // Counters and LL flags start at 0 (the slots need nothing).
     const size_t head = k.layout.slotAt(0, 0, 0);
-    std::vector<uint8_t> zeros(head, 0);
-    cuda::copyAsync(k.region, zeros.data(), head, nullptr);
-    cuda::streamSync(nullptr);
+    uint8_t* zeros = static_cast<uint8_t*>(cuda::hostAlloc(head));
+    memset(zeros, 0, head);
+    cuda::copyAsync(k.region, zeros, head, st.copyStream);
+    cuda::streamSync(st.copyStream);
+    cuda::hostFree(zeros);
     k.status = static_cast<gpu::Status*>(cuda::hostAlloc(sizeof(gpu::Status)));
     memset(k.status, 0, sizeof(gpu::Status));
+    k.statusOnDevice = static_cast<gpu::Status*>(cuda::mappedPointer(k.status));
   } catch (const Error& e) {
     ok = 0;
     why = e.what();
@@ -716,6 +720,9 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
   CommState::Kernels& k = st.k;
   if (k.state == Ipc::Unknown) {
     if (!lone) return false;
+    if (stream && cuda::isCapturing(stream))
+      fail(Errc::InvalidUsage, "the first collective on device buffers of a communicator sets up its device memory "
+           "with its peers and cannot be captured in a CUDA graph: make one such call before the capture");
     awaitStreamWork(c);  // the worker idle: the set-up's collectives go first everywhere
     OnDevice on(st.device);
     setupKernels(c, st);
@@ -739,7 +746,7 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
   d.recv = w.out;
   for (int j = 0; j < c->nranks; ++j) d.regions[j] = k.regions[static_cast<size_t>(j)];
   d.layout = k.layout;
-  d.status = k.status;
+  d.status = k.statusOnDevice;
   d.timeoutNs = static_cast<uint64_t>(c->opts.timeout.count()) * 1000000u;
   d.dtype = static_cast<int>(a.dtype);
   d.op = static_cast<int>(a.op);
@@ -1010,6 +1017,14 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
     std::vector<Where> ws;
     if (anyOnDevice(calls, ws) && viaKernel(calls[0].first, calls[0].second, ws[0], distinct[0], true)) return;
   }
+  // What goes through the worker waits on the host for the streams' events, which a CUDA graph
+  // being captured does not record for the host to see.
+  for (void* s : distinct)
+    if (cuda::isCapturing(s))
+      fail(Errc::InvalidUsage, "%s on CUDA stream %p cannot be captured in a CUDA graph: only a lone collective "
+           "(AllReduce, Broadcast, Reduce, AllGather, ReduceScatter; not PreMulSum) whose buffers are all on the "
+           "device, between ranks of one host, is a kernel on the stream; this one needs the communicator's worker",
+           fn, s);
   std::vector<Item> items;
   for (horaComm* c : comms) {
     Item it{c, &stateOf(c), {}, nullptr, {}, {}};

@@ -89,6 +89,14 @@ void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc,
   if (count) b().reduceAsync(dsts, ndst, srcs, nsrc, count, spec, stream);
 }
 void collectiveAsync(const gpu::Desc& d, void* stream) { b().collectiveAsync(d, stream); }
+void* mappedPointer(void* host) { return b().mappedPointer(host); }
+bool isCapturing(void* stream) { return stream && b().isCapturing(stream); }
+void streamBeginCapture(void* stream) { b().streamBeginCapture(stream); }
+void* streamEndCapture(void* stream) { return b().streamEndCapture(stream); }
+void graphLaunch(void* graph, void* stream) { b().graphLaunch(graph, stream); }
+void graphDestroy(void* graph) {
+  if (graph) b().graphDestroy(graph);
+}
 IpcHandle ipcHandle(void* devicePtr) { return b().ipcHandle(devicePtr); }
 void* ipcOpen(const IpcHandle& h) { return b().ipcOpen(h); }
 void ipcClose(void* p) {

@@ -88,6 +88,20 @@ void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc,
 // d.status (host-mapped memory from hostAlloc), not thrown.
 void collectiveAsync(const gpu::Desc& d, void* stream);
 
+// The device's address of pinned host memory from hostAlloc (the same pointer under unified
+// addressing).
+void* mappedPointer(void* host);
+
+// CUDA graphs. Whether `stream` is being captured now: work queued on it is recorded into a
+// graph, not run.
+bool isCapturing(void* stream);
+// Captures the work queued on `stream` (relaxed mode) until streamEndCapture, which returns an
+// executable graph that graphLaunch replays on a stream.
+void streamBeginCapture(void* stream);
+void* streamEndCapture(void* stream);
+void graphLaunch(void* graph, void* stream);
+void graphDestroy(void* graph);
+
 // CUDA IPC.
 struct IpcHandle {
   unsigned char bytes[64];

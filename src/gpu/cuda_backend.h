@@ -35,6 +35,12 @@ class Backend {
   virtual void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
                            const kernels::ReduceSpec& spec, void* stream) = 0;
   virtual void collectiveAsync(const gpu::Desc& d, void* stream) = 0;
+  virtual void* mappedPointer(void* host) = 0;
+  virtual bool isCapturing(void* stream) = 0;
+  virtual void streamBeginCapture(void* stream) = 0;
+  virtual void* streamEndCapture(void* stream) = 0;
+  virtual void graphLaunch(void* graph, void* stream) = 0;
+  virtual void graphDestroy(void* graph) = 0;
   virtual IpcHandle ipcHandle(void* devicePtr) = 0;
   virtual void* ipcOpen(const IpcHandle& h) = 0;
   virtual void ipcClose(void* p) = 0;

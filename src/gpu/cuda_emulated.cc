@@ -20,6 +20,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <shared_mutex>
 #include <mutex>
 #include <set>
@@ -58,9 +59,28 @@ class EmuStream {
   void push(std::function<void()> fn) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (capture_) {  // recorded into the graph being captured, not run
+        capture_->push_back(std::move(fn));
+        return;
+      }
       q_.push_back(std::move(fn));
     }
     wake_.notify_one();
+  }
+  // A capture (CUDA graphs): what is pushed until end() is recorded instead of run.
+  void begin() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (capture_) fail(Errc::Cuda, "cudaStreamBeginCapture: the emulated stream is already capturing");
+    capture_ = std::make_unique<std::vector<std::function<void()>>>();
+  }
+  std::unique_ptr<std::vector<std::function<void()>>> end() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!capture_) fail(Errc::Cuda, "cudaStreamEndCapture: the emulated stream is not capturing");
+    return std::move(capture_);
+  }
+  bool capturing() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return capture_ != nullptr;
   }
   void sync() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -92,6 +112,7 @@ class EmuStream {
   std::condition_variable wake_, idle_;
   std::deque<std::function<void()>> q_;
   bool running_ = false, stop_ = false;
+  std::unique_ptr<std::vector<std::function<void()>>> capture_;
   std::thread thread_;
 };
 
@@ -237,6 +258,16 @@ class Emulated final : public Backend {
   void collectiveAsync(const gpu::Desc& d, void* s) override {
     run(s, [d] { gpu::runOnHost(d); });
   }
+  void* mappedPointer(void* host) override { return host; }
+  bool isCapturing(void* s) override { return stream(s).capturing(); }
+  void streamBeginCapture(void* s) override { stream(s).begin(); }
+  // A graph is the recorded work, replayed in order (what it captured by value, as a CUDA graph
+  // keeps a kernel's arguments).
+  void* streamEndCapture(void* s) override { return stream(s).end().release(); }
+  void graphLaunch(void* graph, void* s) override {
+    for (const std::function<void()>& fn : *static_cast<std::vector<std::function<void()>>*>(graph)) run(s, fn);
+  }
+  void graphDestroy(void* graph) override { delete static_cast<std::vector<std::function<void()>>*>(graph); }
   void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
                    const kernels::ReduceSpec& spec, void* s) override {
     const int op = static_cast<int>(spec.op);

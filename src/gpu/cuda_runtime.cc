@@ -156,11 +156,35 @@ class Runtime final : public Backend {
           "the reduction kernel's launch");
   }
   void collectiveAsync(const gpu::Desc& d, void* stream) override {
-    gpu::Desc on = d;
-    void* status = nullptr;
-    check(cudaHostGetDevicePointer(&status, d.status, 0), "cudaHostGetDevicePointer");
-    on.status = static_cast<gpu::Status*>(status);
-    check(static_cast<cudaError_t>(gpu::launch(on, stream)), "the collective kernel's launch");
+    check(static_cast<cudaError_t>(gpu::launch(d, stream)), "the collective kernel's launch");
+  }
+  void* mappedPointer(void* host) override {
+    void* p = nullptr;
+    check(cudaHostGetDevicePointer(&p, host, 0), "cudaHostGetDevicePointer");
+    return p;
+  }
+  bool isCapturing(void* stream) override {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(S(stream), &st), "cudaStreamIsCapturing");
+    return st != cudaStreamCaptureStatusNone;
+  }
+  void streamBeginCapture(void* stream) override {
+    check(cudaStreamBeginCapture(S(stream), cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  }
+  void* streamEndCapture(void* stream) override {
+    cudaGraph_t g = nullptr;
+    check(cudaStreamEndCapture(S(stream), &g), "cudaStreamEndCapture");
+    cudaGraphExec_t x = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&x, g, 0);
+    cudaGraphDestroy(g);
+    check(e, "cudaGraphInstantiate");
+    return x;
+  }
+  void graphLaunch(void* graph, void* stream) override {
+    check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), S(stream)), "cudaGraphLaunch");
+  }
+  void graphDestroy(void* graph) override {
+    check(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)), "cudaGraphExecDestroy");
   }
   IpcHandle ipcHandle(void* devicePtr) override {
     cudaIpcMemHandle_t h;
