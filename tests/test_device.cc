@@ -430,6 +430,39 @@ TEST_CASE("device-initiated collectives captured in a CUDA graph replay correctl
   }
 }
 
+// Processes that share one GPU (HORA_CUDA=emulate-shared: one emulated GPU for the host's
+// processes) take the worker's path, whose streams wait on memory rather than in spinning
+// kernels; ranks as threads of one process on it still run as kernels. Hidden: its own test run.
+TEST_CASE("processes sharing a GPU are detected and take a path that does not spin", "[.shared-gpu]") {
+  const char* mode = getenv("HORA_CUDA");
+  REQUIRE(mode != nullptr);
+  REQUIRE(std::string(mode) == "emulate-shared");
+  auto results = runProcesses(3, [](horaComm_t comm, int rank, int nranks) -> std::string {
+    void* stream = cu::streamCreate();
+    for (Coll c : {Coll::AllReduce, Coll::Broadcast, Coll::AllGather})
+      for (size_t count : {size_t(5), size_t(300000)}) {
+        std::string e = runCase(comm, rank, nranks, Case{c, horaFloat32, horaSum, count, false, 1}, Memory{true, stream});
+        if (!e.empty()) return e;
+      }
+    cu::streamDestroy(stream);
+    if (hora::device::kernelsActive(reinterpret_cast<horaComm*>(comm)))
+      return "processes sharing one GPU run spinning kernels";
+    return "";
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+  const std::string e = inChild([] {
+    auto failures = runThreads(2, [](horaComm_t comm, int rank, int nranks) -> std::string {
+      std::string e = runCase(comm, rank, nranks, Case{Coll::AllReduce, horaFloat32, horaSum, 1000, false, 0}, Memory{true, nullptr});
+      if (!e.empty()) return e;
+      if (!hora::device::kernelsActive(reinterpret_cast<horaComm*>(comm))) return "threads on one GPU did not run kernels";
+      return "";
+    });
+    return joinAll(failures);
+  });
+  CHECK(e == "");
+}
+
 TEST_CASE("ranks as threads of one process share one device", "[device][threads]") {
   const std::string e = inChild([] {
     auto failures = runThreads(4, [](horaComm_t comm, int rank, int nranks) -> std::string {

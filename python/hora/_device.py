@@ -36,7 +36,7 @@ from hora import _core
 
 _p = ctypes.c_void_p
 
-EMULATED = os.environ.get("HORA_CUDA", "").strip().lower() == "emulate"
+EMULATED = os.environ.get("HORA_CUDA", "").strip().lower() in ("emulate", "emulate-shared")
 
 _bound = {}
 

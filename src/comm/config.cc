@@ -103,10 +103,11 @@ const Variable kVariables[] = {
      "them; must agree on every rank",
      "NCCL_IB_QPS_PER_CONNECTION", "clamped to 1..16"},
     // CUDA.
-    {"HORA_CUDA", Topic::Cuda, "keyword", "auto", "auto, off or emulate",
+    {"HORA_CUDA", Topic::Cuda, "keyword", "auto", "auto, off, emulate or emulate-shared",
      "device buffers and CUDA streams: auto (where the build has CUDA and the machine a driver and a GPU), off "
-     "(every pointer is host memory; the driver is never loaded), emulate (an emulated GPU in host memory, for "
-     "tests; the Python package reads it too)"},
+     "(every pointer is host memory; the driver is never loaded), emulate (an emulated GPU in host memory, each "
+     "process's own, for tests; the Python package reads it too), emulate-shared (the same, one GPU that the "
+     "processes of the host share)"},
     {"HORA_CUDA_STREAM_WAIT", Topic::Cuda, "keyword", "memop", "memop or kernel",
      "how a CUDA stream waits for a call's worker: memop (cuStreamWaitValue32; the polling kernel where the "
      "driver refuses it) or kernel (a one-thread kernel polls the word)"},
@@ -215,7 +216,7 @@ std::string bannerFor(const Config& c) {
   for (const std::string& t : c.transports) transports += (transports.empty() ? "" : ",") + t;
   return format("Hora %s (%s, kernels: %s, cuda: %s, transports: %s)", HORA_VERSION_STRING, HORA_BUILD_TYPE,
                 kernels::isaName(kernels::activeIsa()),
-                c.cuda == "emulate" ? "emulated" : !cuda::built() ? "not built" : c.cuda == "off" ? "off" : "built",
+                c.cuda.rfind("emulate", 0) == 0 ? "emulated" : !cuda::built() ? "not built" : c.cuda == "off" ? "off" : "built",
                 transports.c_str());
 }
 
@@ -469,7 +470,8 @@ Config parseConfig(const EnvLookup& env) {
   if (auto v = env("HORA_CUDA")) {
     std::string m = trimBlanks(*v);
     for (char& ch : m) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
-    if (m != "auto" && m != "off" && m != "emulate") bad("HORA_CUDA", *v, "auto, off or emulate");
+    if (m != "auto" && m != "off" && m != "emulate" && m != "emulate-shared")
+      bad("HORA_CUDA", *v, "auto, off, emulate or emulate-shared");
     c.cuda = m;
   }
   if (auto v = env("HORA_CUDA_STREAM_WAIT")) {
@@ -567,7 +569,10 @@ const Config& config() {
           fail(Errc::InvalidArgument, "HORA_KERNEL_ISA='%s' is invalid: this CPU or build does not support it",
                cfg.kernelIsa.c_str());
       }
-      cuda::configure(cfg.cuda == "off" ? cuda::Mode::Off : cfg.cuda == "emulate" ? cuda::Mode::Emulate : cuda::Mode::Auto);
+      cuda::configure(cfg.cuda == "off"              ? cuda::Mode::Off
+                      : cfg.cuda == "emulate"        ? cuda::Mode::Emulate
+                      : cfg.cuda == "emulate-shared" ? cuda::Mode::EmulateShared
+                                                     : cuda::Mode::Auto);
       log::setBanner(bannerFor(cfg));
       if (cfg.debugVersion) log::writeBanner(true);  // NCCL_DEBUG=VERSION
       std::vector<std::string> names;

@@ -412,15 +412,22 @@ bool ipcFits(const horaComm* c, const coll::Args& a, const Where& w) {
 // Every rank's region (device memory: this rank's is `mine`, null where it could not allocate
 // one), mapped here, by rank: exchanged by a collective of the communicator's own, in the
 // caller's thread. *ok is cleared, with *why, where a region is missing or cannot be mapped; the
-// mappings made are added to `opened`.
+// mappings made are added to `opened`, the pointers of ranks of this process to `retained`;
+// `sharing` says which ranks, if any, are processes that share one GPU (the UUIDs exchanged).
 std::vector<uint8_t*> exchangeRegions(horaComm* c, CommState& st, uint8_t* mine, std::vector<void*>& opened,
-                                      int32_t* ok, std::string* why, std::vector<uint8_t*>* retained = nullptr) {
+                                      int32_t* ok, std::string* why, std::vector<uint8_t*>* retained = nullptr,
+                                      std::string* sharing = nullptr) {
   struct Info {
     unsigned char handle[64];
     uint64_t region;
     int32_t pid, device, ok, pad;
+    char uuid[40];
   };
   Info me{};
+  try {
+    snprintf(me.uuid, sizeof me.uuid, "%s", cuda::deviceUuid(st.device).c_str());
+  } catch (const Error&) {
+  }
   me.ok = *ok && mine;
   if (me.ok) {
     try {
@@ -443,6 +450,17 @@ std::vector<uint8_t*> exchangeRegions(horaComm* c, CommState& st, uint8_t* mine,
   g.dtype = DataType::Uint8;
   hora::runCalls(Calls{{c, g}});
   std::vector<uint8_t*> regions(static_cast<size_t>(c->nranks));
+  if (sharing) {
+    sharing->clear();
+    for (int i = 0; i < c->nranks && sharing->empty(); ++i)
+      for (int j = i + 1; j < c->nranks; ++j) {
+        const Info &a = all[static_cast<size_t>(i)], &b = all[static_cast<size_t>(j)];
+        if (a.uuid[0] && strncmp(a.uuid, b.uuid, sizeof a.uuid) == 0 && a.pid != b.pid) {
+          *sharing = format("ranks %d and %d are processes that share GPU %.32s", i, j, a.uuid);
+          break;
+        }
+      }
+  }
   *ok = 1;
   for (int j = 0; j < c->nranks && *ok; ++j) {
     const Info& p = all[static_cast<size_t>(j)];
@@ -690,7 +708,15 @@ void setupKernels(horaComm* c, CommState& st) {
     ok = 0;
     why = e.what();
   }
-  k.regions = exchangeRegions(c, st, k.region, k.opened, &ok, &why, &k.retained);
+  std::string sharing;
+  k.regions = exchangeRegions(c, st, k.region, k.opened, &ok, &why, &k.retained, &sharing);
+  if (!sharing.empty()) {
+    // Processes take turns on a GPU (without MPS): a kernel that spins for another's would
+    // hold the GPU through its turn. Every rank sees the same UUIDs, so every one says this.
+    ok = 0;
+    why = sharing + ", which a kernel spinning for a time-sliced peer would hold through its turn (streams wait "
+          "on memory instead)";
+  }
   if (everyRank(c, ok)) {
     k.state = Ipc::On;
     k.watchdog = std::thread(watchKernels, c, &st);

@@ -23,6 +23,7 @@ const Chosen& chosen() {
     switch (gMode.load()) {
       case Mode::Off: x.why = "HORA_CUDA=off"; break;
       case Mode::Emulate: x.backend = emulatedBackend(); break;
+      case Mode::EmulateShared: x.backend = emulatedBackend(); break;
       case Mode::Auto: x.backend = runtimeBackend(&x.why); break;
     }
     return x;
@@ -46,7 +47,11 @@ bool built() { return true; }
 #else
 bool built() { return false; }  // (a build without CUDA: HORA_CUDA undefined)
 #endif
-bool emulated() { return usable() && gMode.load() == Mode::Emulate; }
+bool emulated() { return usable() && (gMode.load() == Mode::Emulate || gMode.load() == Mode::EmulateShared); }
+std::string deviceUuid(int dev) {
+  if (gMode.load() == Mode::EmulateShared) return "656d756c617465642d73686172656430";  // one for the host
+  return b().deviceUuid(dev);
+}
 
 int deviceOf(const void* p) { return p && usable() ? b().deviceOf(p) : -1; }
 bool isStream(const void* s) { return s && usable() && b().isStream(s); }

@@ -27,8 +27,10 @@ struct Desc;
 namespace hora::cuda {
 
 // HORA_CUDA: auto (the runtime where it is usable), off (never: every pointer is host memory and
-// no driver is loaded), emulate (the emulated device). Set before the first use (config()).
-enum class Mode { Auto, Off, Emulate };
+// no driver is loaded), emulate (the emulated device, each process's its own), emulate-shared (the
+// emulated device, one GPU that every process of the host shares, as processes time-slicing one
+// GPU). Set before the first use (config()).
+enum class Mode { Auto, Off, Emulate, EmulateShared };
 void configure(Mode m);
 Mode mode();
 
@@ -46,6 +48,8 @@ int deviceOf(const void* p);
 // Whether s is a CUDA stream of this process (not a host stream; only asked when usable()).
 bool isStream(const void* s);
 int currentDevice();  // -1 when unusable
+// The GPU's UUID (16 bytes, as hex): equal for two processes exactly when they use one GPU.
+std::string deviceUuid(int dev);
 void setDevice(int dev);
 
 // Memory.

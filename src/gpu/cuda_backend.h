@@ -13,6 +13,7 @@ class Backend {
   virtual int deviceOf(const void* p) = 0;
   virtual bool isStream(const void* s) = 0;
   virtual int currentDevice() = 0;
+  virtual std::string deviceUuid(int dev) = 0;
   virtual void setDevice(int dev) = 0;
   virtual void* hostAlloc(size_t bytes) = 0;
   virtual void hostFree(void* p) = 0;

@@ -145,6 +145,8 @@ class Emulated final : public Backend {
     return streams_.count(s) != 0;
   }
   int currentDevice() override { return 0; }
+  // Each process's own device (HORA_CUDA=emulate-shared makes it one, gpu/cuda.cc).
+  std::string deviceUuid(int) override { return format("656d756c61746564%016llx", static_cast<unsigned long long>(getpid())); }
   void setDevice(int dev) override {
     if (dev != 0) fail(Errc::Cuda, "cudaSetDevice failed: the emulated machine has one device, 0 (not %d)", dev);
   }

@@ -158,6 +158,13 @@ class Runtime final : public Backend {
   void collectiveAsync(const gpu::Desc& d, void* stream) override {
     check(static_cast<cudaError_t>(gpu::launch(d, stream)), "the collective kernel's launch");
   }
+  std::string deviceUuid(int dev) override {
+    cudaDeviceProp p;
+    check(cudaGetDeviceProperties(&p, dev), "cudaGetDeviceProperties");
+    std::string out;
+    for (int i = 0; i < 16; ++i) out += format("%02x", static_cast<unsigned char>(p.uuid.bytes[i]));
+    return out;
+  }
   void* mappedPointer(void* host) override {
     void* p = nullptr;
     check(cudaHostGetDevicePointer(&p, host, 0), "cudaHostGetDevicePointer");
