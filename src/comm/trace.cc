@@ -271,7 +271,7 @@ std::string entryJson(const Entry& e, uint64_t seq) {
   s += format(", \"state\": \"%s\", \"queued\": %s, \"started\": %s, \"ended\": %s", stateName(state),
               orNull(queuedUs).c_str(), orNull(startedUs).c_str(), orNull(endedUs).c_str());
   const uint8_t what = e.wait.what.load(std::memory_order_acquire);
-  if (what != core::WaitMark::None && static_cast<State>(state) == State::Started) {
+  if (what != core::WaitMark::None && (static_cast<State>(state) == State::Started || static_cast<State>(state) == State::Failed)) {
     const uint32_t steps = e.wait.steps.load(std::memory_order_relaxed);
     s += format(", \"wait\": {\"on\": \"%s\", \"rank\": %d, \"step\": %u, \"steps\": %s, \"since\": %" PRId64 "}",
                 waitName(what), e.wait.peer.load(std::memory_order_relaxed), e.wait.step.load(std::memory_order_relaxed),
