@@ -14,13 +14,12 @@ namespace hora {
 namespace {
 std::string describeComm(const void* ctx) { return static_cast<const horaComm*>(ctx)->describeCall(); }
 
-// Ends the flight recorder's entries of a thread's calls: done, or failed when an exception
-// leaves the call.
+// Ends the flight recorder's entries of a thread's calls: done once `ok` is set, else (an
+// exception left the call) failed.
 struct TraceGuard {
   std::vector<trace::Entry*>& entries;  // thread_local storage: no allocation per call
-  const int exceptions = std::uncaught_exceptions();
+  bool ok = false;
   ~TraceGuard() {
-    const bool ok = std::uncaught_exceptions() == exceptions;
     for (trace::Entry* e : entries) trace::Recorder::finish(e, ok);
     entries.clear();
   }
@@ -205,6 +204,7 @@ void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& 
   stage.announce(j.callNo, j.callTag);
   try {
     ts.executor.run(ts.jobs, c->opts.timeout, c->spinFor);
+    traceGuard.ok = true;
   } catch (const Error& e) {
     failEntries(ts.traced);
     if (!c->aborting.load()) c->fail(e);
@@ -284,7 +284,10 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
           fail(Errc::Internal, "a shared-stage plan did not run at once");
       }
     }
-    if (atOnce.size() == calls.size()) return;
+    if (atOnce.size() == calls.size()) {
+      traceGuard.ok = true;
+      return;
+    }
   }
   milliseconds timeout = milliseconds::max();
   std::chrono::microseconds spinFor = std::chrono::microseconds::max();
@@ -356,6 +359,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
   try {
     executor.run(jobs, timeout, spinFor);
     for (const Deferred& d : deferred) memcpy(d.to, d.from, d.bytes);
+    traceGuard.ok = true;
   } catch (const Error& e) {
     failEntries(traced);
     // Every communicator of the group may have half-done work: all of them stop.

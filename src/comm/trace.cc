@@ -11,6 +11,7 @@
 #include <cinttypes>
 #include <cstring>
 #include <ctime>
+#include <chrono>
 #include <thread>
 
 #include "base/log.h"
@@ -64,6 +65,35 @@ bool sameCall(const Entry& e, const coll::Args& a) {
          static_cast<int32_t>(e.rootPeer.load(std::memory_order_relaxed)) == rootOrPeer(a);
 }
 
+// ticks() as wall-clock microseconds: from two readings of both clocks, the process's first
+// (base) and one at the dump (at least 20 ms apart, for the rate).
+struct WallClock {
+  uint64_t t0 = 0, t1 = 0;
+  int64_t w0 = 0, w1 = 0;
+  int64_t operator()(uint64_t t) const {
+    if (!t) return 0;
+    const double rate = t1 > t0 ? static_cast<double>(w1 - w0) / static_cast<double>(t1 - t0) : 0;
+    return w1 - static_cast<int64_t>(static_cast<double>(static_cast<int64_t>(t1 - t)) * rate);
+  }
+};
+struct Base {
+  uint64_t t;
+  int64_t w;
+};
+const Base& base() {
+  static const Base b{ticks(), core::wallMicros()};
+  return b;
+}
+WallClock wallClock() {
+  WallClock c;
+  c.t0 = base().t;
+  c.w0 = base().w;
+  if (core::wallMicros() - c.w0 < 20000) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  c.t1 = ticks();
+  c.w1 = core::wallMicros();
+  return c;
+}
+
 // Opens an entry's identity for writing (a reader that sees an odd version reads again).
 void open(Entry* e) {
   e->version.store(e->version.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -74,6 +104,7 @@ void open(Entry* e) {
 
 Recorder::Recorder(int capacity, int rank, int nranks, std::string name)
     : rank_(rank), nranks_(nranks), name_(std::move(name)) {
+  (void)base();  // the clocks' first reading
   if (capacity > 0) {
     uint64_t slots = 1;
     while (slots < static_cast<uint64_t>(capacity)) slots <<= 1;
@@ -136,9 +167,9 @@ Entry* Recorder::queued(const coll::Args& a, const void* stream, bool cuda) {
   e->shape.store(packShape(a, nullptr, cuda ? kCudaStream : kHostStream, 1), std::memory_order_relaxed);
   e->rootPeer.store(rootOrPeer(a), std::memory_order_relaxed);
   e->stream.store(reinterpret_cast<uintptr_t>(stream), std::memory_order_relaxed);
-  e->queuedUs.store(core::wallMicros(), std::memory_order_relaxed);
-  e->startedUs.store(0, std::memory_order_relaxed);
-  e->endedUs.store(0, std::memory_order_relaxed);
+  e->queued.store(ticks(), std::memory_order_relaxed);
+  e->started.store(0, std::memory_order_relaxed);
+  e->ended.store(0, std::memory_order_relaxed);
   e->wait.reset();
   e->state.store(static_cast<uint8_t>(State::Queued), std::memory_order_relaxed);
   close(e);
@@ -150,13 +181,13 @@ Entry* Recorder::queued(const coll::Args& a, const void* stream, bool cuda) {
 void Recorder::dropQueued(Entry* e) {
   uint8_t queued = static_cast<uint8_t>(State::Queued);
   if (!e || !e->state.compare_exchange_strong(queued, static_cast<uint8_t>(State::Failed))) return;
-  e->endedUs.store(core::wallMicros(), std::memory_order_relaxed);
+  e->ended.store(ticks(), std::memory_order_relaxed);
   queued_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 Entry* Recorder::start(const coll::Args& a, const coll::Plan& p, size_t group) {
   if (!keep_) return nullptr;
-  const int64_t now = core::wallMicros();
+  const uint64_t now = ticks();
   Entry* e = nullptr;
   if (queued_.load(std::memory_order_relaxed) > 0) {
     // The oldest queued entry of this call (streams run their calls in the order they came).
@@ -187,11 +218,14 @@ Entry* Recorder::start(const coll::Args& a, const coll::Plan& p, size_t group) {
     e->rootPeer.store(packWho(a, p),
                       std::memory_order_relaxed);
     e->stream.store(0, std::memory_order_relaxed);
-    e->queuedUs.store(0, std::memory_order_relaxed);
+    e->queued.store(0, std::memory_order_relaxed);
   }
-  e->startedUs.store(now, std::memory_order_relaxed);
-  e->endedUs.store(0, std::memory_order_relaxed);
-  e->wait.reset();
+  e->started.store(now, std::memory_order_relaxed);
+  e->ended.store(0, std::memory_order_relaxed);
+  e->timeEnd.store(a.count * dataTypeSize(a.dtype) >= (64u << 10), std::memory_order_relaxed);
+  e->wait.clear();
+  e->wait.sinceUs.store(0, std::memory_order_relaxed);
+  e->wait.stageWaits.store(0, std::memory_order_relaxed);
   e->state.store(static_cast<uint8_t>(State::Started), std::memory_order_relaxed);
   close(e);
   return e;
@@ -221,8 +255,9 @@ const char* waitName(uint8_t w) {
 
 std::string orNull(int64_t v) { return v ? std::to_string(v) : "null"; }
 
+
 // An entry as JSON, or "" if it was being rewritten (by a later call) while it was read.
-std::string entryJson(const Entry& e, uint64_t seq) {
+std::string entryJson(const Entry& e, uint64_t seq, const WallClock& wall) {
   uint32_t v = 0;
   uint64_t call = 0, count = 0, shape = 0, stream = 0;
   int64_t rootPeer = -1, queuedUs = 0;
@@ -239,14 +274,15 @@ std::string entryJson(const Entry& e, uint64_t seq) {
     shape = e.shape.load(std::memory_order_relaxed);
     rootPeer = e.rootPeer.load(std::memory_order_relaxed);
     stream = e.stream.load(std::memory_order_relaxed);
-    queuedUs = e.queuedUs.load(std::memory_order_relaxed);
+    queuedUs = wall(e.queued.load(std::memory_order_relaxed));
     std::atomic_thread_fence(std::memory_order_acquire);
     if (e.version.load(std::memory_order_relaxed) != v) continue;
     if (s != seq) return "";
     break;
   }
   const uint8_t state = e.state.load(std::memory_order_acquire);
-  const int64_t startedUs = e.startedUs.load(std::memory_order_relaxed), endedUs = e.endedUs.load(std::memory_order_relaxed);
+  const int64_t startedUs = wall(e.started.load(std::memory_order_relaxed));
+  const int64_t endedUs = wall(e.ended.load(std::memory_order_relaxed));
   const auto kind = static_cast<coll::Kind>(shape & 0xff);
   const auto dtype = static_cast<DataType>(shape >> 8 & 0xff);
   const auto op = static_cast<RedOp>(shape >> 16 & 0xff);
@@ -283,6 +319,7 @@ std::string entryJson(const Entry& e, uint64_t seq) {
 }  // namespace
 
 std::string Recorder::json() const {
+  const WallClock wall = wallClock();
   std::string s;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -302,7 +339,7 @@ std::string Recorder::json() const {
               calls_.load(std::memory_order_relaxed), keep_);
   bool first = true;
   for (uint64_t seq = n > keep_ ? n - keep_ + 1 : 1; keep_ && seq <= n; ++seq) {
-    const std::string e = entryJson(ring_[(seq - 1) & mask_], seq);
+    const std::string e = entryJson(ring_[(seq - 1) & mask_], seq, wall);
     if (e.empty()) continue;
     s += (first ? "\n  " : ",\n  ") + e;
     first = false;

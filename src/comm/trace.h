@@ -20,6 +20,11 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+#include <ctime>
+
 #include "base/error.h"
 #include "coll/collective.h"
 #include "core/wait_mark.h"
@@ -27,6 +32,19 @@
 namespace hora::trace {
 
 enum class State : uint8_t { Empty = 0, Queued = 1, Started = 2, Done = 3, Failed = 4 };
+
+// The entries' clock, read twice per call: the time-stamp counter where there is one (a few
+// nanoseconds; a system call's clock costs several times that, a few percent of a small call),
+// else the monotonic clock in nanoseconds. A dump turns it into wall-clock time (wallOf).
+inline uint64_t ticks() {
+#if defined(__x86_64__)
+  return __rdtsc();
+#else
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+#endif
+}
 
 // One call. Its identity (seq to group) is written under `version` (odd while it is written);
 // state, times and the wait mark are single atomics.
@@ -40,7 +58,8 @@ struct Entry {
   std::atomic<int64_t> rootPeer{-1};   // root or peer (-1: none) | chunk bytes << 32
   std::atomic<uint64_t> stream{0};
   std::atomic<uint8_t> state{0};
-  std::atomic<int64_t> queuedUs{0}, startedUs{0}, endedUs{0};
+  std::atomic<uint8_t> timeEnd{0};  // finish() reads the clock (a large call)
+  std::atomic<uint64_t> queued{0}, started{0}, ended{0};  // ticks(); 0: not yet
   core::WaitMark wait;
 };
 
@@ -68,9 +87,15 @@ class Recorder {
   // A call that starts now (the one that queued(), if it was queued): its entry, or null when
   // the recorder is off. `group`: the calls run together (1 alone).
   Entry* start(const coll::Args& a, const coll::Plan& p, size_t group);
+  // The end is read from the clock for a call that moved 64 KiB or more, or had to block: one
+  // that finished without blocking took about as long as a wait spins (well under a
+  // millisecond), and ends at its start as far as the record says, which saves a clock reading
+  // on the smallest calls (where it would be a percent of the call).
   static void finish(Entry* e, bool ok) {
     if (!e || e->state.load(std::memory_order_relaxed) != static_cast<uint8_t>(State::Started)) return;
-    e->endedUs.store(core::wallMicros(), std::memory_order_relaxed);
+    e->ended.store(e->timeEnd.load(std::memory_order_relaxed) || e->wait.sinceUs.load(std::memory_order_relaxed)
+                       ? ticks() : e->started.load(std::memory_order_relaxed),
+                   std::memory_order_relaxed);
     e->state.store(static_cast<uint8_t>(ok ? State::Done : State::Failed), std::memory_order_release);
   }
   // The communicator's state, as dumps say it.
@@ -81,6 +106,7 @@ class Recorder {
   std::string json() const;
   int rank() const { return rank_; }
   bool on() const { return keep_ != 0; }  // records calls (and dumps on a failure)
+  uint64_t recorded() const { return next_.load(std::memory_order_relaxed); }  // entries taken so far
   static core::WaitMark* markOf(Entry* e) { return e ? &e->wait : nullptr; }
 
  private:
