@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -464,8 +465,10 @@ std::string dumpOne(const Recorder& r, const std::string& path) {
 
 namespace {
 
-std::atomic<int> gPipeWrite{-1};  // where the handler writes; -1: no thread to read it
-int gPipeRead = -1;
+// The handler posts a semaphore (async-signal-safe, and no descriptor: a process short of them
+// must fail where it would without the recorder), which the dump thread waits on.
+sem_t gWake;
+std::atomic<bool> gThread{false};  // the dump thread runs (in this process: see afterForkChild)
 struct sigaction gPrevious {};
 bool gInstalled = false;
 std::mutex& installMu() {
@@ -473,14 +476,10 @@ std::mutex& installMu() {
   return *mu;
 }
 
-// Only async-signal-safe calls: one write, then the handler that was there before ours.
+// Only async-signal-safe calls: one sem_post, then the handler that was there before ours.
 void onSignal(int signo, siginfo_t* info, void* context) {
   const int saved = errno;
-  const int fd = gPipeWrite.load(std::memory_order_relaxed);
-  if (fd >= 0) {
-    const char byte = 1;
-    (void)!::write(fd, &byte, 1);  // a full pipe already holds a request
-  }
+  if (gThread.load(std::memory_order_relaxed)) sem_post(&gWake);
   errno = saved;
   if (gPrevious.sa_flags & SA_SIGINFO) {
     if (gPrevious.sa_sigaction) gPrevious.sa_sigaction(signo, info, context);
@@ -489,50 +488,38 @@ void onSignal(int signo, siginfo_t* info, void* context) {
   }
 }
 
-void dumpLoop(int fd) {
+void dumpLoop() {
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, nullptr);  // the process's signals go to its own threads
-  char bytes[64];
   for (;;) {
-    const ssize_t n = ::read(fd, bytes, sizeof bytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
+    if (sem_wait(&gWake) != 0) continue;  // EINTR
+    while (sem_trywait(&gWake) == 0) {
+    }  // signals that came together: one dump
     const std::string path = dumpProcess("signal");
     if (!path.empty()) HORA_WARN(log::kColl, "SIGUSR1: wrote the flight recorder's calls to %s", path.c_str());
   }
 }
 
 // In a child of fork() the thread is gone: the next communicator starts another.
-void afterForkChild() {
-  const int w = gPipeWrite.exchange(-1);
-  if (w >= 0) ::close(w);
-  if (gPipeRead >= 0) ::close(gPipeRead);
-  gPipeRead = -1;
-}
+void afterForkChild() { gThread.store(false); }
 
 }  // namespace
 
 void installSignal() {
   std::lock_guard<std::mutex> lock(installMu());
-  if (gPipeWrite.load() >= 0) return;
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
-    HORA_WARN(log::kInit, "flight recorder: no dumps on SIGUSR1: pipe: %s", errnoText(errno).c_str());
+  if (gThread.load()) return;
+  if (sem_init(&gWake, 0, 0) != 0) {
+    HORA_WARN(log::kInit, "flight recorder: no dumps on SIGUSR1: sem_init: %s", errnoText(errno).c_str());
     return;
   }
-  const int flags = fcntl(fds[0], F_GETFL);
-  fcntl(fds[0], F_SETFL, flags & ~O_NONBLOCK);  // the thread blocks on it
   try {
-    std::thread(dumpLoop, fds[0]).detach();
+    std::thread(dumpLoop).detach();
   } catch (const std::exception& e) {
-    ::close(fds[0]);
-    ::close(fds[1]);
     HORA_WARN(log::kInit, "flight recorder: no dumps on SIGUSR1: %s", e.what());
     return;
   }
-  gPipeRead = fds[0];
-  gPipeWrite.store(fds[1]);
+  gThread.store(true);
   if (gInstalled) return;  // after a fork: the handler is in place
   gInstalled = true;
   pthread_atfork(nullptr, nullptr, afterForkChild);

@@ -10,7 +10,7 @@
 // Reading is the dump's: JSON, one file per process (hora-dump.<host>.<pid>.json in
 // HORA_DUMP_DIR, default the working directory), with every live communicator of the process;
 // written when a communicator fails (a peer's failure, a timeout, a mismatch), on SIGUSR1 (the
-// handler writes one byte to a pipe; a thread of the library writes the file), and by
+// handler posts a semaphore; a thread of the library writes the file), and by
 // horaCommDump. A dump reads only this process's memory: it never waits for a peer.
 #pragma once
 #include <atomic>
