@@ -16,16 +16,20 @@ std::string describeComm(const void* ctx) { return static_cast<const horaComm*>(
 
 // Ends the flight recorder's entries of a thread's calls: done once `ok` is set, else (an
 // exception left the call) failed.
+struct Traced {
+  trace::Recorder* recorder;
+  trace::Entry* entry;
+};
 struct TraceGuard {
-  std::vector<trace::Entry*>& entries;  // thread_local storage: no allocation per call
+  std::vector<Traced>& entries;  // thread_local storage: no allocation per call
   bool ok = false;
   ~TraceGuard() {
-    for (trace::Entry* e : entries) trace::Recorder::finish(e, ok);
+    for (const Traced& t : entries) t.recorder->finish(t.entry, ok);
     entries.clear();
   }
 };
-void failEntries(std::vector<trace::Entry*>& entries) {
-  for (trace::Entry* e : entries) trace::Recorder::finish(e, false);
+void failEntries(std::vector<Traced>& entries) {
+  for (const Traced& t : entries) t.recorder->finish(t.entry, false);
 }
 
 struct BusyGuard {
@@ -56,7 +60,7 @@ struct ThreadState {
   std::vector<uint64_t> tags;
   std::vector<coll::Plan> plans;
   std::vector<size_t> atOnce;
-  std::vector<trace::Entry*> traced;  // by call
+  std::vector<Traced> traced;  // by call
 };
 thread_local ThreadState tState;
 
@@ -64,7 +68,7 @@ const coll::Topo& topoOf(horaComm* c) { return c->shape; }
 
 core::Job jobOf(horaComm* c, const core::Program* program, trace::Entry* entry) {
   core::Job j;
-  j.mark = trace::Recorder::markOf(entry);
+  j.mark = entry ? c->trace->mark() : nullptr;
   j.program = program;
   j.conns = c->connPtrs.data();
   j.nranks = c->nranks;
@@ -133,7 +137,7 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const c
       x->executor.awaitCounter(x->job, counter, value, only, check, x->c->opts.timeout, x->c->spinFor);
     });
   } catch (const Error& e) {
-    trace::Recorder::finish(entry, false);
+    c->trace->finish(entry, false);
     if (!c->aborting.load()) c->fail(e);
     throw;
   }
@@ -142,7 +146,7 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const c
 // The lone calls that run at once, each on a thread of its own; throws the first failure.
 void runAtOnceTogether(const std::vector<std::pair<horaComm*, coll::Args>>& calls, const std::vector<coll::Args>& adjusted,
                        const std::vector<coll::Plan>& plans, const std::vector<size_t>& atOnce,
-                       const std::vector<trace::Entry*>& traced) {
+                       const std::vector<Traced>& traced) {
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(atOnce.size());
   for (size_t k = 0; k < atOnce.size(); ++k)
@@ -151,7 +155,7 @@ void runAtOnceTogether(const std::vector<std::pair<horaComm*, coll::Args>>& call
       try {
         core::Executor executor;
         log::RankScope scope(calls[i].first->rank);
-        if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor, traced[i]))
+        if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor, traced[i].entry))
           fail(Errc::Internal, "a shared-stage plan did not run at once");
       } catch (...) {
         errors[k] = std::current_exception();
@@ -185,7 +189,7 @@ void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& 
   plan.algo = coll::Algo::Slice;
   ts.traced.clear();
   TraceGuard traceGuard{ts.traced};
-  ts.traced.push_back(c->trace->start(a, plan, 1));
+  ts.traced.push_back(Traced{c->trace.get(), c->trace->start(a, plan, 1)});
   if (ts.programs.empty()) ts.programs.resize(1);
   core::Program& p = ts.programs[0];
   p.clear();
@@ -195,7 +199,7 @@ void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& 
   HORA_TRACE(log::kColl, "%s: %s by %s through a stage of its own, %zu ops", c->describeCall().c_str(),
              coll::describe(a).c_str(), coll::algoName(plan.algo), p.ops.size());
   ts.jobs.clear();
-  ts.jobs.push_back(jobOf(c, &p, ts.traced[0]));
+  ts.jobs.push_back(jobOf(c, &p, ts.traced[0].entry));
   core::Job& j = ts.jobs.back();
   j.stage = &stage;
   j.engine = &engine;
@@ -221,7 +225,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
   BusyGuard guard{ts.busyComms};
   for (const auto& [c, a] : calls)
     if (std::find(guard.comms.begin(), guard.comms.end(), c) == guard.comms.end()) claim(c, guard);
-  std::vector<trace::Entry*>& traced = ts.traced;
+  std::vector<Traced>& traced = ts.traced;
   traced.clear();
   TraceGuard traceGuard{traced};
   // One program per call, and one per communicator for its agreement (coll::buildAgreement).
@@ -266,7 +270,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
                      calls[k].second.kind != coll::Kind::Recv;
     const bool alone = !p2p && collectives == 1;
     plans.push_back(planOf(c, adjusted[i], topoOf(c), alone));
-    traced.push_back(c->trace->start(calls[i].second, plans[i], calls.size()));
+    traced.push_back(Traced{c->trace.get(), c->trace->start(calls[i].second, plans[i], calls.size())});
     if (alone && c->stage && coll::algorithm(plans[i].algo).runsNow(adjusted[i], topoOf(c))) atOnce.push_back(i);
   }
   if (!atOnce.empty()) {
@@ -280,7 +284,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
       runAtOnceTogether(calls, adjusted, plans, atOnce, traced);
     } else {
       for (size_t i : atOnce) {
-        if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor, traced[i]))
+        if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor, traced[i].entry))
           fail(Errc::Internal, "a shared-stage plan did not run at once");
       }
     }
@@ -305,7 +309,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     ++c->calls;
     HORA_TRACE(log::kColl, "%s: %s by %s, chunk %zu bytes, %zu ops", c->describeCall().c_str(),
                coll::describe(a).c_str(), coll::algoName(plan.algo), plan.chunkBytes, programs[i].ops.size());
-    jobs.push_back(jobOf(c, &programs[i], traced[i]));
+    jobs.push_back(jobOf(c, &programs[i], traced[i].entry));
     timeout = std::min(timeout, c->opts.timeout);
     spinFor = std::min(spinFor, c->spinFor);
   }
@@ -346,7 +350,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
         continue;
       tags.push_back(programs[i].tag);
       last = programs[i].call;
-      lastEntry = traced[i];
+      lastEntry = traced[i].entry;
       agree |= coll::needsAgreement(adjusted[i], topoOf(c));
     }
     if (!agree) continue;

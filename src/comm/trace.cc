@@ -110,6 +110,7 @@ Recorder::Recorder(int capacity, int rank, int nranks, std::string name)
     uint64_t slots = 1;
     while (slots < static_cast<uint64_t>(capacity)) slots <<= 1;
     ring_.reset(new Entry[slots]);
+    queuedAt_.reset(new Queued[slots]);
     mask_ = slots - 1;
     keep_ = static_cast<uint64_t>(capacity);
   }
@@ -149,8 +150,18 @@ void Recorder::aborted() {
   }
 }
 
-Entry* Recorder::take() {
-  const uint64_t n = next_.fetch_add(1, std::memory_order_relaxed);
+Entry* Recorder::take(bool alone) {
+  // A call that starts with no queued call pending takes its slot without a locked
+  // instruction (a fifth of the recorder's cost on a small call): only a call queued on a
+  // stream at that very moment, by another thread, could take the same slot, and then one of
+  // the two entries is garbled (every field is an atomic: nothing worse).
+  uint64_t n;
+  if (alone) {
+    n = next_.load(std::memory_order_relaxed);
+    next_.store(n + 1, std::memory_order_relaxed);
+  } else {
+    n = next_.fetch_add(1, std::memory_order_relaxed);
+  }
   Entry* e = &ring_[n & mask_];
   // A queued entry that never started (its stream's work failed first) leaves the count here.
   if (e->state.load(std::memory_order_relaxed) == static_cast<uint8_t>(State::Queued))
@@ -162,20 +173,21 @@ Entry* Recorder::take() {
 
 Entry* Recorder::queued(const coll::Args& a, const void* stream, bool cuda) {
   if (!keep_) return nullptr;
-  Entry* e = take();
+  // Counted first: a call that starts from now on takes its slot by a locked instruction.
+  const int before = queued_.fetch_add(1);
+  Entry* e = take(false);
   e->call.store(isP2p(a.kind) ? 0 : calls_.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   e->count.store(a.count, std::memory_order_relaxed);
   e->shape.store(packShape(a, nullptr, cuda ? kCudaStream : kHostStream, 1), std::memory_order_relaxed);
   e->rootPeer.store(rootOrPeer(a), std::memory_order_relaxed);
-  e->stream.store(reinterpret_cast<uintptr_t>(stream), std::memory_order_relaxed);
-  e->queued.store(ticks(), std::memory_order_relaxed);
+  Queued& q = queuedAt_[(e->seq.load(std::memory_order_relaxed) - 1) & mask_];
+  q.stream.store(reinterpret_cast<uintptr_t>(stream), std::memory_order_relaxed);
+  q.at.store(ticks(), std::memory_order_relaxed);
   e->started.store(0, std::memory_order_relaxed);
   e->ended.store(0, std::memory_order_relaxed);
-  e->wait.reset();
   e->state.store(static_cast<uint8_t>(State::Queued), std::memory_order_relaxed);
   close(e);
-  if (queued_.fetch_add(1, std::memory_order_relaxed) == 0)
-    firstQueued_.store(e->seq.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  if (before == 0) firstQueued_.store(e->seq.load(std::memory_order_relaxed), std::memory_order_relaxed);
   return e;
 }
 
@@ -207,26 +219,30 @@ Entry* Recorder::start(const coll::Args& a, const coll::Plan& p, size_t group) {
       open(e);
       e->shape.store(packShape(a, &p, e->shape.load(std::memory_order_relaxed) >> 40 & 0xff, group),
                      std::memory_order_relaxed);
-      e->rootPeer.store(packWho(a, p),
-                        std::memory_order_relaxed);
+      e->rootPeer.store(packWho(a, p), std::memory_order_relaxed);
     }
   }
   if (!e) {
-    e = take();
-    e->call.store(isP2p(a.kind) ? 0 : calls_.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    const bool alone = queued_.load(std::memory_order_relaxed) == 0;
+    e = take(alone);
+    uint64_t call = 0;  // numbered as the slot is taken, alone without a locked instruction
+    if (!isP2p(a.kind) && alone) {
+      call = calls_.load(std::memory_order_relaxed) + 1;
+      calls_.store(call, std::memory_order_relaxed);
+    } else if (!isP2p(a.kind)) {
+      call = calls_.fetch_add(1, std::memory_order_relaxed) + 1;
+    }
+    e->call.store(call, std::memory_order_relaxed);
     e->count.store(a.count, std::memory_order_relaxed);
     e->shape.store(packShape(a, &p, 0, group), std::memory_order_relaxed);
-    e->rootPeer.store(packWho(a, p),
-                      std::memory_order_relaxed);
-    e->stream.store(0, std::memory_order_relaxed);
-    e->queued.store(0, std::memory_order_relaxed);
+    e->rootPeer.store(packWho(a, p), std::memory_order_relaxed);
   }
   e->started.store(now, std::memory_order_relaxed);
   e->ended.store(0, std::memory_order_relaxed);
   e->timeEnd.store(a.count * dataTypeSize(a.dtype) >= (64u << 10), std::memory_order_relaxed);
-  e->wait.clear();
-  e->wait.sinceUs.store(0, std::memory_order_relaxed);
-  e->wait.stageWaits.store(0, std::memory_order_relaxed);
+  mark_.clear();
+  mark_.sinceUs.store(0, std::memory_order_relaxed);
+  mark_.stageWaits.store(0, std::memory_order_relaxed);
   e->state.store(static_cast<uint8_t>(State::Started), std::memory_order_relaxed);
   close(e);
   return e;
@@ -258,7 +274,7 @@ std::string orNull(int64_t v) { return v ? std::to_string(v) : "null"; }
 
 
 // An entry as JSON, or "" if it was being rewritten (by a later call) while it was read.
-std::string entryJson(const Entry& e, uint64_t seq, const WallClock& wall) {
+std::string entryJson(const Entry& e, const Queued& q, const core::WaitMark* mark, uint64_t seq, const WallClock& wall) {
   uint32_t v = 0;
   uint64_t call = 0, count = 0, shape = 0, stream = 0;
   int64_t rootPeer = -1, queuedUs = 0;
@@ -274,8 +290,8 @@ std::string entryJson(const Entry& e, uint64_t seq, const WallClock& wall) {
     count = e.count.load(std::memory_order_relaxed);
     shape = e.shape.load(std::memory_order_relaxed);
     rootPeer = e.rootPeer.load(std::memory_order_relaxed);
-    stream = e.stream.load(std::memory_order_relaxed);
-    queuedUs = wall(e.queued.load(std::memory_order_relaxed));
+    stream = q.stream.load(std::memory_order_relaxed);
+    queuedUs = wall(q.at.load(std::memory_order_relaxed));
     std::atomic_thread_fence(std::memory_order_acquire);
     if (e.version.load(std::memory_order_relaxed) != v) continue;
     if (s != seq) return "";
@@ -304,15 +320,16 @@ std::string entryJson(const Entry& e, uint64_t seq, const WallClock& wall) {
     s += format(", \"chunk\": %" PRIu64, chunk);
   }
   if (shape >> 48) s += format(", \"group\": %" PRIu64, shape >> 48);
+  if (!flags) queuedUs = 0;
   if (flags) s += format(", \"stream\": \"%s 0x%" PRIx64 "\"", flags & kCudaStream ? "cuda" : "host", stream);
   s += format(", \"state\": \"%s\", \"queued\": %s, \"started\": %s, \"ended\": %s", stateName(state),
               orNull(queuedUs).c_str(), orNull(startedUs).c_str(), orNull(endedUs).c_str());
-  const uint8_t what = e.wait.what.load(std::memory_order_acquire);
-  if (what != core::WaitMark::None && (static_cast<State>(state) == State::Started || static_cast<State>(state) == State::Failed)) {
-    const uint32_t steps = e.wait.steps.load(std::memory_order_relaxed);
+  const uint8_t what = mark ? mark->what.load(std::memory_order_acquire) : static_cast<uint8_t>(core::WaitMark::None);
+  if (what != core::WaitMark::None) {
+    const uint32_t steps = mark->steps.load(std::memory_order_relaxed);
     s += format(", \"wait\": {\"on\": \"%s\", \"rank\": %d, \"step\": %u, \"steps\": %s, \"since\": %" PRId64 "}",
-                waitName(what), e.wait.peer.load(std::memory_order_relaxed), e.wait.step.load(std::memory_order_relaxed),
-                steps ? std::to_string(steps).c_str() : "null", e.wait.sinceUs.load(std::memory_order_relaxed));
+                waitName(what), mark->peer.load(std::memory_order_relaxed), mark->step.load(std::memory_order_relaxed),
+                steps ? std::to_string(steps).c_str() : "null", mark->sinceUs.load(std::memory_order_relaxed));
   }
   return s + "}";
 }
@@ -338,9 +355,20 @@ std::string Recorder::json() const {
   const uint64_t n = next_.load(std::memory_order_acquire);
   s += format(", \"calls\": %" PRIu64 ", \"collectives\": %" PRIu64 ", \"kept\": %" PRIu64 ", \"entries\": [", n,
               calls_.load(std::memory_order_relaxed), keep_);
+  // The wait mark belongs to the started entries, or (after a failure) to the last failed one.
+  uint64_t lastFailed = 0;
+  bool anyStarted = false;
+  for (uint64_t seq = n > keep_ ? n - keep_ + 1 : 1; keep_ && seq <= n; ++seq) {
+    const uint8_t st = ring_[(seq - 1) & mask_].state.load(std::memory_order_relaxed);
+    anyStarted |= st == static_cast<uint8_t>(State::Started);
+    if (st == static_cast<uint8_t>(State::Failed)) lastFailed = seq;
+  }
   bool first = true;
   for (uint64_t seq = n > keep_ ? n - keep_ + 1 : 1; keep_ && seq <= n; ++seq) {
-    const std::string e = entryJson(ring_[(seq - 1) & mask_], seq, wall);
+    const Entry& entry = ring_[(seq - 1) & mask_];
+    const uint8_t st = entry.state.load(std::memory_order_relaxed);
+    const bool marked = st == static_cast<uint8_t>(State::Started) || (!anyStarted && seq == lastFailed);
+    const std::string e = entryJson(entry, queuedAt_[(seq - 1) & mask_], marked ? &mark_ : nullptr, seq, wall);
     if (e.empty()) continue;
     s += (first ? "\n  " : ",\n  ") + e;
     first = false;

@@ -46,21 +46,26 @@ inline uint64_t ticks() {
 #endif
 }
 
-// One call. Its identity (seq to group) is written under `version` (odd while it is written);
-// state, times and the wait mark are single atomics.
-struct Entry {
+// One call: one cache line, the only memory a small call's record touches besides its
+// communicator's wait mark. Its identity (seq to rootPeer) is written under `version` (odd while
+// it is written); state and times are single atomics.
+struct alignas(64) Entry {
   std::atomic<uint32_t> version{0};
+  std::atomic<uint8_t> state{0};
+  std::atomic<uint8_t> timeEnd{0};  // finish() reads the clock (a large call)
   std::atomic<uint64_t> seq{0};    // this rank's calls on the communicator, from 1 (0: empty)
   std::atomic<uint64_t> call{0};   // the collective's number, the same on every rank (0: send/recv)
   std::atomic<uint64_t> count{0};
-  // kind | dtype << 8 | op << 16 | algorithm << 24 | inner algorithm << 32 | flags << 40 | group << 48
+  // kind | dtype << 8 | op << 16 | algorithm << 24 | inner algorithm << 32 | flags << 40 | group << 48;
+  // flags: queued on a host or a CUDA stream (then Queued holds when, and on which stream)
   std::atomic<uint64_t> shape{0};
   std::atomic<int64_t> rootPeer{-1};   // root or peer (-1: none) | chunk bytes << 32
+  std::atomic<uint64_t> started{0}, ended{0};  // ticks(); 0: not yet
+};
+// What only a queued call has, beside its entry.
+struct Queued {
+  std::atomic<uint64_t> at{0};  // ticks()
   std::atomic<uint64_t> stream{0};
-  std::atomic<uint8_t> state{0};
-  std::atomic<uint8_t> timeEnd{0};  // finish() reads the clock (a large call)
-  std::atomic<uint64_t> queued{0}, started{0}, ended{0};  // ticks(); 0: not yet
-  core::WaitMark wait;
 };
 
 // The ranks of the communicator, as a dump names them.
@@ -91,9 +96,9 @@ class Recorder {
   // that finished without blocking took about as long as a wait spins (well under a
   // millisecond), and ends at its start as far as the record says, which saves a clock reading
   // on the smallest calls (where it would be a percent of the call).
-  static void finish(Entry* e, bool ok) {
+  void finish(Entry* e, bool ok) {
     if (!e || e->state.load(std::memory_order_relaxed) != static_cast<uint8_t>(State::Started)) return;
-    e->ended.store(e->timeEnd.load(std::memory_order_relaxed) || e->wait.sinceUs.load(std::memory_order_relaxed)
+    e->ended.store(e->timeEnd.load(std::memory_order_relaxed) || mark_.sinceUs.load(std::memory_order_relaxed)
                        ? ticks() : e->started.load(std::memory_order_relaxed),
                    std::memory_order_relaxed);
     e->state.store(static_cast<uint8_t>(ok ? State::Done : State::Failed), std::memory_order_release);
@@ -107,15 +112,20 @@ class Recorder {
   int rank() const { return rank_; }
   bool on() const { return keep_ != 0; }  // records calls (and dumps on a failure)
   uint64_t recorded() const { return next_.load(std::memory_order_relaxed); }  // entries taken so far
-  static core::WaitMark* markOf(Entry* e) { return e ? &e->wait : nullptr; }
+  // What the communicator's running call waits for (the executor writes it; a communicator runs
+  // one call, or one group, at a time): the dump shows it on its started entries, or on the
+  // last failed one. Null when the recorder is off.
+  core::WaitMark* mark() { return keep_ ? &mark_ : nullptr; }
 
  private:
-  Entry* take();  // the next slot, its identity open for writing
+  Entry* take(bool alone);  // the next slot, its identity open for writing
   static void close(Entry* e) { e->version.fetch_add(1, std::memory_order_release); }
 
   const int rank_, nranks_;
   const std::string name_;
   std::unique_ptr<Entry[]> ring_;
+  std::unique_ptr<Queued[]> queuedAt_;  // by slot, as ring_
+  core::WaitMark mark_;
   uint64_t mask_ = 0;    // slots - 1 (slots: a power of two, at least capacity)
   uint64_t keep_ = 0;    // capacity: the entries a dump shows
   std::atomic<uint64_t> next_{0};  // entries taken so far
