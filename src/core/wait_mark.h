@@ -30,14 +30,6 @@ struct WaitMark {
   // The waits on the shared stage this call has made so far (the step of a Stage mark).
   std::atomic<uint32_t> stageWaits{0};
 
-  void reset() {
-    what.store(None, std::memory_order_relaxed);
-    peer.store(-1, std::memory_order_relaxed);
-    step.store(0, std::memory_order_relaxed);
-    steps.store(0, std::memory_order_relaxed);
-    sinceUs.store(0, std::memory_order_relaxed);
-    stageWaits.store(0, std::memory_order_relaxed);
-  }
   // Marks the wait (once per blocked stretch: `since` only the first time).
   void set(What w, int32_t p, uint32_t s, uint32_t of, int64_t nowUs) {
     peer.store(p, std::memory_order_relaxed);
