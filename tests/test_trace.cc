@@ -379,3 +379,44 @@ TEST_CASE("HORA_TRACE_CALLS=0 records nothing; the dump still says the communica
   CHECK(c.get("kept")->integer() == 0);
   CHECK(c.get("entries")->items.empty());
 }
+
+namespace {
+volatile sig_atomic_t gUserSignals = 0;
+void userHandler(int) { gUserSignals = gUserSignals + 1; }
+}  // namespace
+
+TEST_CASE("a SIGUSR1 handler installed before the first communicator is still called", "[trace]") {
+  clearDumps();
+  auto results = runRawProcesses(2, [](const horaUniqueId& id, int rank, int n) -> std::string {
+    struct sigaction mine {};
+    mine.sa_handler = userHandler;
+    sigemptyset(&mine.sa_mask);
+    sigaction(SIGUSR1, &mine, nullptr);
+    horaComm_t comm = nullptr;
+    if (horaCommInitRank(&comm, n, id, rank) != horaSuccess) return "init failed";
+    float x[2] = {1, 2};
+    if (horaAllReduce(x, x, 2, horaFloat, horaSum, comm, nullptr) != horaSuccess) return "allreduce failed";
+    raise(SIGUSR1);
+    std::string problem;
+    if (gUserSignals != 1) problem = "the application's handler was not called";
+    const std::string f = defaultDump(getpid());
+    for (int i = 0; i < 12000 && !exists(f); ++i) usleep(10000);
+    if (!exists(f)) problem += " no dump was written";
+    horaCommDestroy(comm);
+    return problem;
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+// Run by itself with HORA_DUMP_SIGNAL=0 (tests/meson.build).
+TEST_CASE("HORA_DUMP_SIGNAL=0 leaves SIGUSR1 alone", "[.nosignal]") {
+  REQUIRE(std::string(getenv("HORA_DUMP_SIGNAL") ? getenv("HORA_DUMP_SIGNAL") : "") == "0");
+  auto results = runProcesses(2, [](horaComm_t, int, int) -> std::string {
+    struct sigaction now {};
+    sigaction(SIGUSR1, nullptr, &now);
+    return now.sa_handler == SIG_DFL && !(now.sa_flags & SA_SIGINFO) ? "" : "a SIGUSR1 handler was installed";
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
