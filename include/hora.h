@@ -224,6 +224,15 @@ horaResult_t horaCommInitRankScalable(horaComm_t* newcomm, int nranks, int myran
  * finalize (config->blocking = 0) is still running. */
 horaResult_t horaCommGetAsyncError(horaComm_t comm, horaResult_t* asyncError);
 
+/* Writes comm's flight recorder as JSON: its rank, state and error, and its last calls
+ * (HORA_TRACE_CALLS of them: each one's collective, count, type, op, root or peer, algorithm,
+ * state, times, and what it waits for while it is blocked). path names the file, or a directory
+ * to write hora-dump.<host>.<pid>.json in; NULL writes that file in HORA_DUMP_DIR (default the
+ * working directory). Any thread may call it at any time, also while comm is in a call or has
+ * failed; it reads only this process's memory and never waits for a peer. hora-inspect reads the
+ * files of every rank. */
+horaResult_t horaCommDump(horaComm_t comm, const char* path);
+
 /* The number of ranks of comm. */
 horaResult_t horaCommCount(const horaComm_t comm, int* count);
 /* The CUDA device comm is on (the current one at init, or devlist's), -1 without one. */

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -83,6 +84,7 @@ struct JobSpec {
   double graceS = 5;                  // SIGTERM to SIGKILL
   bool prefix = true;                 // prefix output lines with "[rank] "
   std::vector<std::vector<int>> cpus; // per rank: the CPUs to bind it to, or none
+  std::string dumpDir;                // the ranks' HORA_DUMP_DIR (absolute), set in baseEnv
 };
 
 // How to bind ranks (--bind, HORA_RUN_BIND). Auto: Core when every rank can have a CPU of its
@@ -106,6 +108,28 @@ Placement placeRanks(int nranks, BindMode bind);
 
 // Starts the ranks, runs until all of them are gone and returns hora-run's exit status.
 int runJob(const JobSpec& spec);
+
+// A running job as hora-run describes it for --status (hora_run_status.cc), in
+// <jobDirectory()>/<runner>.job while it runs.
+struct JobRecord {
+  pid_t runner = 0;           // hora-run's pid
+  std::string host;           // gethostname()
+  std::string dumpDir;        // the ranks' HORA_DUMP_DIR, absolute
+  std::string command;        // PROGRAM ARGS...
+  std::vector<pid_t> ranks;   // by rank
+};
+// $XDG_RUNTIME_DIR/hora-run, else /tmp/hora-run-<uid>.
+std::string jobDirectory();
+// Writes the job's file; returns its path, or "" when it cannot (then --status cannot find it).
+std::string writeJobFile(const JobRecord& job);
+bool readJobFile(const std::string& path, JobRecord* job);
+// Asks every rank of the job for its dump (SIGUSR1, to the processes that catch it), waits up to
+// waitS seconds for them, calling meanwhile() (may be empty) every 20 ms, and returns
+// hora-inspect's report of the dumps that came (text, or JSON).
+std::string statusReport(const JobRecord& job, double waitS, bool json, const std::function<void()>& meanwhile);
+// hora-run --status [PID] [--json]: the report of the running job (of hora-run PID, or the only
+// one of this user) on stdout; returns the exit status.
+int statusMain(const std::string& which, bool json, double waitS);
 
 // Writes all of data to fd, retrying on EINTR and waiting out EAGAIN. False on error.
 bool writeAll(int fd, const char* data, size_t size);

@@ -35,7 +35,9 @@ using Clock = std::chrono::steady_clock;
 // Once every rank has exited, how long their pipes may stay open (held by processes the
 // ranks started) before hora-run stops reading them. What they hold by then is still read.
 constexpr std::chrono::milliseconds kDrainTime{1000};
-constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGCHLD};
+constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGCHLD, SIGUSR1};
+// How long a report of the ranks' calls waits for their dumps (hora_run_status.cc).
+constexpr double kReportWaitS = 3;
 
 // The write end of the signal self-pipe: the only global mutable state. Set and cleared by
 // SignalPipe, written only by onSignal.
@@ -257,6 +259,7 @@ class Job {
   int run() {
     if (spec_.timeoutS > 0) jobDeadline_ = Clock::now() + seconds(spec_.timeoutS);
     startAll();
+    describeJob();
     while (!finished()) {
       waitForEvents();
       reapRanks();
@@ -279,6 +282,36 @@ class Job {
       terminateAll();
       return;
     }
+  }
+
+  // The job file that hora-run --status reads (removed by the destructor).
+  void describeJob() {
+    record_.runner = getpid();
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    record_.host = host;
+    record_.dumpDir = spec_.dumpDir;
+    for (const std::string& a : spec_.argv) record_.command += (record_.command.empty() ? "" : " ") + a;
+    for (const Rank& rank : ranks_) record_.ranks.push_back(rank.pid > 0 ? rank.pid : 0);
+    jobFile_ = writeJobFile(record_);
+  }
+
+ public:
+  ~Job() {
+    if (!jobFile_.empty()) unlink(jobFile_.c_str());
+  }
+
+ private:
+  // hora-inspect's report of the ranks' calls, on stderr (their output is forwarded meanwhile).
+  void printStatus() {
+    const std::string report = statusReport(record_, kReportWaitS, false, [this] {
+      for (Rank& rank : ranks_) {
+        rank.out.readAvailable();
+        rank.err.readAvailable();
+      }
+    });
+    printError("the ranks' calls, as hora-inspect reports them:");
+    writeAll(STDERR_FILENO, report.data(), report.size());
   }
 
   std::vector<std::string> rankEnvironment(int rank) const {
@@ -383,6 +416,7 @@ class Job {
   void handleSignals() {
     for (int signo : signals_.take()) {
       if (signo == SIGINT || signo == SIGTERM) onUserSignal(signo);
+      if (signo == SIGUSR1 && anyRunning()) printStatus();
       // SIGCHLD only wakes the loop; reapRanks runs on every turn.
     }
   }
@@ -449,6 +483,7 @@ class Job {
     if (timeoutApplies() && now >= *jobDeadline_) {
       timedOut_ = true;
       printError("timeout after " + spec_.timeoutText + " s; stopping all ranks");
+      printStatus();
       terminateAll();
     }
     if (phase_ == JobPhase::Terminating && graceDeadline_ && now >= *graceDeadline_) killAll();
@@ -518,6 +553,8 @@ class Job {
   std::optional<int> firstFailure_;     // exit code of the first rank that failed
   std::optional<int> interruptSignal_;  // the first SIGINT/SIGTERM we forwarded
   bool timedOut_ = false;
+  JobRecord record_;
+  std::string jobFile_;
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 // (HORA_ID, HORA_RANK, HORA_SIZE, HORA_LOCAL_RANK, HORA_LOCAL_SIZE).
 //
 //   hora-run -n N [--timeout S] [--bind core|numa|none] [--no-prefix] [--] PROGRAM [ARGS...]
+//   hora-run --status [PID] [--json]
 //
 // This file reads the command line and makes the rendezvous id; hora_run_cpus.cc places the
 // ranks on CPUs and hora_run_job.cc does the rest.
@@ -31,6 +32,7 @@ constexpr double kDefaultGraceS = 5;
 
 const char kUsage[] =
     "usage: hora-run -n N [--timeout S] [--bind core|numa|none] [--no-prefix] [--] PROGRAM [ARGS...]\n"
+    "       hora-run --status [PID] [--json]\n"
     "\n"
     "Starts N local ranks of PROGRAM (looked up in PATH) with HORA_ID, HORA_RANK, HORA_SIZE,\n"
     "HORA_LOCAL_RANK and HORA_LOCAL_SIZE set, and waits for all of them. Each output line of\n"
@@ -45,15 +47,23 @@ const char kUsage[] =
     "one per rank, the ranks run unbound (with --bind core, share the CPUs left) and hora-run\n"
     "says so. HORA_RUN_BIND=core|numa|none sets --bind's default.\n"
     "\n"
+    "The ranks' flight recorder dumps go to HORA_DUMP_DIR, which hora-run sets to its working\n"
+    "directory when it is unset. --status asks every rank of the running job (of hora-run PID,\n"
+    "or this user's only one) for its dump with SIGUSR1 and prints hora-inspect's report of\n"
+    "them: the call each rank is in and what it waits for, the ranks in no call. hora-run\n"
+    "prints that report itself on stderr when --timeout stops the job, and on SIGUSR1.\n"
+    "\n"
     "options:\n"
     "  -n N, -np N    number of ranks, 1 to 1024\n"
-    "  --timeout S    stop all ranks after S seconds (may be fractional) and exit 124\n"
+    "  --timeout S    stop all ranks after S seconds (may be fractional) and exit 124, after\n"
+    "                 printing the report of their calls\n"
     "  --bind core    pin each rank to one CPU hora-run may use, the first hyperthread of\n"
     "                 every core before any core's second (the default when there are at\n"
     "                 least N CPUs)\n"
     "  --bind numa    bind rank r to the CPUs hora-run may use on NUMA node r mod (nodes)\n"
     "  --bind none    leave placement to the kernel (the default when ranks outnumber CPUs)\n"
     "  --no-prefix    pass output lines through unchanged\n"
+    "  --status [PID] the report of a running job's calls; --json: as JSON\n"
     "  -h, --help     show this text\n"
     "  --             end of options\n";
 
@@ -216,6 +226,23 @@ std::vector<std::string> environmentWithoutRankVariables() {
   return env;
 }
 
+// The ranks' HORA_DUMP_DIR, absolute: hora-run's own (relative to its working directory), else
+// its working directory. Set in env.
+std::string dumpDirectory(std::vector<std::string>& env) {
+  char cwd[4096];
+  const std::string here = getcwd(cwd, sizeof cwd) ? cwd : ".";
+  const char* given = std::getenv("HORA_DUMP_DIR");
+  std::string dir = given && *given ? given : here;
+  if (dir[0] != '/') dir = here + "/" + dir;
+  for (std::string& e : env)
+    if (e.rfind("HORA_DUMP_DIR=", 0) == 0) {
+      e = "HORA_DUMP_DIR=" + dir;
+      return dir;
+    }
+  env.push_back("HORA_DUMP_DIR=" + dir);
+  return dir;
+}
+
 std::string toHex(const horaUniqueId& id) {
   static const char kDigits[] = "0123456789abcdef";
   std::string hex;
@@ -239,8 +266,32 @@ std::optional<std::string> makeUniqueId() {
   return std::nullopt;
 }
 
+// hora-run --status [PID] [--json]
+int runStatus(const std::vector<std::string>& args) {
+  std::string which;
+  bool json = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--status") continue;
+    if (a.rfind("--status=", 0) == 0) {
+      which = a.substr(9);
+    } else if (a == "--json") {
+      json = true;
+    } else if (which.empty() && parseInteger(a) && *parseInteger(a) > 0) {
+      which = a;
+    } else {
+      printError("--status takes a pid and --json, not '" + a + "'");
+      writeAll(STDERR_FILENO, kUsage, sizeof(kUsage) - 1);
+      return 2;
+    }
+  }
+  return statusMain(which, json, 5.0);
+}
+
 int runMain(int argc, char** argv) {
   ensureStandardFds();
+  if (argc > 1 && (std::strcmp(argv[1], "--status") == 0 || std::strncmp(argv[1], "--status=", 9) == 0))
+    return runStatus(std::vector<std::string>(argv + 1, argv + argc));
   Options options = parseOptions(std::vector<std::string>(argv + 1, argv + argc));
   if (options.outcome == ParseOutcome::Help) {
     writeAll(STDOUT_FILENO, kUsage, sizeof(kUsage) - 1);
@@ -255,6 +306,7 @@ int runMain(int argc, char** argv) {
   spec.nranks = options.nranks;
   spec.argv = options.argv;
   spec.baseEnv = environmentWithoutRankVariables();
+  spec.dumpDir = dumpDirectory(spec.baseEnv);
   spec.timeoutS = options.timeoutS;
   spec.timeoutText = options.timeoutText;
   spec.graceS = graceFromEnvironment();

@@ -206,6 +206,8 @@ std::unique_ptr<horaComm> horaComm::shell(int nranks, int rank, const CommOption
   c->pending_.store(pending);
   c->wakeFd = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!c->wakeFd.valid()) hora::fail(Errc::System, "eventfd: %s", errnoText(errno).c_str());
+  c->trace = std::make_unique<trace::Recorder>(cfg.traceCalls, rank, nranks, opts.name);
+  if (cfg.dumpSignal) trace::installSignal();
   return c;
 }
 
@@ -371,6 +373,9 @@ void horaComm::init(const UniqueId& id) {
               listening.c_str(), links.empty() ? "none" : links.c_str(),
               c->stage ? format("; a shared stage of %d ranks", c->stage->size()).c_str() : "");
   }
+  std::vector<trace::PeerId> ids;
+  for (const PeerInfo& p : c->peers) ids.push_back(trace::PeerId{p.rank, p.host, p.pid});
+  c->trace->identify(id.commId(), std::move(ids));
   ready_ = true;
 }
 
@@ -426,6 +431,7 @@ void horaComm::fail(const Error& e) noexcept {
     else reason = me + " failed: " + errorText_;
   }
   HORA_WARN(log::kColl, "%s", reason.c_str());
+  if (trace) trace->failed(e.code(), reason);
   if (stage) stage->markFailed(reason, e.code());  // before the links close: peers look here then
   // Inside the failing call its buffers are valid: messages partly out are completed (briefly)
   // so that each abort frame can follow on the wire.
@@ -436,6 +442,11 @@ void horaComm::fail(const Error& e) noexcept {
       conns[r]->finishPartial(until);
   for (auto& c : conns)
     if (c) c->shutdown(reason, e.code());
+  // Once the peers have been told: the calls of this process, for hora-inspect.
+  if (trace && trace->on()) {
+    const std::string dump = trace::dumpProcess("failure");
+    if (!dump.empty()) HORA_WARN(log::kColl, "the calls of this process's communicators are in %s (hora-inspect reads it)", dump.c_str());
+  }
 }
 
 void horaComm::failInit(const Error& e) noexcept {
@@ -446,6 +457,7 @@ void horaComm::failInit(const Error& e) noexcept {
     lastError_ = e.what();
     asyncError_.store(static_cast<int>(e.code()), std::memory_order_release);
   }
+  if (trace) trace->failed(e.code(), e.what());
   HORA_WARN(log::kInit, "rank %d of %d%s%s: %s", rank, nranks, opts.name.empty() ? "" : " of ", opts.name.c_str(),
             e.what());
   conns.clear();  // whatever an init that failed half way had connected
@@ -491,6 +503,7 @@ const char* horaComm::lastError() {
 
 bool horaComm::abort() noexcept {
   aborting.store(true);
+  if (trace) trace->aborted();
   uint64_t one = 1;
   if (wakeFd.valid()) (void)!::write(wakeFd.get(), &one, sizeof one);
   // Work queued on host streams fails at once now; wait until it has all left the queues.

@@ -25,6 +25,7 @@
 #include "coll/collective.h"
 #include "coll/planner.h"
 #include "comm/bootstrap.h"
+#include "comm/trace.h"
 #include "core/program.h"
 #include "topo/topology.h"
 #include "transports/registry.h"
@@ -204,6 +205,8 @@ struct horaComm {
   // holds the transports' registrations until it is deregistered or the communicator goes.
   std::mutex registeredMu;
   std::unordered_map<const void*, std::shared_ptr<void>> registered;
+  // The flight recorder of its calls (comm/trace.h); made with the communicator.
+  std::unique_ptr<hora::trace::Recorder> trace;
 
   // Last, away from the fields every call touches:
   // the collectives and size classes whose choice has been explained at INFO (kind << 8 | log2),

@@ -72,6 +72,15 @@ const Variable kVariables[] = {
      "the reduction kernels; one this CPU or build does not support is an error"},
     {"HORA_TOPO_FILE", Topic::Core, "path", "(this machine)", "an hwloc XML file",
      "read the topology from this file instead of this machine (hora-topo shows it)"},
+    {"HORA_TRACE_CALLS", Topic::Core, "integer", "2000", "0 to 1000000",
+     "the calls each communicator's flight recorder keeps (what each asked for, its plan, its state and what it "
+     "waits for), dumped on a failure, on SIGUSR1 and by horaCommDump for hora-inspect; 0 records none and writes "
+     "no dump on a failure"},
+    {"HORA_DUMP_DIR", Topic::Core, "path", "(the working directory)", "a directory (created if missing)",
+     "where the flight recorder's dumps go, one file per process: hora-dump.<host>.<pid>.json"},
+    {"HORA_DUMP_SIGNAL", Topic::Core, "0 or 1", "1", "0 or 1",
+     "1: SIGUSR1 makes the process write its dump (a handler installed before it is kept and called too); 0 "
+     "leaves SIGUSR1 alone"},
     {"HORA_COMM_BLOCKING", Topic::Core, "0 or 1", "1", "0 or 1",
      "the default of horaConfig_t.blocking: 0 makes init, split, shrink and finalize return horaInProgress at once",
      "NCCL_COMM_BLOCKING", "as it is (0 or 1)"},
@@ -491,6 +500,14 @@ Config parseConfig(const EnvLookup& env) {
   } else {
     readNcclCommBlocking(c, s);
   }
+  if (auto v = env("HORA_TRACE_CALLS"))
+    c.traceCalls = static_cast<int>(parseIntVariable("HORA_TRACE_CALLS", *v, 0, 1000000, "an integer from 0 to 1000000"));
+  if (auto v = env("HORA_DUMP_DIR")) {
+    if (trimBlanks(*v).empty()) bad("HORA_DUMP_DIR", *v, "a directory");
+    c.dumpDir = *v;
+  }
+  if (auto v = env("HORA_DUMP_SIGNAL"))
+    c.dumpSignal = parseIntVariable("HORA_DUMP_SIGNAL", *v, 0, 1, "0 or 1") != 0;
   if (auto v = env("HORA_TOPO_FILE")) {
     if (trimBlanks(*v).empty()) bad("HORA_TOPO_FILE", *v, "the path of an hwloc XML file");
     c.topoFile = *v;

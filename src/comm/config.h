@@ -45,6 +45,9 @@ struct Config {
   std::string topoFile;  // HORA_TOPO_FILE: an hwloc XML file; empty: this machine
   bool commBlocking = true;   // HORA_COMM_BLOCKING: the default of horaConfig_t.blocking
   bool debugVersion = false;  // NCCL_DEBUG=VERSION: the version banner even at WARN
+  int traceCalls = 2000;      // HORA_TRACE_CALLS: calls each communicator's flight recorder keeps (0: off)
+  std::string dumpDir;        // HORA_DUMP_DIR: where dumps go; empty: the working directory
+  bool dumpSignal = true;     // HORA_DUMP_SIGNAL: SIGUSR1 writes a dump
 
   // What config() logs (subsystem ENV) of the NCCL_* variables: at INFO, which setting came from
   // which of them and which were overridden by their HORA_* twins; at WARN, values ignored.

@@ -18,6 +18,21 @@ struct State {
 };
 thread_local State tState;
 
+// Queues calls by `enqueue`, each first in its communicator's flight recorder (the entry starts
+// when the call runs, or fails here if queueing fails). streams: each call's, or one for all.
+template <class F>
+void queue(const Calls& calls, const std::vector<void*>& streams, bool cuda, F&& enqueue) {
+  std::vector<trace::Entry*> entries;
+  for (size_t i = 0; i < calls.size(); ++i)
+    entries.push_back(calls[i].first->trace->queued(calls[i].second, streams[std::min(i, streams.size() - 1)], cuda));
+  try {
+    enqueue();
+  } catch (...) {
+    for (size_t i = 0; i < calls.size(); ++i) calls[i].first->trace->dropQueued(entries[i]);
+    throw;
+  }
+}
+
 void runNow(const Calls& calls) {
   for (const auto& call : calls) awaitStreamWork(call.first);
   device::runCalls(calls);
@@ -93,11 +108,11 @@ bool end() {
   t.named = false;
   if (calls.empty()) return pending;
   if (stream) {
-    stream->enqueue("horaGroupEnd", std::move(calls));
+    queue(calls, {stream}, false, [&] { stream->enqueue("horaGroupEnd", calls); });
     return pending;
   }
   try {
-    if (!cudaStreams.empty()) device::enqueue("horaGroupEnd", calls, cudaStreams);
+    if (!cudaStreams.empty()) queue(calls, cudaStreams, true, [&] { device::enqueue("horaGroupEnd", calls, cudaStreams); });
     else runNow(calls);
   } catch (const Error& e) {
     noteGroupError(calls, e);
@@ -163,12 +178,13 @@ void submit(horaComm* comm, const coll::Args& a, device::StreamRef ref, const ch
   }
   if (ref.cuda) {
     comm->check();
-    device::enqueue(fn, Calls{{comm, a}}, {ref.cuda});
+    const Calls one{{comm, a}};
+    queue(one, {ref.cuda}, true, [&] { device::enqueue(fn, one, {ref.cuda}); });
     return;
   }
   if (stream) {
     comm->check();
-    stream->enqueue(fn, Calls{{comm, a}});
+    queue(Calls{{comm, a}}, {stream}, false, [&] { stream->enqueue(fn, Calls{{comm, a}}); });
     return;
   }
   t.one[0] = {comm, a};

@@ -14,6 +14,24 @@ namespace hora {
 namespace {
 std::string describeComm(const void* ctx) { return static_cast<const horaComm*>(ctx)->describeCall(); }
 
+// Ends the flight recorder's entries of a thread's calls: done once `ok` is set, else (an
+// exception left the call) failed.
+struct Traced {
+  trace::Recorder* recorder;
+  trace::Entry* entry;
+};
+struct TraceGuard {
+  std::vector<Traced>& entries;  // thread_local storage: no allocation per call
+  bool ok = false;
+  ~TraceGuard() {
+    for (const Traced& t : entries) t.recorder->finish(t.entry, ok);
+    entries.clear();
+  }
+};
+void failEntries(std::vector<Traced>& entries) {
+  for (const Traced& t : entries) t.recorder->finish(t.entry, false);
+}
+
 struct BusyGuard {
   std::vector<horaComm*>& comms;  // thread_local storage: no allocation per call
   ~BusyGuard() {
@@ -42,13 +60,15 @@ struct ThreadState {
   std::vector<uint64_t> tags;
   std::vector<coll::Plan> plans;
   std::vector<size_t> atOnce;
+  std::vector<Traced> traced;  // by call
 };
 thread_local ThreadState tState;
 
 const coll::Topo& topoOf(horaComm* c) { return c->shape; }
 
-core::Job jobOf(horaComm* c, const core::Program* program) {
+core::Job jobOf(horaComm* c, const core::Program* program, trace::Entry* entry) {
   core::Job j;
+  j.mark = entry ? c->trace->mark() : nullptr;
   j.program = program;
   j.conns = c->connPtrs.data();
   j.nranks = c->nranks;
@@ -95,14 +115,14 @@ coll::Plan planOf(horaComm* c, const coll::Args& a, const coll::Topo& topo, bool
 // A lone call whose algorithm runs it at once through the shared stage, without a program.
 // Returns false if the call is not one.
 bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const coll::Plan& plan,
-               core::Executor& executor) {
+               core::Executor& executor, trace::Entry* entry) {
   const coll::Algorithm& algo = coll::algorithm(plan.algo);
   if (!topo.stage || !algo.runsNow(a, topo)) return false;
   ++c->calls;
   c->nextFrameCall();  // numbered as the same call going through messages would be
   HORA_TRACE(log::kColl, "%s: %s by %s, at once through the shared stage", c->describeCall().c_str(),
              coll::describe(a).c_str(), algo.name());
-  core::Job j = jobOf(c, nullptr);
+  core::Job j = jobOf(c, nullptr, entry);
   j.callNo = ++c->collectives;
   j.callTag = coll::makeTag(a);
   c->stage->announce(j.callNo, j.callTag);
@@ -117,6 +137,7 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const c
       x->executor.awaitCounter(x->job, counter, value, only, check, x->c->opts.timeout, x->c->spinFor);
     });
   } catch (const Error& e) {
+    c->trace->finish(entry, false);
     if (!c->aborting.load()) c->fail(e);
     throw;
   }
@@ -124,7 +145,8 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const c
 }
 // The lone calls that run at once, each on a thread of its own; throws the first failure.
 void runAtOnceTogether(const std::vector<std::pair<horaComm*, coll::Args>>& calls, const std::vector<coll::Args>& adjusted,
-                       const std::vector<coll::Plan>& plans, const std::vector<size_t>& atOnce) {
+                       const std::vector<coll::Plan>& plans, const std::vector<size_t>& atOnce,
+                       const std::vector<Traced>& traced) {
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(atOnce.size());
   for (size_t k = 0; k < atOnce.size(); ++k)
@@ -133,7 +155,7 @@ void runAtOnceTogether(const std::vector<std::pair<horaComm*, coll::Args>>& call
       try {
         core::Executor executor;
         log::RankScope scope(calls[i].first->rank);
-        if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor))
+        if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor, traced[i].entry))
           fail(Errc::Internal, "a shared-stage plan did not run at once");
       } catch (...) {
         errors[k] = std::current_exception();
@@ -165,6 +187,9 @@ void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& 
   t.stageSeq = &c->stageSeq;
   coll::Plan plan;
   plan.algo = coll::Algo::Slice;
+  ts.traced.clear();
+  TraceGuard traceGuard{ts.traced};
+  ts.traced.push_back(Traced{c->trace.get(), c->trace->start(a, plan, 1)});
   if (ts.programs.empty()) ts.programs.resize(1);
   core::Program& p = ts.programs[0];
   p.clear();
@@ -174,7 +199,7 @@ void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& 
   HORA_TRACE(log::kColl, "%s: %s by %s through a stage of its own, %zu ops", c->describeCall().c_str(),
              coll::describe(a).c_str(), coll::algoName(plan.algo), p.ops.size());
   ts.jobs.clear();
-  ts.jobs.push_back(jobOf(c, &p));
+  ts.jobs.push_back(jobOf(c, &p, ts.traced[0].entry));
   core::Job& j = ts.jobs.back();
   j.stage = &stage;
   j.engine = &engine;
@@ -183,7 +208,9 @@ void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& 
   stage.announce(j.callNo, j.callTag);
   try {
     ts.executor.run(ts.jobs, c->opts.timeout, c->spinFor);
+    traceGuard.ok = true;
   } catch (const Error& e) {
+    failEntries(ts.traced);
     if (!c->aborting.load()) c->fail(e);
     throw;
   }
@@ -198,6 +225,9 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
   BusyGuard guard{ts.busyComms};
   for (const auto& [c, a] : calls)
     if (std::find(guard.comms.begin(), guard.comms.end(), c) == guard.comms.end()) claim(c, guard);
+  std::vector<Traced>& traced = ts.traced;
+  traced.clear();
+  TraceGuard traceGuard{traced};
   // One program per call, and one per communicator for its agreement (coll::buildAgreement).
   if (programs.size() < calls.size() + guard.comms.size()) programs.resize(calls.size() + guard.comms.size());
   jobs.clear();
@@ -240,6 +270,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
                      calls[k].second.kind != coll::Kind::Recv;
     const bool alone = !p2p && collectives == 1;
     plans.push_back(planOf(c, adjusted[i], topoOf(c), alone));
+    traced.push_back(Traced{c->trace.get(), c->trace->start(calls[i].second, plans[i], calls.size())});
     if (alone && c->stage && coll::algorithm(plans[i].algo).runsNow(adjusted[i], topoOf(c))) atOnce.push_back(i);
   }
   if (!atOnce.empty()) {
@@ -250,14 +281,17 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     for (size_t k = 1; k < atOnce.size(); ++k)
       sameComm |= calls[atOnce[k]].first->commId == calls[atOnce[k - 1]].first->commId;
     if (sameComm) {
-      runAtOnceTogether(calls, adjusted, plans, atOnce);
+      runAtOnceTogether(calls, adjusted, plans, atOnce, traced);
     } else {
       for (size_t i : atOnce) {
-        if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor))
+        if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor, traced[i].entry))
           fail(Errc::Internal, "a shared-stage plan did not run at once");
       }
     }
-    if (atOnce.size() == calls.size()) return;
+    if (atOnce.size() == calls.size()) {
+      traceGuard.ok = true;
+      return;
+    }
   }
   milliseconds timeout = milliseconds::max();
   std::chrono::microseconds spinFor = std::chrono::microseconds::max();
@@ -267,7 +301,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     const coll::Topo& topo = topoOf(c);
     programs[i].clear();
     if (std::find(atOnce.begin(), atOnce.end(), i) != atOnce.end()) {  // done above: nothing left to run
-      jobs.push_back(jobOf(c, &programs[i]));
+      jobs.push_back(jobOf(c, &programs[i], nullptr));
       continue;
     }
     const coll::Plan& plan = plans[i];
@@ -275,7 +309,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     ++c->calls;
     HORA_TRACE(log::kColl, "%s: %s by %s, chunk %zu bytes, %zu ops", c->describeCall().c_str(),
                coll::describe(a).c_str(), coll::algoName(plan.algo), plan.chunkBytes, programs[i].ops.size());
-    jobs.push_back(jobOf(c, &programs[i]));
+    jobs.push_back(jobOf(c, &programs[i], traced[i].entry));
     timeout = std::min(timeout, c->opts.timeout);
     spinFor = std::min(spinFor, c->spinFor);
   }
@@ -309,12 +343,14 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     tags.clear();
     bool agree = false;
     uint16_t last = 0;
+    trace::Entry* lastEntry = nullptr;
     for (size_t i = 0; i < calls.size(); ++i) {
       if (calls[i].first != c || calls[i].second.kind == coll::Kind::Send || calls[i].second.kind == coll::Kind::Recv ||
           std::find(atOnce.begin(), atOnce.end(), i) != atOnce.end())
         continue;
       tags.push_back(programs[i].tag);
       last = programs[i].call;
+      lastEntry = traced[i].entry;
       agree |= coll::needsAgreement(adjusted[i], topoOf(c));
     }
     if (!agree) continue;
@@ -322,12 +358,14 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     p.clear();
     coll::buildAgreement(topoOf(c), coll::groupTag(tags), c->scratch, p);
     p.call = last;  // its frames carry the number of the group's last collective: a rank a call behind fails
-    jobs.push_back(jobOf(c, &p));
+    jobs.push_back(jobOf(c, &p, lastEntry));
   }
   try {
     executor.run(jobs, timeout, spinFor);
     for (const Deferred& d : deferred) memcpy(d.to, d.from, d.bytes);
+    traceGuard.ok = true;
   } catch (const Error& e) {
+    failEntries(traced);
     // Every communicator of the group may have half-done work: all of them stop.
     for (horaComm* c : guard.comms)
       if (!c->aborting.load()) c->fail(e);

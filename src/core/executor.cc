@@ -161,6 +161,8 @@ void Executor::peerStopped(const std::string& why, Errc relayed) {
 void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int only, bool check, milliseconds timeout,
                             std::chrono::microseconds spinFor) {
   const transport::SharedStage& st = *job.stage;
+  WaitMark* const mark = job.mark;
+  if (mark) mark->stageWaits.store(mark->stageWaits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   // A timeout while the members behind run is held back once, for at most another timeout:
   // one of them may be waiting on the rank that really stopped, and will say so (its failure
   // text, read by arm()). A member that is stopped or gone is named at once.
@@ -181,6 +183,7 @@ void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int onl
       while (!st.reached(counter, value, only))
         wt.idle([&](milliseconds most) {
           checkCall(job);
+          if (mark) markStage(*mark, st, counter, value, only, mark->stageWaits.load(std::memory_order_relaxed), 0);
           fds_.clear();
           Errc relayed = Errc::Success;
           const std::string gone = st.arm(only, &relayed, fds_);
@@ -204,6 +207,7 @@ void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int onl
       timeout = holdFor(timeout);
     }
   }
+  if (mark) mark->clear();
   if (check) checkCall(job);
 }
 
@@ -305,6 +309,7 @@ void Executor::checkStrays() const {
 }
 
 void Executor::block(milliseconds most) {
+  markWaits();
   // Stuck for a while: a message that waits where this call expects none, of this call's
   // number but another collective, is a peer in another call (whose pattern of messages may
   // never meet this one's: a hang, not a mismatch found by a receive).
@@ -401,6 +406,7 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
   // its failure text in the stage: a PeerFailure that names the cause); only if none does is
   // the timeout reported. Progress in the meantime ends the hold.
   idleBlocks_ = 0;
+  marked_ = false;
   std::exception_ptr heldTimeout;
   Clock::time_point heldUntil{};
   size_t doneAtScan = SIZE_MAX;  // local ops become ready only when something completes
@@ -493,11 +499,15 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
     // complete them now, so that what depends on them is posted in the next pass.
     moved |= drainEngines();
     if (ndone_ == total) {
-      if (std::none_of(engines_.begin(), engines_.end(), [](ComputeEngine* e) { return e->busy(); })) return;
+      if (std::none_of(engines_.begin(), engines_.end(), [](ComputeEngine* e) { return e->busy(); })) {
+        if (marked_) clearMarks();
+        return;
+      }
       continue;
     }
     if (moved) {
       idleBlocks_ = 0;
+      if (marked_) clearMarks();
       w.progressed();
       heldTimeout = nullptr;
       continue;

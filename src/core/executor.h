@@ -15,6 +15,7 @@
 #include "base/wait.h"
 #include "core/compute.h"
 #include "core/program.h"
+#include "core/wait_mark.h"
 #include "transports/stage.h"
 #include "transports/transport.h"
 
@@ -37,6 +38,8 @@ struct Job {
   // With a stage: the collective call announced there (SharedStage::announce), checked against
   // the peers' when this job waits; tag 0 for none.
   uint64_t callNo = 0, callTag = 0;
+  // Where the flight recorder learns what this job waits for (null: not recorded).
+  WaitMark* mark = nullptr;
 };
 
 class Executor {
@@ -81,6 +84,12 @@ class Executor {
   static std::string behind(const transport::SharedStage& st, int counter, uint64_t value, int only);
   static std::string stalledMembers(const Job& job, int counter, uint64_t value, int only);
   void block(milliseconds most);
+  // Before blocking: each job's mark says what it waits for (the oldest message in flight with
+  // a peer, else the stage member furthest behind); cleared when anything moves.
+  void markWaits();
+  void clearMarks();
+  bool marked_ = false;
+  std::vector<uint8_t> jobMarked_;
   // Throws if a peer's frame waits, unclaimed, with this call's number and another tag.
   void checkStrays() const;
   unsigned idleBlocks_ = 0;  // blocks since the last progress
