@@ -6,7 +6,10 @@
 #     call and reading the result just after, on the same stream; a group over two streams); a
 #     rank killed mid-call; ranks as threads of one process on one GPU; the CUDA kernels against
 #     the CPU kernels, aligned and not, on random data and (test_kernels_cuda) on special values;
+#   - the device-initiated kernels under compute-sanitizer (memcheck, racecheck);
 #   - perf/kernel_perf: the reduce and reduce-copy kernels against cudaMemcpy device to device;
+#   - allreduce_perf -M device with 2 ranks as threads of one GPU, as kernels and through the
+#     worker (HORA_CUDA_KERNELS=0), and with 1 rank;
 #   - allreduce_perf -M device between 2 ranks of one GPU, through CUDA IPC and staged
 #     (HORA_CUDA_IPC=0), and the other tools with device buffers at 4 ranks.
 # Results go to $OUT (or build-gpu/out): gpu-tests.log, kernel_perf.txt, device_perf.txt.
@@ -139,9 +142,26 @@ step() {  # step NAME LOGFILE COMMAND...: run it under the limit, tee its output
 log "gpu suite"
 step "gpu-device" gpu-tests.log $b/tests/test_device
 step "gpu-device-staged" gpu-tests.log env HORA_CUDA_IPC=0 $b/tests/test_device '[sweep]'
+step "gpu-device-worker" gpu-tests.log env HORA_CUDA_KERNELS=0 $b/tests/test_device '[sweep]'
+# The device-initiated kernels under compute-sanitizer: LL and chunked calls, captured and
+# replayed, at 2 and 3 ranks (every process followed).
+if command -v compute-sanitizer >/dev/null || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for tool in memcheck racecheck; do
+    step "compute-sanitizer $tool" gpu-sanitizer.log "$cs" --tool $tool --target-processes all --error-exitcode 9 \
+      $b/tests/test_device '[graph]'
+  done
+fi
 step "gpu-kernels-special-values" gpu-tests.log $b/tests/test_kernels_cuda '[gpu]'
 step "kernel_perf" kernel_perf.txt $b/perf/kernel_perf -b 256M -n 20
 run=$b/tools/hora-run
+# The device-initiated kernels against the worker's hand-off, 2 ranks as threads on one GPU (the
+# 8-byte time per call, and the rate at 256 MiB), and 1 rank.
+step "allreduce 2 ranks as threads, kernels" device_perf.txt \
+  $b/perf/allreduce_perf -N 2 -M device -b 8 -e 256M -f 4 -n 50 -w 10
+step "allreduce 2 ranks as threads, worker (HORA_CUDA_KERNELS=0)" device_perf.txt \
+  env HORA_CUDA_KERNELS=0 $b/perf/allreduce_perf -N 2 -M device -b 8 -e 256M -f 4 -n 50 -w 10
+step "allreduce 1 rank, kernels" device_perf.txt $b/perf/allreduce_perf -M device -b 8 -e 256M -f 4 -n 50 -w 10
 step "allreduce 2 ranks, CUDA IPC" device_perf.txt \
   "$run" -n 2 $b/perf/allreduce_perf -M device -b 1M -e 256M -f 4 -n 20 -w 5
 step "allreduce 2 ranks, staged (HORA_CUDA_IPC=0)" device_perf.txt \
