@@ -364,6 +364,39 @@ TEST_CASE("device-initiated collectives: mismatched calls are an error on every 
   }
 }
 
+// The flight recorder sees a device-initiated collective: started as it is queued, done once its
+// kernel has returned (a stream's synchronisation settles it).
+TEST_CASE("device-initiated collectives are in the flight recorder's dump", "[device][kernels][trace]") {
+  auto results = runProcesses(2, [](horaComm_t comm, int rank, int) -> std::string {
+    float* d = static_cast<float*>(cu::deviceAlloc(4096 * 4));
+    void* stream = cu::streamCreate();
+    horaStream_t s = static_cast<horaStream_t>(stream);
+    for (int i = 0; i < 2; ++i)
+      if (horaAllReduce(d, d, 4096, horaFloat32, horaSum, comm, s) != horaSuccess || horaStreamSynchronize(s) != horaSuccess)
+        return std::string("AllReduce: ") + horaGetLastError(comm);
+    if (!hora::device::kernelsActive(reinterpret_cast<horaComm*>(comm))) return "no device-initiated collectives";
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/hora-test-device-dump.%d.%d.json", static_cast<int>(getpid()), rank);
+    if (horaCommDump(comm, path) != horaSuccess) return std::string("horaCommDump: ") + horaGetLastError(comm);
+    FILE* f = fopen(path, "r");
+    if (!f) return "no dump written";
+    std::string text;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+    fclose(f);
+    unlink(path);
+    size_t at = text.rfind("\"algorithm\": \"device kernel\"");
+    if (at == std::string::npos) return "the dump has no device kernel: " + text.substr(0, 600);
+    const size_t line = text.find("\"state\": ", at);
+    const std::string done = "\"state\": \"done\"";
+    if (line == std::string::npos || text.compare(line, done.size(), done) != 0)
+      return "the device kernel's entry is not done: " + text.substr(at, 300);
+    return "";
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
 // CUDA graphs: a device-initiated collective captured on a stream replays correctly, again and
 // again (each replay takes its numbers from the device, not from the capture); a call that
 // needs the worker is refused while capturing, and the communicator goes on.

@@ -6,6 +6,7 @@
 #include <array>
 #include <condition_variable>
 #include <cstddef>
+#include <deque>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "kernels/cpu/scalar.h"
 #include "base/log.h"
 #include "comm/config.h"
+#include "comm/trace.h"
 #include "core/device_engine.h"
 #include "gpu/protocol.h"
 #include "base/host.h"
@@ -157,6 +159,9 @@ struct CommState {
     std::mutex mu;                  // streams, reported
     std::vector<void*> streams;     // the CUDA streams kernels were queued on
     bool reported = false;          // the status's failure became the communicator's
+    // The flight recorder's entries of the calls in flight, with the blocks launched up to and
+    // including each (the watchdog finishes them as the status counts their blocks).
+    std::deque<std::pair<trace::Entry*, uint64_t>> traced;
     std::thread watchdog;
     std::mutex stopMu;
     std::condition_variable stopCv;
@@ -660,6 +665,16 @@ void watchKernels(horaComm* c, CommState* st) {
 // The kernels' failure, or the communicator's that stopped them, as their streams' error (once).
 void settleKernels(horaComm* c, CommState& st) {
   CommState::Kernels& k = st.k;
+  // The recorder's entries of the calls whose kernels have returned.
+  if (c->trace) {
+    const uint64_t finished = __atomic_load_n(&k.status->finished, __ATOMIC_ACQUIRE);
+    const bool ok = !__atomic_load_n(&k.status->cut, __ATOMIC_ACQUIRE) && !__atomic_load_n(&k.status->code, __ATOMIC_ACQUIRE);
+    std::lock_guard<std::mutex> lock(k.mu);
+    while (!k.traced.empty() && k.traced.front().second <= finished) {
+      c->trace->finish(k.traced.front().first, ok);
+      k.traced.pop_front();
+    }
+  }
   reportKernels(c, st);
   // A kernel cut short by the host (an abort, the communicator's failure): its calls failed.
   if (__atomic_load_n(&k.status->abort, __ATOMIC_ACQUIRE) && __atomic_load_n(&k.status->cut, __ATOMIC_ACQUIRE) &&
@@ -794,12 +809,21 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
     throw;
   }
   ++k.calls;  // (the kernel's own number, outside a graph's replays)
-  k.blocks.fetch_add(static_cast<uint64_t>(d.layout.blocks));
+  const uint64_t launched = k.blocks.fetch_add(static_cast<uint64_t>(d.layout.blocks)) + static_cast<uint64_t>(d.layout.blocks);
   k.recent[k.calls % k.recent.size()] = {k.calls, a};
   ++c->calls;
-  if (stream) return true;
+  trace::Entry* entry = c->trace ? c->trace->startOnDevice(a) : nullptr;
+  if (stream) {
+    if (entry) {
+      std::lock_guard<std::mutex> lock(k.mu);
+      k.traced.emplace_back(entry, launched);
+    }
+    return true;
+  }
   OnDevice on(st.device);
   cuda::streamSync(nullptr);
+  if (c->trace)
+    c->trace->finish(entry, !__atomic_load_n(&k.status->cut, __ATOMIC_ACQUIRE) && !__atomic_load_n(&k.status->code, __ATOMIC_ACQUIRE));
   reportKernels(c, st);
   c->check();
   if (__atomic_load_n(&k.status->abort, __ATOMIC_ACQUIRE)) fail(Errc::InvalidUsage, "the communicator was aborted");

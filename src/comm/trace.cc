@@ -35,7 +35,7 @@ std::vector<Recorder*>& registry() {
   return *all;
 }
 
-constexpr uint64_t kCudaStream = 1, kHostStream = 2;
+constexpr uint64_t kCudaStream = 1, kHostStream = 2, kOnDevice = 4;
 
 uint64_t packShape(const coll::Args& a, const coll::Plan* p, uint64_t flags, size_t group) {
   const uint64_t algo = p ? static_cast<uint64_t>(p->algo) + 1 : 0, inner = p ? static_cast<uint64_t>(p->inner) + 1 : 0;
@@ -53,9 +53,9 @@ bool hasOp(coll::Kind k) {
 
 int64_t rootOrPeer(const coll::Args& a) { return isP2p(a.kind) ? a.peer : isRooted(a.kind) ? a.root : -1; }
 // The root or peer in the low 32 bits, the chunk's bytes in the high ones.
-int64_t packWho(const coll::Args& a, const coll::Plan& p) {
+int64_t packWho(const coll::Args& a, const coll::Plan* p) {
   return static_cast<int64_t>((static_cast<uint64_t>(rootOrPeer(a)) & 0xffffffffu) |
-                              static_cast<uint64_t>(std::min<size_t>(p.chunkBytes, UINT32_MAX)) << 32);
+                              static_cast<uint64_t>(std::min<size_t>(p ? p->chunkBytes : 0, UINT32_MAX)) << 32);
 }
 
 // The identity of a call as a queued entry holds it, to find that entry when the call starts.
@@ -198,7 +198,13 @@ void Recorder::dropQueued(Entry* e) {
   queued_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-Entry* Recorder::start(const coll::Args& a, const coll::Plan& p, size_t group) {
+Entry* Recorder::startOnDevice(const coll::Args& a) {
+  Entry* e = start(a, nullptr, 1);
+  if (e) e->shape.fetch_or(kOnDevice << 40, std::memory_order_relaxed);
+  return e;
+}
+
+Entry* Recorder::start(const coll::Args& a, const coll::Plan* p, size_t group) {
   if (!keep_) return nullptr;
   const uint64_t now = ticks();
   Entry* e = nullptr;
@@ -217,7 +223,7 @@ Entry* Recorder::start(const coll::Args& a, const coll::Plan& p, size_t group) {
       queued_.fetch_sub(1, std::memory_order_relaxed);
       if (s == from) firstQueued_.store(s + 1, std::memory_order_relaxed);
       open(e);
-      e->shape.store(packShape(a, &p, e->shape.load(std::memory_order_relaxed) >> 40 & 0xff, group),
+      e->shape.store(packShape(a, p, e->shape.load(std::memory_order_relaxed) >> 40 & 0xff, group),
                      std::memory_order_relaxed);
       e->rootPeer.store(packWho(a, p), std::memory_order_relaxed);
     }
@@ -234,7 +240,7 @@ Entry* Recorder::start(const coll::Args& a, const coll::Plan& p, size_t group) {
     }
     e->call.store(call, std::memory_order_relaxed);
     e->count.store(a.count, std::memory_order_relaxed);
-    e->shape.store(packShape(a, &p, 0, group), std::memory_order_relaxed);
+    e->shape.store(packShape(a, p, 0, group), std::memory_order_relaxed);
     e->rootPeer.store(packWho(a, p), std::memory_order_relaxed);
   }
   e->started.store(now, std::memory_order_relaxed);
@@ -319,9 +325,11 @@ std::string entryJson(const Entry& e, const Queued& q, const core::WaitMark* mar
       s += format(", \"inner\": \"%s\"", coll::algoName(static_cast<coll::Algo>(inner - 1)));
     s += format(", \"chunk\": %" PRIu64, chunk);
   }
+  if (flags & kOnDevice) s += ", \"algorithm\": \"device kernel\"";
   if (shape >> 48) s += format(", \"group\": %" PRIu64, shape >> 48);
-  if (!flags) queuedUs = 0;
-  if (flags) s += format(", \"stream\": \"%s 0x%" PRIx64 "\"", flags & kCudaStream ? "cuda" : "host", stream);
+  if (!(flags & (kCudaStream | kHostStream))) queuedUs = 0;
+  if (flags & (kCudaStream | kHostStream))
+    s += format(", \"stream\": \"%s 0x%" PRIx64 "\"", flags & kCudaStream ? "cuda" : "host", stream);
   s += format(", \"state\": \"%s\", \"queued\": %s, \"started\": %s, \"ended\": %s", stateName(state),
               orNull(queuedUs).c_str(), orNull(startedUs).c_str(), orNull(endedUs).c_str());
   const uint8_t what = mark ? mark->what.load(std::memory_order_acquire) : static_cast<uint8_t>(core::WaitMark::None);

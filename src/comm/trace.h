@@ -91,7 +91,10 @@ class Recorder {
   void dropQueued(Entry* e);
   // A call that starts now (the one that queued(), if it was queued): its entry, or null when
   // the recorder is off. `group`: the calls run together (1 alone).
-  Entry* start(const coll::Args& a, const coll::Plan& p, size_t group);
+  Entry* start(const coll::Args& a, const coll::Plan& p, size_t group) { return start(a, &p, group); }
+  // A call the device runs itself (a device-initiated collective's kernel, comm/device.cc): it
+  // starts as it is queued on its stream, and finish() is called once its kernel has returned.
+  Entry* startOnDevice(const coll::Args& a);
   // The end is read from the clock for a call that moved 64 KiB or more, or had to block: one
   // that finished without blocking took about as long as a wait spins (well under a
   // millisecond), and ends at its start as far as the record says, which saves a clock reading
@@ -118,6 +121,7 @@ class Recorder {
   core::WaitMark* mark() { return keep_ ? &mark_ : nullptr; }
 
  private:
+  Entry* start(const coll::Args& a, const coll::Plan* p, size_t group);
   Entry* take(bool alone);  // the next slot, its identity open for writing
   static void close(Entry* e) { e->version.fetch_add(1, std::memory_order_release); }
 
