@@ -702,8 +702,10 @@ void settleKernels(horaComm* c, CommState& st) {
 void setupKernels(horaComm* c, CommState& st) {
   CommState::Kernels& k = st.k;
   // The same on every rank (one host: one build, one device mode).
-  k.layout.blocks = cuda::emulated() ? 2 : 8;
-  k.layout.slotBytes = cuda::emulated() ? size_t(256) << 10 : size_t(1) << 20;
+  // On a GPU, enough blocks for a large call to stream at the memory's rate (each block an SM);
+  // on the emulated one, two (the multi-block protocol is what it tests).
+  k.layout.blocks = cuda::emulated() ? 2 : 32;
+  k.layout.slotBytes = cuda::emulated() ? size_t(256) << 10 : size_t(512) << 10;
   std::string why;
   int32_t ok = 1;
   try {
@@ -795,6 +797,7 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
   d.divisor = static_cast<uint64_t>(c->nranks);
   d.tag = coll::makeTag(a) | 1;
   d.ll = gpu::fitsLl(d.coll, d.bytes, d.nranks);
+  d.blocks = gpu::blocksFor(d);
   if (d.coll == gpu::Coll::Broadcast && c->rank != a.root) d.send = nullptr;
   {
     std::lock_guard<std::mutex> lock(k.mu);
@@ -809,7 +812,7 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
     throw;
   }
   ++k.calls;  // (the kernel's own number, outside a graph's replays)
-  const uint64_t launched = k.blocks.fetch_add(static_cast<uint64_t>(d.layout.blocks)) + static_cast<uint64_t>(d.layout.blocks);
+  const uint64_t launched = k.blocks.fetch_add(static_cast<uint64_t>(d.blocks)) + static_cast<uint64_t>(d.blocks);
   k.recent[k.calls % k.recent.size()] = {k.calls, a};
   ++c->calls;
   trace::Entry* entry = c->trace ? c->trace->startOnDevice(a) : nullptr;

@@ -69,8 +69,35 @@ struct DevX {
     for (size_t k = done + threadIdx.x; k < bytes; k += blockDim.x) o[k] = static_cast<char>(__ldcg(reinterpret_cast<const unsigned char*>(i) + k));
   }
 
+  // 16 bytes of every source per thread and step where every pointer is 16-aligned (the
+  // elements after the last whole pack one at a time), else one element at a time.
   __device__ void reduceInto(void* a, void* b, const void* const* srcs, int n, size_t count) const {
-    for (size_t i = threadIdx.x; i < count; i += blockDim.x) {
+    constexpr size_t V = 16 / sizeof(E);
+    union Pack {
+      uint4 v;
+      E e[V];
+    };
+    uintptr_t ors = reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b);
+    for (int k = 0; k < n; ++k) ors |= reinterpret_cast<uintptr_t>(srcs[k]);
+    const size_t packs = (ors & 15) == 0 ? count / V : 0;
+    for (size_t q = threadIdx.x; q < packs; q += blockDim.x) {
+      Pack in;
+      in.v = __ldcg(static_cast<const uint4*>(srcs[0]) + q);
+      typename D::C acc[V];
+#pragma unroll
+      for (size_t j = 0; j < V; ++j) acc[j] = el::first<D>(in.e[j], p);
+      for (int k = 1; k < n; ++k) {
+        in.v = __ldcg(static_cast<const uint4*>(srcs[k]) + q);
+#pragma unroll
+        for (size_t j = 0; j < V; ++j) acc[j] = el::combine<D, Op>(acc[j], in.e[j]);
+      }
+      Pack out;
+#pragma unroll
+      for (size_t j = 0; j < V; ++j) out.e[j] = el::last<D>(acc[j], p);
+      static_cast<uint4*>(a)[q] = out.v;
+      if (b) static_cast<uint4*>(b)[q] = out.v;
+    }
+    for (size_t i = packs * V + threadIdx.x; i < count; i += blockDim.x) {
       typename D::C acc = el::first<D>(loadCg<E>(static_cast<const E*>(srcs[0]) + i), p);
       for (int k = 1; k < n; ++k) acc = el::combine<D, Op>(acc, loadCg<E>(static_cast<const E*>(srcs[k]) + i));
       const E out = el::last<D>(acc, p);
@@ -130,7 +157,7 @@ struct Launch {
   cudaError_t result = cudaErrorInvalidValue;
   template <class D, class Op>
   void operator()() {
-    protocolKernel<D, Op><<<static_cast<unsigned>(d->layout.blocks), kThreads, 0, stream>>>(*d);
+    protocolKernel<D, Op><<<static_cast<unsigned>(d->blocks), kThreads, 0, stream>>>(*d);
     result = cudaGetLastError();
   }
 };
@@ -155,7 +182,7 @@ int preload() {
 }
 
 int launch(const Desc& d, void* stream) {
-  if (d.layout.blocks < 1 || d.layout.blocks > kMaxBlocks || d.nranks < 1 || d.nranks > kMaxRanks) return cudaErrorInvalidValue;
+  if (d.blocks < 1 || d.blocks > d.layout.blocks || d.layout.blocks > kMaxBlocks || d.nranks < 1 || d.nranks > kMaxRanks) return cudaErrorInvalidValue;
   Launch l{&d, static_cast<cudaStream_t>(stream)};
   if (!el::dispatch(d.dtype, d.op, l)) return cudaErrorInvalidValue;
   return l.result;

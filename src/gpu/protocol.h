@@ -55,7 +55,7 @@
 namespace hora::gpu {
 
 inline constexpr int kMaxRanks = 8;
-inline constexpr int kMaxBlocks = 16;
+inline constexpr int kMaxBlocks = 32;
 inline constexpr size_t kLlBytes = size_t(16) << 10;  // a call's bytes per rank through LL, at most
 inline constexpr int kSlots = 2;
 
@@ -121,6 +121,7 @@ struct Desc {
   void* recv = nullptr;
   uint8_t* regions[kMaxRanks] = {};
   Layout layout;
+  int blocks = 1;          // launched: the first `blocks` of the layout's (blocksFor)
   bool ll = false;         // by LL (fitsLl)
   uint64_t tag = 0;        // what the call is (kind, count, type, op, root): equal on every rank
   Status* status = nullptr;
@@ -141,8 +142,17 @@ HORA_PD size_t unitOf(const Desc& d) {
 // Chunks per block of a call (every rank computes the same).
 HORA_PD uint64_t chunksOf(const Desc& d) {
   if (d.ll || d.bytes == 0) return 0;
-  const size_t step = unitOf(d) * static_cast<size_t>(d.layout.blocks);
+  const size_t step = unitOf(d) * static_cast<size_t>(d.blocks);
   return (d.bytes + step - 1) / step;
+}
+// The blocks a call launches, the same on every rank: one for an LL call, else as many as its
+// chunks fill, up to the layout's. A block not launched keeps its numbers for a later call (each
+// block's are its own).
+HORA_PD int blocksFor(const Desc& d) {
+  if (d.ll || d.bytes == 0) return 1;
+  const size_t unit = unitOf(d);
+  const size_t want = unit ? (d.bytes + unit - 1) / unit : 1;
+  return want < static_cast<size_t>(d.layout.blocks) ? static_cast<int>(want) : d.layout.blocks;
 }
 // Whether a call of these bytes per rank goes by LL.
 HORA_PD bool fitsLl(Coll c, size_t bytes, int nranks) {
@@ -361,7 +371,7 @@ struct Run {
 
   HORA_PD bool chunks() const {
     const int n = d.nranks, r = d.rank;
-    const size_t unit = unitOf(d), step = unit * static_cast<size_t>(d.layout.blocks);
+    const size_t unit = unitOf(d), step = unit * static_cast<size_t>(d.blocks);
     const uint64_t k = chunksOf(d);
     const uint8_t* send = static_cast<const uint8_t*>(d.send);
     uint8_t* recv = static_cast<uint8_t*>(d.recv);

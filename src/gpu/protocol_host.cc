@@ -72,7 +72,7 @@ struct HostX {
 
 void runOnHost(const Desc& d) {
   HostX x;
-  for (int b = 0; b < d.layout.blocks; ++b) Run<HostX>{x, d, b}();
+  for (int b = 0; b < d.blocks; ++b) Run<HostX>{x, d, b}();
 }
 
 }  // namespace hora::gpu
