@@ -866,7 +866,7 @@ void awaitLegacyStream(const horaComm* c, CommState& st) {
 // How calls with device buffers will run, settled in the caller's thread (where a collective
 // set-up and CUDA allocations are safe): through the IPC stage, or staged through pinned blocks
 // taken here and given back when it goes.
-struct Plan {
+struct Staging {
   struct Copy {
     void* dst;
     const void* src;
@@ -876,10 +876,10 @@ struct Plan {
   std::vector<Copy> ins, outs;
   std::vector<std::pair<CommState*, uint8_t*>> taken;
   bool ipc = false;
-  Plan() = default;
-  Plan(const Plan&) = delete;
-  Plan& operator=(const Plan&) = delete;
-  ~Plan() {
+  Staging() = default;
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  ~Staging() {
     for (auto& [st, b] : taken) st->give(b);
   }
 };
@@ -887,8 +887,8 @@ struct Plan {
 // `lone`: the calls are the whole of what the caller submitted (not one communicator's part of
 // a group over several, whose other parts may be this very thread's to submit: a collective
 // set-up here would wait for them).
-std::unique_ptr<Plan> plan(const Calls& calls, const std::vector<Where>& ws, bool lone) {
-  auto p = std::make_unique<Plan>();
+std::unique_ptr<Staging> stagingFor(const Calls& calls, const std::vector<Where>& ws, bool lone) {
+  auto p = std::make_unique<Staging>();
   p->calls = calls;
   if (calls.size() == 1 && ipcFits(calls[0].first, calls[0].second, ws[0])) {
     horaComm* c = calls[0].first;
@@ -919,21 +919,21 @@ std::unique_ptr<Plan> plan(const Calls& calls, const std::vector<Where>& ws, boo
       p->taken.emplace_back(&st, b);
       a.sendbuf = b + (lo(w.in) - base);
       a.recvbuf = b + (lo(w.out) - base);
-      p->ins.push_back(Plan::Copy{b + (lo(w.in) - base), w.in, w.inBytes});
-      p->outs.push_back(Plan::Copy{w.out, b + (lo(w.out) - base), w.outBytes});
+      p->ins.push_back(Staging::Copy{b + (lo(w.in) - base), w.in, w.inBytes});
+      p->outs.push_back(Staging::Copy{w.out, b + (lo(w.out) - base), w.outBytes});
       continue;
     }
     if (w.inDev >= 0) {
       uint8_t* b = st.take(w.inBytes);
       p->taken.emplace_back(&st, b);
       a.sendbuf = b;
-      p->ins.push_back(Plan::Copy{b, w.in, w.inBytes});
+      p->ins.push_back(Staging::Copy{b, w.in, w.inBytes});
     }
     if (w.outDev >= 0) {
       uint8_t* b = st.take(w.outBytes);
       p->taken.emplace_back(&st, b);
       a.recvbuf = b;
-      p->outs.push_back(Plan::Copy{w.out, b, w.outBytes});
+      p->outs.push_back(Staging::Copy{w.out, b, w.outBytes});
     }
   }
   return p;
@@ -947,9 +947,9 @@ long long usSince(Clock::time_point t) {
   return static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t).count());
 }
 
-// Runs a plan, its copies on `stream` (null: the legacy default stream, after waiting for it).
+// Runs a staging, its copies on `stream` (null: the legacy default stream, after waiting for it).
 // Nothing of it is in flight when this returns or throws.
-void execute(Plan& p, void* stream) {
+void execute(Staging& p, void* stream) {
   if (p.ipc) {
     horaComm* c = p.calls[0].first;
     CommState& st = stateOf(c);
@@ -965,12 +965,12 @@ void execute(Plan& p, void* stream) {
   }
   try {
     const Clock::time_point t0 = tracing() ? Clock::now() : Clock::time_point();
-    for (const Plan::Copy& k : p.ins) cuda::copyAsync(k.dst, k.src, k.bytes, stream);
+    for (const Staging::Copy& k : p.ins) cuda::copyAsync(k.dst, k.src, k.bytes, stream);
     if (!p.ins.empty()) cuda::streamSync(stream);
     const long long in = usSince(t0);
     hora::runCalls(p.calls);
     const long long call = usSince(t0) - in;
-    for (const Plan::Copy& k : p.outs) cuda::copyAsync(k.dst, k.src, k.bytes, stream);
+    for (const Staging::Copy& k : p.outs) cuda::copyAsync(k.dst, k.src, k.bytes, stream);
     if (!p.outs.empty()) cuda::streamSync(stream);
     HORA_TRACE(log::kColl, "staged %s: copies in %lld us, the call %lld us, copies out %lld us",
                coll::describe(p.calls[0].second).c_str(), in, call, usSince(t0) - in - call);
@@ -1023,21 +1023,21 @@ void readScalars(Calls& calls, void* stream) {
   }
 }
 
-void runCalls(const Calls& calls) {
+void runSync(const Calls& calls) {
   for (const auto& call : calls)
     if (call.second.scalarAt) {
       // A scalar in memory (horaScalarDevice): read now, after the work queued before the call
       // (the legacy default stream's order, as the call's own copies).
       Calls read = calls;
       readScalars(read, nullptr);
-      return runCalls(read);
+      return runSync(read);
     }
   if (!cuda::usable()) return hora::runCalls(calls);
   thread_local std::vector<Where> ws;
   if (!anyOnDevice(calls, ws)) return hora::runCalls(calls);
   if (calls.size() == 1 && viaKernel(calls[0].first, calls[0].second, ws[0], nullptr, true)) return;
   OnDevice on(stateOf(calls[0].first).device);
-  std::unique_ptr<Plan> p = plan(calls, ws, true);
+  std::unique_ptr<Staging> p = stagingFor(calls, ws, true);
   execute(*p, nullptr);
 }
 
@@ -1054,7 +1054,7 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
     horaComm* c;
     CommState* st;
     Calls calls;
-    std::shared_ptr<Plan> plan;  // null: host buffers only
+    std::shared_ptr<Staging> staging;  // null: host buffers only
     std::vector<void*> events;
     std::vector<char> pooled;  // events[i] is from st's pool (a stream of its device), else its own
   };
@@ -1087,7 +1087,7 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
     std::vector<Where> ws;
     if (anyOnDevice(it.calls, ws)) {
       OnDevice on(it.st->device);
-      it.plan = plan(it.calls, ws, comms.size() == 1);
+      it.staging = stagingFor(it.calls, ws, comms.size() == 1);
     }
     items.push_back(std::move(it));
   }
@@ -1115,7 +1115,7 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
     const uint32_t seq = ++st.seq;
     seqs.push_back(seq);
     horaComm* c = it.c;
-    st.worker->enqueue(fn, it.calls, [c, &st, calls = it.calls, plan = it.plan, events = it.events,
+    st.worker->enqueue(fn, it.calls, [c, &st, calls = it.calls, staging = it.staging, events = it.events,
                                       pooled = it.pooled, distinct, seq, fn, release,
                                       queued = tracing() ? Clock::now() : Clock::time_point()] {
       struct Done {  // whatever happens, the streams go on (first), and the events go back
@@ -1136,9 +1136,9 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
         const long long ready = usSince(queued);
         for (const auto& call : calls)
           if (call.first->aborting.load()) fail(Errc::InvalidUsage, "the communicator was aborted");
-        if (plan) {
-          readScalars(plan->calls, st.copyStream);
-          execute(*plan, st.copyStream);
+        if (staging) {
+          readScalars(staging->calls, st.copyStream);
+          execute(*staging, st.copyStream);
         } else {
           Calls run = calls;
           readScalars(run, st.copyStream);

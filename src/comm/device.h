@@ -43,8 +43,9 @@ struct StreamRef {
 // here, where they are not).
 StreamRef resolve(const void* handle);
 
-// Runs the calls now on this thread, staging device buffers (the synchronous path).
-void runCalls(const Calls& calls);
+// Runs the calls now on this thread (the synchronous path): as device-initiated kernels where
+// they fit, else staging device buffers through host memory.
+void runSync(const Calls& calls);
 
 // Reads the PreMulSum scalars the calls keep in memory (horaScalarDevice) into their Args, in
 // `stream`'s order where the memory is the device's (null: the legacy default stream).

@@ -35,7 +35,7 @@ void queue(const Calls& calls, const std::vector<void*>& streams, bool cuda, F&&
 
 void runNow(const Calls& calls) {
   for (const auto& call : calls) awaitStreamWork(call.first);
-  device::runCalls(calls);
+  device::runSync(calls);
 }
 
 // The failure of a group is each communicator's of the group too: horaGetLastError(comm) says

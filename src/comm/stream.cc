@@ -95,7 +95,7 @@ void HostStream::loop() {
       } else {
         for (const auto& call : w.calls)
           if (call.first->aborting.load()) fail(Errc::InvalidUsage, "the communicator was aborted");
-        device::runCalls(w.calls);
+        device::runSync(w.calls);
       }
     } catch (const Error& e) {
       code = e.code();
