@@ -273,7 +273,7 @@ void CommState::endKernels() {
     k.watchdog.join();
   }
   if (k.state != Ipc::On) return;
-  const auto finished = [this] { return __atomic_load_n(&k.status->finished, __ATOMIC_ACQUIRE) >= k.blocks.load(); };
+  const auto finished = [this] { return gpu::sumOf(k.status->finished) >= k.blocks.load(); };
   // This rank's kernels end (a correct program has synchronised its streams; one that has not,
   // or whose peers are gone, is told to stop after a second).
   const auto start = Clock::now();
@@ -629,7 +629,7 @@ void reportKernels(horaComm* c, CommState& st) {
 void settleKernels(horaComm* c, CommState& st);
 
 bool kernelsInFlight(const CommState& st) {
-  return st.k.status && __atomic_load_n(&st.k.status->finished, __ATOMIC_ACQUIRE) < st.k.blocks.load();
+  return st.k.status && gpu::sumOf(st.k.status->finished) < st.k.blocks.load();
 }
 
 // The host's side of the kernels, on a thread of its own: it stops them (their status's abort
@@ -667,8 +667,8 @@ void settleKernels(horaComm* c, CommState& st) {
   CommState::Kernels& k = st.k;
   // The recorder's entries of the calls whose kernels have returned.
   if (c->trace) {
-    const uint64_t finished = __atomic_load_n(&k.status->finished, __ATOMIC_ACQUIRE);
-    const bool ok = !__atomic_load_n(&k.status->cut, __ATOMIC_ACQUIRE) && !__atomic_load_n(&k.status->code, __ATOMIC_ACQUIRE);
+    const uint64_t finished = gpu::sumOf(k.status->finished);
+    const bool ok = !gpu::sumOf(k.status->cut) && !__atomic_load_n(&k.status->code, __ATOMIC_ACQUIRE);
     std::lock_guard<std::mutex> lock(k.mu);
     while (!k.traced.empty() && k.traced.front().second <= finished) {
       c->trace->finish(k.traced.front().first, ok);
@@ -677,7 +677,7 @@ void settleKernels(horaComm* c, CommState& st) {
   }
   reportKernels(c, st);
   // A kernel cut short by the host (an abort, the communicator's failure): its calls failed.
-  if (__atomic_load_n(&k.status->abort, __ATOMIC_ACQUIRE) && __atomic_load_n(&k.status->cut, __ATOMIC_ACQUIRE) &&
+  if (__atomic_load_n(&k.status->abort, __ATOMIC_ACQUIRE) && gpu::sumOf(k.status->cut) &&
       !k.reported) {
     // The streams learn why: the communicator's error.
     std::vector<void*> streams;
@@ -826,7 +826,7 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
   OnDevice on(st.device);
   cuda::streamSync(nullptr);
   if (c->trace)
-    c->trace->finish(entry, !__atomic_load_n(&k.status->cut, __ATOMIC_ACQUIRE) && !__atomic_load_n(&k.status->code, __ATOMIC_ACQUIRE));
+    c->trace->finish(entry, !gpu::sumOf(k.status->cut) && !__atomic_load_n(&k.status->code, __ATOMIC_ACQUIRE));
   reportKernels(c, st);
   c->check();
   if (__atomic_load_n(&k.status->abort, __ATOMIC_ACQUIRE)) fail(Errc::InvalidUsage, "the communicator was aborted");

@@ -116,10 +116,8 @@ struct DevX {
   __device__ static void store64(uint64_t* q, uint64_t v) { *reinterpret_cast<volatile uint64_t*>(q) = v; }
   __device__ static uint32_t load32(const uint32_t* q) { return *reinterpret_cast<const volatile uint32_t*>(q); }
   __device__ static void store32(uint32_t* q, uint32_t v) { *reinterpret_cast<volatile uint32_t*>(q) = v; }
-  __device__ static bool claim(uint32_t* q, uint32_t v) { return atomicCAS_system(q, 0u, v) == 0u; }
-  __device__ static void add64(uint64_t* q, uint64_t v) {
-    atomicAdd_system(reinterpret_cast<unsigned long long*>(q), static_cast<unsigned long long>(v));
-  }
+  // On this rank's own device memory: an atomic among its blocks.
+  __device__ static bool claim(uint64_t* q) { return atomicCAS(reinterpret_cast<unsigned long long*>(q), 0ull, 1ull) == 0ull; }
   __device__ static void fenceSystem() { __threadfence_system(); }
   __device__ static uint64_t now() {
     uint64_t t;

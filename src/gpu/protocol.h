@@ -76,7 +76,8 @@ struct alignas(64) BlockState {
   uint64_t calls;   // calls
   uint64_t chunks;  // chunks (the value of the last kIn, kOut and kFreed posted)
   uint64_t ll;      // LL calls (the last kLlDone posted)
-  uint64_t pad[5];
+  uint64_t claim;   // block 0's: non-zero once a block of this rank has written a failure
+  uint64_t pad[4];
 };
 
 // Where everything is in each rank's region (the same on every rank).
@@ -97,7 +98,9 @@ struct Layout {
 };
 
 // In host-mapped memory, one per rank and communicator: the host's abort word and the kernel's
-// account of its first failure.
+// account of its first failure. The device only loads and stores here, never an atomic
+// read-modify-write (which host memory over PCIe does not support): a failure is claimed first
+// by an atomic on the rank's own device memory, and each block counts its own kernels.
 struct Status {
   uint32_t abort;  // non-zero: every wait ends (the host's, or a failing block's)
   uint32_t code;   // Code of the first failure (0 while none)
@@ -106,9 +109,17 @@ struct Status {
   uint64_t call;    // the call's number on this communicator's device path
   uint64_t target, seen;  // the value waited for, and the last seen
   uint64_t theirTag;      // Mismatch: the peer's tag for the same call number
-  uint64_t finished;      // blocks of this rank's kernels that have returned
-  uint64_t cut;           // ... of those, the blocks that returned before the end of their call
+  // By block (each written by that block alone, in its kernels' stream order): its kernels
+  // that have returned, and those of them cut short (before the end of their call).
+  uint64_t finished[kMaxBlocks];
+  uint64_t cut[kMaxBlocks];
 };
+// What the host reads of them.
+inline uint64_t sumOf(const uint64_t* perBlock) {
+  uint64_t s = 0;
+  for (int b = 0; b < kMaxBlocks; ++b) s += __atomic_load_n(&perBlock[b], __ATOMIC_ACQUIRE);
+  return s;
+}
 
 // A call, as the kernel (or the emulated stream) runs it.
 struct Desc {
@@ -177,7 +188,8 @@ struct Run {
 
   // Records the first failure and stops every wait (of every block).
   HORA_PD void fail(Code code, int peer, int counter, uint64_t target, uint64_t seen, uint64_t theirs) const {
-    if (X::claim(&d.status->code, static_cast<uint32_t>(code))) {
+    uint64_t* claim = &reinterpret_cast<BlockState*>(d.regions[d.rank] + d.layout.stateAt(0))->claim;
+    if (X::claim(claim)) {  // the account first, then its code: the host reads the code first
       d.status->peer = peer;
       d.status->counter = counter;
       d.status->call = call;
@@ -185,7 +197,9 @@ struct Run {
       d.status->seen = seen;
       d.status->theirTag = theirs;
       X::fenceSystem();
+      X::store32(&d.status->code, static_cast<uint32_t>(code));
     }
+    X::fenceSystem();
     X::store32(&d.status->abort, 1u);
   }
 
@@ -472,8 +486,8 @@ struct Run {
       X::store64(&state->chunks, chunkBase + chunksOf(d));
       X::store64(&state->ll, llSeq);
       X::fenceSystem();
-      if (!whole) X::add64(&d.status->cut, 1);
-      X::add64(&d.status->finished, 1);
+      if (!whole) X::store64(&d.status->cut[b], X::load64(&d.status->cut[b]) + 1);
+      X::store64(&d.status->finished[b], X::load64(&d.status->finished[b]) + 1);
     }
   }
 };

@@ -44,11 +44,10 @@ struct HostX {
   static void store64(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
   static uint32_t load32(const uint32_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
   static void store32(uint32_t* p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-  static bool claim(uint32_t* p, uint32_t v) {
-    uint32_t none = 0;
-    return __atomic_compare_exchange_n(p, &none, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  static bool claim(uint64_t* p) {
+    uint64_t none = 0;
+    return __atomic_compare_exchange_n(p, &none, 1, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   }
-  static void add64(uint64_t* p, uint64_t v) { __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
   static void fenceSystem() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
   static uint64_t now() {
     return static_cast<uint64_t>(
