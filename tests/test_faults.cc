@@ -16,7 +16,10 @@
 #include <functional>
 #include <thread>
 
+#include "base/acceptor.h"
 #include "base/handshake.h"
+#include "base/log.h"
+#include "base/mesh.h"
 #include "base/socket.h"
 #include "comm/bootstrap.h"
 #include "comm/comm.h"
@@ -250,6 +253,35 @@ TEST_CASE("a rank that fails during init while another has not joined yet: a pee
   close(order[1]);
   INFO(describe(results));
   for (const auto& r : results) CHECK(r.ok());
+}
+
+// Over Unix sockets (shared memory's links) connect() itself says "refused" when nobody listens:
+// a peer that failed (and closed its listener) before this rank dialled it. That is the peer's
+// failure, named as such (horaRemoteError, so that init prefers the rendezvous's report of the
+// first cause), not an error of this host's. Before, it was a system error naming only
+// `connect(unix:...)`, for "a rank that fails during init" about 3 runs in 8 over shared memory.
+TEST_CASE("a dial that a peer's closed listener refuses is that peer's failure", "[faults][bootstrap]") {
+  const std::string name = "hora-test-refused-" + std::to_string(getpid());
+  const hora::SockAddr gone = hora::SockAddr::abstractUnix(name);  // nobody listens there
+  hora::Secret secret{};
+  hora::Acceptor acceptor(hora::listenSocket(hora::SockAddr::abstractUnix(name + "-self")), secret,
+                          hora::LinkKind::Local, std::chrono::milliseconds(600000), hora::log::kNet);
+  hora::MeshSpec spec;
+  spec.kind = hora::LinkKind::Local;
+  spec.secret = secret;
+  spec.rank = 1;
+  spec.nranks = 2;
+  std::vector<hora::MeshPeer> peers{
+      hora::MeshPeer{0, "rank 0 (here, pid 1)", [gone] { return hora::startConnect(gone); }, gone.str()}};
+  hora::Waiter w(std::chrono::milliseconds(600000), nullptr, [] { return std::string("the links"); });
+  try {
+    hora::connectMesh(acceptor, spec, peers, w, -1, nullptr);
+    FAIL("connected to nobody");
+  } catch (const hora::Error& e) {
+    INFO(e.what());
+    CHECK(e.code() == hora::Errc::Remote);
+    CHECK(std::string(e.what()).find("rank 0 (here, pid 1)") != std::string::npos);
+  }
 }
 
 TEST_CASE("the process holding the rendezvous is gone: init fails", "[faults][bootstrap]") {
