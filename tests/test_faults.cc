@@ -165,6 +165,72 @@ TEST_CASE("a silent (SIGSTOPped) peer: the others fail within the timeout", "[fa
   }
 }
 
+namespace {
+// A process's state letter from /proc ('?' when it is gone).
+char procState(int pid) {
+  char path[64], line[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE* f = fopen(path, "r");
+  if (!f) return '?';
+  size_t n = fread(line, 1, sizeof line - 1, f);
+  fclose(f);
+  line[n] = '\0';
+  const char* close = strrchr(line, ')');
+  return close && close[1] == ' ' ? close[2] : '?';
+}
+}  // namespace
+
+// The first cause that a failed rank of this host published wins over what its process's state
+// says once it has gone. Rank 0 waits in its call and is stopped there; ranks 1 and 2 find their
+// calls mismatched and publish that; rank 1 exits. Rank 0, continued after more than its
+// timeout, times out at once and finds rank 1 gone: it must report the mismatch, not "rank 1 has
+// exited" (the symptom that made `multihost link cut` name a rank of its own host that had
+// exited after failing, instead of the rank across the cut). Rank 2 lives until rank 0 is
+// continued (the harness ends a stopped child once every other has exited).
+TEST_CASE("a same-host peer that failed and exited: its published cause wins over its exit", "[faults]") {
+  auto* shared = static_cast<std::atomic<int>*>(
+      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(shared != MAP_FAILED);
+  std::atomic<int>* pids = shared;        // [0..2] each rank's pid
+  std::atomic<int>& calling = shared[3];  // rank 0 is about to make its call
+  std::atomic<int>& go = shared[4];       // rank 0 is stopped: ranks 1 and 2 call
+  std::atomic<int>& resumed = shared[5];  // rank 0 has been continued
+  const int timeoutMs = 1500;
+  // Each state is awaited, never a time; the bound only keeps a broken run from hanging here.
+  auto await = [](const std::function<bool()>& cond) {
+    for (int i = 0; i < 120000 && !cond(); ++i) usleep(1000);
+  };
+  std::thread control([&] {
+    await([&] { return pids[0].load() != 0 && calling.load(); });
+    await([&] { return procState(pids[0].load()) == 'S'; });  // blocked in its call
+    kill(pids[0].load(), SIGSTOP);
+    go.store(1);
+    await([&] { return pids[1].load() != 0 && (procState(pids[1].load()) == 'Z' || procState(pids[1].load()) == '?'); });
+    usleep(2 * timeoutMs * 1000);  // rank 0's deadline passes while it is stopped
+    kill(pids[0].load(), SIGCONT);
+    resumed.store(1);
+  });
+  ProcessOptions opts;
+  opts.timeoutMs = timeoutMs;
+  auto results = runProcesses(3, [&](horaComm_t comm, int rank, int) -> std::string {
+    pids[rank].store(getpid());
+    // Large enough for many chunks: ranks 1 and 2 fail before they post the chunk rank 0 waits for.
+    std::vector<float> buf(size_t(1) << 21, 1.0f);
+    if (rank == 0) calling.store(1);
+    while (rank != 0 && !go.load()) usleep(1000);
+    horaResult_t r = horaAllReduce(buf.data(), buf.data(), buf.size() >> (rank == 2), horaFloat, horaSum, comm, nullptr);
+    const std::string text = horaGetLastError(comm);
+    if (rank == 2) await([&] { return resumed.load() != 0; });
+    if (r != horaInvalidUsage || text.find("mismatched") == std::string::npos)
+      return std::string("returned ") + horaGetErrorString(r) + ": " + text;
+    return "";
+  }, opts);
+  control.join();
+  munmap(shared, 4096);
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
 TEST_CASE("a rank that never joins: the others fail at init", "[faults][bootstrap]") {
   ProcessOptions opts;
   auto results = runRawProcesses(3, [](const horaUniqueId& id, int rank, int n) -> std::string {

@@ -136,6 +136,32 @@ std::string Executor::stalledPeers() const {
   return s;
 }
 
+void Executor::throwPublishedCause(const Job* only) {
+  std::vector<pollfd> unused;
+  for (size_t ji = 0; jobs_ && ji < (only ? 1 : jobs_->size()); ++ji) {
+    const Job& j = only ? *only : (*jobs_)[ji];
+    if (!j.stage) continue;
+    Errc relayed = Errc::Success;
+    unused.clear();
+    const std::string why = j.stage->arm(-1, &relayed, unused);
+    j.stage->disarm();
+    if (relayed != Errc::Success) throw PeerFailure(why, relayed);
+  }
+  if (only) return;
+  for (const Queue& q : queues_) {
+    if (!q.conn->busy() || !q.job->localPids || !q.job->localPids[q.peer]) continue;
+    try {
+      q.conn->armWakeup();  // reads a gone peer's published failure
+    } catch (const PeerFailure&) {
+      q.conn->disarmWakeup();
+      throw;
+    } catch (const Error&) {
+      // A symptom (the peer is gone, without a word): the caller names it.
+    }
+    q.conn->disarmWakeup();
+  }
+}
+
 bool Executor::waitsOnlyLocal() const {
   bool any = false;
   for (const Queue& q : queues_) {
@@ -200,6 +226,7 @@ void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int onl
         });
     } catch (const Error& e) {
       if (e.code() != Errc::Timeout) throw;
+      throwPublishedCause(&job);
       const std::string stalled = stalledMembers(job, counter, value, only);
       if (!stalled.empty()) fail(Errc::Timeout, "%s; %s", stalled.c_str(), e.what());
       if (held || !job.localPids) std::rethrow_exception(held ? held : std::current_exception());
@@ -488,6 +515,7 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
       } catch (const Error& e) {
         // A rank of this host whose process is gone or stopped is named as the cause first.
         const bool peerCause = e.code() == Errc::Remote || e.code() == Errc::Timeout;
+        if (peerCause) throwPublishedCause();
         const std::string state =
             peerCause && q.job->localPids ? processStalled(q.job->localPids[q.peer]) : std::string();
         throw Error(e.code(), (state.empty() ? "" : q.conn->peerName() + " " + state + ": ") + e.what() +
@@ -520,6 +548,7 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
         try {
           std::rethrow_exception(heldTimeout);
         } catch (const Error& e) {
+          throwPublishedCause();
           const std::string stalled = stalledPeers();
           if (!stalled.empty()) fail(Errc::Timeout, "%s; %s", stalled.c_str(), e.what());
           throw;
@@ -532,7 +561,9 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
       w.idle([this](milliseconds most) { block(most); });
     } catch (const Error& e) {
       if (e.code() != Errc::Timeout) throw;
-      // A rank of this host that is stopped or gone is the cause: name it at once.
+      // A rank of this host that is stopped or gone is the cause: name it at once (unless it
+      // failed first, and said why).
+      throwPublishedCause();
       const std::string stalled = stalledPeers();
       if (!stalled.empty()) fail(Errc::Timeout, "%s; %s", stalled.c_str(), e.what());
       if (!waitsOnlyLocal()) throw;

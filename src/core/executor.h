@@ -73,6 +73,12 @@ class Executor {
   // The waited-for ranks of this host that are stopped or gone ("rank 2 (...) is stopped ..."),
   // "" if none.
   std::string stalledPeers() const;
+  // A rank of this host that failed published why (its failure record in the stage, the state
+  // its connection reads) before it exited: that first cause wins over what /proc says of its
+  // process now (gone, or another process under its pid). Throws it as that peer's failure, if
+  // one of `jobs` (or, with none given, of the running call) has it; returns otherwise. Looked
+  // at before a timeout names a stopped or gone rank of this host.
+  void throwPublishedCause(const Job* only = nullptr);
   const Op& op(uint32_t g) const { return jobs_->at(refs_[g].job).program->ops[refs_[g].op]; }
   bool ready(uint32_t g) const;
   void complete(uint32_t g);
