@@ -431,7 +431,9 @@ void horaComm::fail(const Error& e) noexcept {
     else reason = me + " failed: " + errorText_;
   }
   HORA_WARN(log::kColl, "%s", reason.c_str());
-  if (trace) trace->failed(e.code(), reason);
+  // The caller's text is short; what this rank waited for, all of it, is said here and dumped.
+  if (!e.detail().empty()) HORA_WARN(log::kColl, "the failed call waited for: %s", e.detail().c_str());
+  if (trace) trace->failed(e.code(), reason, e.detail());
   if (stage) stage->markFailed(reason, e.code());  // before the links close: peers look here then
   // Inside the failing call its buffers are valid: messages partly out are completed (briefly)
   // so that each abort frame can follow on the wire.

@@ -57,9 +57,16 @@ void Executor::complete(uint32_t g) {
   ++ndone_;
 }
 
-std::string Executor::describeWait() const {
-  std::string s;
-  int listed = 0;
+// " in AllReduce(count 1024, float, sum) (call #3 on rank 1 of 4)": a job's call, for texts.
+std::string Executor::callOf(const Job& j) {
+  const uint64_t tag = j.program ? j.program->tag : j.callTag;
+  return (tag ? " in " + transport::describeTag(tag) : std::string()) +
+         (j.describe ? " (" + j.describe(j.describeCtx) + ")" : std::string());
+}
+
+std::string Executor::describeWait(bool full) const {
+  // Each wait, and the call it belongs to (said once for the waits of one call in a row).
+  std::vector<std::pair<std::string, std::string>> waits;
   for (const Queue& q : queues_) {
     size_t firstRecv = q.nextRecv, firstSend = q.nextSend;
     // The oldest posted but unfinished message in each direction is what we wait for.
@@ -68,12 +75,8 @@ std::string Executor::describeWait() const {
     for (size_t i = 0; i < q.nextSend; ++i)
       if (!done_[q.sends[i]]) { firstSend = i; break; }
     auto add = [&](const char* what, uint32_t g, const char* dir) {
-      if (listed++ >= 4) return;
-      const Job& j = jobs_->at(refs_[g].job);
-      s += format("%s%s of %zu bytes %s %s", s.empty() ? "" : "; ", what, op(g).bytes, dir,
-                  q.conn->peerName().c_str());
-      s += " in " + transport::describeTag(j.program->tag);
-      if (j.describe) s += " (" + j.describe(j.describeCtx) + ")";
+      waits.emplace_back(format("%s of %zu bytes %s %s", what, op(g).bytes, dir, q.conn->peerName().c_str()),
+                         callOf(jobs_->at(refs_[g].job)));
     };
     if (firstRecv < q.nextRecv) add("a message", q.recvs[firstRecv], "from");
     if (firstSend < q.nextSend) add("sending a message", q.sends[firstSend], "to");
@@ -81,17 +84,20 @@ std::string Executor::describeWait() const {
   for (size_t qi = 0; qi < nwaits_; ++qi) {
     const CounterQueue& wq = waits_[qi];
     if (wq.atEnd() || !ready(wq.head()) || waitSatisfied(wq.head())) continue;
-    if (listed++ >= 4) break;
-    const Job& j = jobs_->at(refs_[wq.head()].job);
-    s += (s.empty() ? "" : "; ") + behind(*wq.stage, wq.counter, op(wq.head()).value, -1);
-    s += " in " + transport::describeTag(j.program->tag);
-    if (j.describe) s += " (" + j.describe(j.describeCtx) + ")";
+    waits.emplace_back(behind(*wq.stage, wq.counter, op(wq.head()).value, -1, full ? wq.stage->size() : 1),
+                       callOf(jobs_->at(refs_[wq.head()].job)));
   }
-  if (s.empty()) s = "this rank's own reductions and copies";
+  if (waits.empty()) return "this rank's own reductions and copies";
+  if (!full) return waits[0].first + waits[0].second;
+  std::string s;
+  for (size_t i = 0; i < waits.size(); ++i) {
+    s += (i ? "; " : "") + waits[i].first;
+    if (i + 1 == waits.size() || waits[i + 1].second != waits[i].second) s += waits[i].second;
+  }
   return s;
 }
 
-std::string Executor::behind(const transport::SharedStage& st, int counter, uint64_t value, int only) {
+std::string Executor::behind(const transport::SharedStage& st, int counter, uint64_t value, int only, int most) {
   std::vector<std::pair<uint64_t, int>> late;
   for (int m = 0; m < st.size(); ++m)
     if (m != st.index() && (only < 0 || m == only) && st.posted(m, counter) < value)
@@ -100,11 +106,12 @@ std::string Executor::behind(const transport::SharedStage& st, int counter, uint
   if (late.empty()) return format("this rank to reach chunk %llu of counter %d of the shared stage",
                                   static_cast<unsigned long long>(value), counter);
   std::string s;
-  for (size_t i = 0; i < late.size() && i < 3; ++i)
+  for (size_t i = 0; i < late.size() && i < static_cast<size_t>(std::max(most, 1)); ++i)
     s += format("%s%s to post chunk %llu of counter %d of the shared stage (it has posted %llu)", i ? "; " : "",
                 st.memberName(late[i].second).c_str(), static_cast<unsigned long long>(value), counter,
                 static_cast<unsigned long long>(late[i].first));
-  if (late.size() > 3) s += format("; and %zu more rank(s) of this host", late.size() - 3);
+  if (late.size() > static_cast<size_t>(std::max(most, 1)))
+    s += format(" (and %zu more)", late.size() - static_cast<size_t>(std::max(most, 1)));
   return s;
 }
 
@@ -202,8 +209,7 @@ void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int onl
       int only;
     } what{job, counter, value, only};
     Waiter wt(timeout, job.abortFlag, [w = &what] {
-      return behind(*w->job.stage, w->counter, w->value, w->only) + (w->job.describe ? " (" : "") +
-             (w->job.describe ? w->job.describe(w->job.describeCtx) + ")" : "");
+      return behind(*w->job.stage, w->counter, w->value, w->only) + callOf(w->job);
     }, spinFor);
     try {
       while (!st.reached(counter, value, only))
@@ -224,11 +230,18 @@ void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int onl
           }
           st.disarm();
         });
-    } catch (const Error& e) {
+    } catch (Error& e) {
+      // The caller's text names the rank furthest behind; the log and the dump get them all.
+      if (e.detail().empty() && !dynamic_cast<const PeerFailure*>(&e))
+        e.setDetail(behind(st, counter, value, only, st.size()) + callOf(job));
       if (e.code() != Errc::Timeout) throw;
       throwPublishedCause(&job);
       const std::string stalled = stalledMembers(job, counter, value, only);
-      if (!stalled.empty()) fail(Errc::Timeout, "%s; %s", stalled.c_str(), e.what());
+      if (!stalled.empty()) {
+        Error named(Errc::Timeout, stalled + "; " + e.what());
+        named.setDetail(e.detail());
+        throw named;
+      }
       if (held || !job.localPids) std::rethrow_exception(held ? held : std::current_exception());
       held = std::current_exception();
       timeout = holdFor(timeout);
@@ -424,7 +437,17 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
   const size_t total = refs_.size();
   done_.assign(total, 0);
   if (total == 0) return;
+  try {
+    loop(jobs, timeout, spinFor);
+  } catch (Error& e) {
+    // The caller's text says the first wait; the log and the dump get every one.
+    if (e.detail().empty() && !dynamic_cast<const PeerFailure*>(&e)) e.setDetail(describeWait(true));
+    throw;
+  }
+}
 
+void Executor::loop(const std::vector<Job>& jobs, milliseconds timeout, std::chrono::microseconds spinFor) {
+  const size_t total = refs_.size();
   Waiter w(timeout, nullptr, [this] { return describeWait(); }, spinFor);
   // A timeout held back: a rank that waits only on ranks of its own host, none of them stopped
   // or gone, times out at about the moment the one it waits for does, and that one may know

@@ -84,10 +84,17 @@ class Executor {
   void complete(uint32_t g);
   ComputeEngine& engineOf(uint32_t g) const;
   bool drainEngines();  // completes the ops of finished actions; returns whether there were any
-  std::string describeWait() const;
-  // The members of a stage behind on counter (below value), the furthest behind first, as
-  // "rank 3 (host, pid 9) has posted chunk 7 of counter 0 (this rank waits for chunk 9)".
-  static std::string behind(const transport::SharedStage& st, int counter, uint64_t value, int only);
+  // What this rank waits for. Short (a caller's text): the first wait, the rank furthest behind
+  // and the call, once, with how many more waits there are; full (the WARN log and the dump):
+  // every wait and every rank behind, each call named once.
+  std::string describeWait(bool full = false) const;
+  static std::string callOf(const Job& j);
+  // run()'s loop over the prepared queues, until every op is done or one fails.
+  void loop(const std::vector<Job>& jobs, milliseconds timeout, std::chrono::microseconds spinFor);
+  // The members of a stage behind on counter (below value), the furthest behind first, at most
+  // `most` of them, as "rank 3 (host, pid 9) to post chunk 9 of counter 0 of the shared stage
+  // (it has posted 7)".
+  static std::string behind(const transport::SharedStage& st, int counter, uint64_t value, int only, int most = 1);
   static std::string stalledMembers(const Job& job, int counter, uint64_t value, int only);
   void block(milliseconds most);
   // Before blocking: each job's mark says what it waits for (the oldest message in flight with
