@@ -18,6 +18,7 @@
 
 #include "base/acceptor.h"
 #include "base/handshake.h"
+#include "base/host.h"
 #include "base/log.h"
 #include "base/mesh.h"
 #include "base/socket.h"
@@ -200,6 +201,60 @@ TEST_CASE("a stopped rank in a large AllReduce: the caller's text is short and n
     if (r.rank == 1) CHECK(WIFSIGNALED(r.status));
     else CHECK(r.ok());
   }
+}
+
+// A rank of this host is known by its pidfd (or, without pidfds, by its pid and its process's
+// start time), never by its pid alone: once it is gone, another process that the kernel gave its
+// pid is not taken for it. Made here with ns_last_pid (root only): the new process is stopped,
+// and must not make the old one "stopped".
+TEST_CASE("a process whose pid was given to another is said to have exited", "[faults]") {
+  pid_t a = fork();
+  if (a == 0) {
+    pause();
+    _exit(0);
+  }
+  REQUIRE(a > 0);
+  const hora::ProcessRef byPidfd(a), byStart(a, false);  // the second as where the kernel has no pidfds
+  // Start times count clock ticks (at most 10 ms): a process started in the same tick looks the
+  // same to the fallback. A rank's process is never given away that soon after its start; here
+  // a tick passes before the pid is freed (a bound, not a race).
+  usleep(30 * 1000);
+  kill(a, SIGKILL);
+  REQUIRE(waitpid(a, nullptr, 0) == a);
+  pid_t b = -1;
+  for (int tries = 0; tries < 200 && b != a; ++tries) {
+    if (b > 0) {
+      kill(b, SIGKILL);
+      waitpid(b, nullptr, 0);
+    }
+    FILE* f = fopen("/proc/sys/kernel/ns_last_pid", "w");
+    if (!f || fprintf(f, "%d", a - 1) < 0 || fclose(f) != 0) {
+      WARN("skipped: cannot write /proc/sys/kernel/ns_last_pid (not root?)");
+      return;
+    }
+    b = fork();
+    if (b == 0) {
+      kill(getpid(), SIGSTOP);
+      _exit(0);
+    }
+    REQUIRE(b > 0);
+  }
+  int st = 0;
+  REQUIRE(waitpid(b, &st, WUNTRACED) == b);
+  const bool reused = b == a && WIFSTOPPED(st);
+  const std::string saidByPidfd = byPidfd.stalled(), saidByStart = byStart.stalled();
+  const bool aliveByPidfd = byPidfd.alive(), aliveByStart = byStart.alive();
+  kill(b, SIGKILL);
+  waitpid(b, nullptr, 0);
+  if (!reused) {
+    WARN("skipped: the kernel did not give pid " << a << " again");
+    return;
+  }
+  // Before, a rank was known by its pid alone, and this said "is stopped (...)".
+  CHECK(saidByPidfd == "has exited");
+  CHECK(saidByStart == "has exited");
+  CHECK(!aliveByPidfd);
+  CHECK(!aliveByStart);
 }
 
 namespace {

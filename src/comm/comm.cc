@@ -324,8 +324,10 @@ void horaComm::init(const UniqueId& id) {
       c->shape.stageSeq = &c->stageSeq;
     }
     c->shape.hosts = static_cast<int>(hostList.size());
-    for (const PeerInfo& p : c->peers)
+    for (const PeerInfo& p : c->peers) {
       c->localPids.push_back(p.hostId == c->peers[static_cast<size_t>(rank)].hostId && p.rank != rank ? p.pid : 0);
+      c->localProcs.emplace_back(c->localPids.back());
+    }
     c->shape.ranksPerHost = 0;
     for (const topo::HostEntry& h : hostList)
       if (static_cast<int>(h.ranks.size()) > c->shape.ranksPerHost) {
@@ -440,7 +442,7 @@ void horaComm::fail(const Error& e) noexcept {
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
   // Not towards a rank of this host that is stopped or gone: it would take the whole budget.
   for (size_t r = 0; r < conns.size(); ++r)
-    if (conns[r] && (r >= localPids.size() || !localPids[r] || processStalled(localPids[r]).empty()))
+    if (conns[r] && (r >= localProcs.size() || !localProcs[r] || localProcs[r].stalled().empty()))
       conns[r]->finishPartial(until);
   for (auto& c : conns)
     if (c) c->shutdown(reason, e.code());

@@ -77,7 +77,7 @@ core::Job jobOf(horaComm* c, const core::Program* program, trace::Entry* entry) 
   j.describe = describeComm;
   j.describeCtx = c;
   j.stage = c->stage.get();
-  j.localPids = c->localPids.empty() ? nullptr : c->localPids.data();
+  j.localProcs = c->localProcs.empty() ? nullptr : c->localProcs.data();
   return j;
 }
 

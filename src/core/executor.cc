@@ -119,8 +119,8 @@ std::string Executor::stalledMembers(const Job& job, int counter, uint64_t value
   const transport::SharedStage& st = *job.stage;
   std::string s;
   for (int m = 0; m < st.size(); ++m) {
-    if (m == st.index() || (only >= 0 && m != only) || st.posted(m, counter) >= value || !job.localPids) continue;
-    const std::string why = processStalled(job.localPids[st.ranks()[static_cast<size_t>(m)]]);
+    if (m == st.index() || (only >= 0 && m != only) || st.posted(m, counter) >= value || !job.localProcs) continue;
+    const std::string why = job.localProcs[st.ranks()[static_cast<size_t>(m)]].stalled();
     if (!why.empty()) s += (s.empty() ? "" : "; ") + st.memberName(m) + " " + why;
   }
   return s;
@@ -129,8 +129,8 @@ std::string Executor::stalledMembers(const Job& job, int counter, uint64_t value
 std::string Executor::stalledPeers() const {
   std::string s;
   for (const Queue& q : queues_) {
-    if (!q.conn->busy() || !q.job->localPids) continue;
-    const std::string why = processStalled(q.job->localPids[q.peer]);
+    if (!q.conn->busy() || !q.job->localProcs) continue;
+    const std::string why = q.job->localProcs[q.peer].stalled();
     if (!why.empty() && s.find(q.conn->peerName()) == std::string::npos)
       s += (s.empty() ? "" : "; ") + q.conn->peerName() + " " + why;
   }
@@ -156,7 +156,7 @@ void Executor::throwPublishedCause(const Job* only) {
   }
   if (only) return;
   for (const Queue& q : queues_) {
-    if (!q.conn->busy() || !q.job->localPids || !q.job->localPids[q.peer]) continue;
+    if (!q.conn->busy() || !q.job->localProcs || !q.job->localProcs[q.peer]) continue;
     try {
       q.conn->armWakeup();  // reads a gone peer's published failure
     } catch (const PeerFailure&) {
@@ -173,7 +173,7 @@ bool Executor::waitsOnlyLocal() const {
   bool any = false;
   for (const Queue& q : queues_) {
     if (!q.conn->busy()) continue;
-    if (!q.job->localPids || !q.job->localPids[q.peer]) return false;
+    if (!q.job->localProcs || !q.job->localProcs[q.peer]) return false;
     any = true;
   }
   for (size_t qi = 0; qi < nwaits_; ++qi)
@@ -242,7 +242,7 @@ void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int onl
         named.setDetail(e.detail());
         throw named;
       }
-      if (held || !job.localPids) std::rethrow_exception(held ? held : std::current_exception());
+      if (held || !job.localProcs) std::rethrow_exception(held ? held : std::current_exception());
       held = std::current_exception();
       timeout = holdFor(timeout);
     }
@@ -540,7 +540,7 @@ void Executor::loop(const std::vector<Job>& jobs, milliseconds timeout, std::chr
         const bool peerCause = e.code() == Errc::Remote || e.code() == Errc::Timeout;
         if (peerCause) throwPublishedCause();
         const std::string state =
-            peerCause && q.job->localPids ? processStalled(q.job->localPids[q.peer]) : std::string();
+            peerCause && q.job->localProcs ? q.job->localProcs[q.peer].stalled() : std::string();
         throw Error(e.code(), (state.empty() ? "" : q.conn->peerName() + " " + state + ": ") + e.what() +
                                   "; while waiting for " + describeWait());
       }

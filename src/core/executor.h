@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "base/host.h"
+
 #include "base/wait.h"
 #include "core/compute.h"
 #include "core/program.h"
@@ -30,10 +32,11 @@ struct Job {
   std::string (*describe)(const void* ctx) = nullptr;  // "AllReduce #3 on rank 1", for errors
   const void* describeCtx = nullptr;
   const transport::SharedStage* stage = nullptr;  // for Signal and Wait ops
-  // By peer rank, the pid of a rank of this host, else 0 (null: none known). A wait that times
-  // out names such a peer as stopped or gone from its state in /proc, and holds its timeout
-  // back while it waits on such peers alone and they run (Executor::run).
-  const int* localPids = nullptr;
+  // By peer rank, the process of a rank of this host, else an empty one (null: none known). A
+  // wait that times out names such a peer as stopped or gone (from its pidfd and its state in
+  // /proc), and holds its timeout back while it waits on such peers alone and they run
+  // (Executor::run).
+  const ProcessRef* localProcs = nullptr;
   ComputeEngine* engine = nullptr;  // for actions; null: the executor's CPU engine
   // With a stage: the collective call announced there (SharedStage::announce), checked against
   // the peers' when this job waits; tag 0 for none.
@@ -67,7 +70,7 @@ class Executor {
     uint32_t job, op;
   };
 
-  // Every message in flight is with a rank of this host (Job::localPids), and every stage
+  // Every message in flight is with a rank of this host (Job::localProcs), and every stage
   // wait is on one (a stage is always within a host).
   bool waitsOnlyLocal() const;
   // The waited-for ranks of this host that are stopped or gone ("rank 2 (...) is stopped ..."),
