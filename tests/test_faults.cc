@@ -4,7 +4,10 @@
 // Every rank must get an error (never a hang, never a crash); no test depends on timing: a
 // closed socket must be reported as horaRemoteError even though the timeout is long.
 #include <catch2/catch.hpp>
+#include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -139,6 +142,54 @@ TEST_CASE("a peer that destroys its communicator and stays alive: the others fai
     return "";
   }, opts);
   munmap(pids, 4096);
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+namespace {
+// This process's connected TCP sockets other than its link to the rendezvous at `root`.
+int dataSockets(const hora::SockAddr& root) {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const int fd = atoi(e->d_name);
+    sockaddr_storage peer{};
+    socklen_t len = sizeof peer;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) continue;  // not a connected socket
+    if (peer.ss_family != AF_INET && peer.ss_family != AF_INET6) continue;
+    if (len == root.len && memcmp(&peer, &root.ss, len) == 0) continue;
+    ++n;
+  }
+  closedir(d);
+  return n;
+}
+}  // namespace
+
+// A communicator that has failed holds no links: its sockets close when it fails (after the
+// abort frame), not when the application gets round to destroying it.
+// Checked where the links are sockets (faults-tcp); shared memory's keep none after init.
+TEST_CASE("a failed communicator closes its sockets when it fails and not when it is destroyed", "[faults]") {
+  horaUniqueId raw;
+  REQUIRE(horaGetUniqueId(&raw) == horaSuccess);
+  const hora::SockAddr root = hora::UniqueId::decode(reinterpret_cast<const uint8_t*>(raw.internal)).root;
+  ProcessOptions opts;
+  opts.timeoutMs = 600000;
+  auto results = runRawProcessesWithId(raw, 3, [root](const horaUniqueId& id, int rank, int n) -> std::string {
+    horaConfig_t cfg = HORA_CONFIG_INITIALIZER;
+    cfg.timeoutMs = 600000;
+    horaComm_t comm = nullptr;
+    if (horaCommInitRankConfig(&comm, n, id, rank, &cfg) != horaSuccess) return std::string("init: ") + horaGetLastError(nullptr);
+    const bool sockets = dataSockets(root) > 0;
+    if (rank == 2) _exit(0);
+    std::string e = expectFailure(comm, {horaRemoteError});
+    if (!e.empty()) return e;
+    const int left = dataSockets(root);
+    horaCommDestroy(comm);
+    if (sockets && left != 0) return std::to_string(left) + " data socket(s) still open on the failed communicator";
+    return "";
+  }, opts);
   INFO(describe(results));
   for (const auto& r : results) CHECK(r.ok());
 }
