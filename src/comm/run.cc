@@ -310,6 +310,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     HORA_TRACE(log::kColl, "%s: %s by %s, chunk %zu bytes, %zu ops", c->describeCall().c_str(),
                coll::describe(a).c_str(), coll::algoName(plan.algo), plan.chunkBytes, programs[i].ops.size());
     jobs.push_back(jobOf(c, &programs[i], traced[i].entry));
+    jobs.back().pointToPoint = a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv;
     timeout = std::min(timeout, c->opts.timeout);
     spinFor = std::min(spinFor, c->spinFor);
   }

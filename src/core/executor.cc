@@ -382,11 +382,31 @@ void Executor::block(milliseconds most) {
   disarmWaits();
 }
 
+void Executor::queueMessage(uint32_t g, size_t& nq) {
+  const Job& job = jobs_->at(refs_[g].job);
+  const Op& o = op(g);
+  transport::Connection* c = job.conns[o.peer];
+  size_t qi = 0;
+  while (qi < nq && queues_[qi].conn != c) ++qi;
+  if (qi == nq) {
+    if (queues_.size() <= nq) queues_.emplace_back();
+    Queue& q = queues_[nq++];
+    q.conn = c;
+    q.job = &job;
+    q.peer = o.peer;
+    q.sends.clear();
+    q.recvs.clear();
+    q.nextSend = q.nextRecv = 0;
+  }
+  (o.kind == OpKind::Send ? queues_[qi].sends : queues_[qi].recvs).push_back(g);
+}
+
 void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chrono::microseconds spinFor) {
   jobs_ = &jobs;
   base_.clear();
   refs_.clear();
   locals_.clear();
+  deferred_.clear();
   checked_.assign(jobs.size(), 0);
   nsignals_ = nwaits_ = 0;
   ndone_ = 0;
@@ -417,22 +437,16 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
       }
       if (o.peer < 0 || o.peer >= jobs[j].nranks || !jobs[j].conns[o.peer])
         fail(Errc::Internal, "a program addresses rank %d, which has no connection", o.peer);
-      transport::Connection* c = jobs[j].conns[o.peer];
-      size_t qi = 0;
-      while (qi < nq && queues_[qi].conn != c) ++qi;
-      if (qi == nq) {
-        if (queues_.size() <= nq) queues_.emplace_back();
-        Queue& q = queues_[nq++];
-        q.conn = c;
-        q.job = &jobs[j];
-        q.peer = o.peer;
-        q.sends.clear();
-        q.recvs.clear();
-        q.nextSend = q.nextRecv = 0;
-      }
-      (o.kind == OpKind::Send ? queues_[qi].sends : queues_[qi].recvs).push_back(g);
+      (jobs[j].pointToPoint ? queueMessage(g, nq) : deferred_.push_back(g));
     }
   }
+  // Point-to-point traffic and collective traffic apart on every link, as NCCL's channels keep
+  // them: each link carries the group's sends and receives first, then its collectives'
+  // messages, on every rank alike, whatever order the caller gave them in (a link's messages
+  // are matched in order). Neither waits on the other: a send or receive depends on nothing
+  // of a collective, so it goes first at once.
+  for (uint32_t g : deferred_) queueMessage(g, nq);
+  deferred_.clear();
   queues_.resize(nq);
   const size_t total = refs_.size();
   done_.assign(total, 0);

@@ -43,6 +43,9 @@ struct Job {
   uint64_t callNo = 0, callTag = 0;
   // Where the flight recorder learns what this job waits for (null: not recorded).
   WaitMark* mark = nullptr;
+  // A send or receive (horaSend, horaRecv): on each link its messages go before those of the
+  // group's collectives, on every rank alike.
+  bool pointToPoint = false;
 };
 
 class Executor {
@@ -92,6 +95,9 @@ class Executor {
   // every wait and every rank behind, each call named once.
   std::string describeWait(bool full = false) const;
   static std::string callOf(const Job& j);
+  // Appends message op g to the queue of its link (made if new; nq: the queues in use).
+  void queueMessage(uint32_t g, size_t& nq);
+  std::vector<uint32_t> deferred_;  // collective messages, queued after the point-to-point ones
   // run()'s loop over the prepared queues, until every op is done or one fails.
   void loop(const std::vector<Job>& jobs, milliseconds timeout, std::chrono::microseconds spinFor);
   // The members of a stage behind on counter (below value), the furthest behind first, at most
