@@ -26,9 +26,15 @@ class Error : public std::runtime_error {
  public:
   Error(Errc code, std::string message) : std::runtime_error(std::move(message)), code_(code) {}
   Errc code() const noexcept { return code_; }
+  // Where the text is kept short for the caller (the culprit, the call, this rank), the whole
+  // story: for a wait, every rank and message it was on and how far each got. It goes to the
+  // WARN log and the flight recorder's dump, never to the caller's text; "" when there is none.
+  const std::string& detail() const noexcept { return detail_; }
+  void setDetail(std::string detail) { detail_ = std::move(detail); }
 
  private:
   Errc code_;
+  std::string detail_;
 };
 
 // A failure that a peer reported (an abort frame, a shared segment's failure record): its text

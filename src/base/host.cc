@@ -1,13 +1,18 @@
 #include "base/host.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sodium.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 namespace hora {
 
@@ -76,24 +81,101 @@ const std::string& machineIdentity() {
   return id;
 }
 
-std::string processStalled(int pid) {
-  // Without a /proc of this pid namespace (not mounted, or hidden) nothing can be said.
+namespace {
+
+// Process pid's state letter and start time from /proc/PID/stat. Returns "" when it is there,
+// "has exited" when its pid is free, and "?" when nothing can be said (no /proc of this pid
+// namespace, or a line that does not parse).
+std::string readStat(int pid, char* state, unsigned long long* start) {
   static const bool procOk = ::access("/proc/self/stat", R_OK) == 0;
-  if (pid <= 0 || !procOk) return std::string();
+  if (pid <= 0 || !procOk) return "?";
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/stat", pid);
   const std::string line = readLine(path);
-  if (line.empty()) return ::access(path, F_OK) != 0 && errno == ENOENT ? "has exited" : "";
-  // "pid (comm) S ...": the state follows the last ')' (comm may hold anything).
+  if (line.empty()) return ::access(path, F_OK) != 0 && errno == ENOENT ? "has exited" : "?";
+  // "pid (comm) S ...": the state follows the last ')' (comm may hold anything); the start
+  // time is the 22nd field, the 20th after the state.
   const size_t close = line.rfind(')');
-  if (close == std::string::npos || close + 2 >= line.size() || line[close + 1] != ' ') return std::string();
-  switch (line[close + 2]) {
+  if (close == std::string::npos || close + 2 >= line.size() || line[close + 1] != ' ') return "?";
+  *state = line[close + 2];
+  const char* p = line.c_str() + close + 2;
+  for (int field = 3; p && field < 22; ++field) {
+    p = strchr(p, ' ');
+    if (p) ++p;
+  }
+  *start = p ? strtoull(p, nullptr, 10) : 0;
+  return "";
+}
+
+std::string stateText(char state) {
+  switch (state) {
     case 'T': return "is stopped (SIGSTOP or job control: its process is in state T)";
     case 't': return "is stopped by a debugger (its process is in state t)";
     case 'Z':
     case 'X': return "has exited";
     default: return std::string();
   }
+}
+
+}  // namespace
+
+std::string processStalled(int pid) {
+  // Without a /proc of this pid namespace (not mounted, or hidden) nothing can be said.
+  char state = 0;
+  unsigned long long start = 0;
+  const std::string gone = readStat(pid, &state, &start);
+  if (gone == "?") return std::string();
+  return gone.empty() ? stateText(state) : gone;
+}
+
+ProcessRef::ProcessRef(int pid, bool usePidfd) : pid_(pid) {
+  if (pid <= 0) return;
+#ifdef SYS_pidfd_open
+  if (usePidfd) {
+    const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    if (fd >= 0) {
+      fcntl(fd, F_SETFD, FD_CLOEXEC);
+      pidfd_ = Fd(fd);
+      return;
+    }
+  }
+#else
+  (void)usePidfd;
+#endif
+  char state = 0;
+  if (!readStat(pid, &state, &start_).empty()) start_ = 0;
+}
+
+bool ProcessRef::exited() const {
+  pollfd p{pidfd_.get(), POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+bool ProcessRef::alive() const {
+  if (pid_ <= 0) return false;
+  if (pidfd_.valid()) return !exited();
+  if (kill(pid_, 0) != 0 && errno == ESRCH) return false;
+  char state = 0;
+  unsigned long long start = 0;
+  const std::string gone = readStat(pid_, &state, &start);
+  if (gone == "has exited") return false;
+  return !(gone.empty() && start_ && start != start_);  // another process under its pid
+}
+
+std::string ProcessRef::stalled() const {
+  if (pid_ <= 0) return std::string();
+  if (pidfd_.valid()) {
+    if (exited()) return "has exited";
+    const std::string s = processStalled(pid_);
+    return exited() ? "has exited" : s;  // it may have exited, and its pid gone to another, meanwhile
+  }
+  char state = 0;
+  unsigned long long start = 0;
+  const std::string gone = readStat(pid_, &state, &start);
+  if (gone == "?") return std::string();
+  if (!gone.empty()) return gone;
+  if (start_ && start != start_) return "has exited";  // its pid now names another process
+  return stateText(state);
 }
 
 }  // namespace hora

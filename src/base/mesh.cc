@@ -37,12 +37,25 @@ std::vector<std::vector<Fd>> connectMesh(Acceptor& acceptor, const MeshSpec& spe
   std::map<int, const MeshPeer*> byRank;
   std::vector<Dial> dials;
   size_t expectAccepts = 0;
+  // A peer that refuses at once (a Unix socket: it failed and closed its listener) is named, as
+  // one whose refusal comes later is: its failure, which the caller may learn the cause of.
+  auto dial = [](const Dial& d) {
+    try {
+      return d.peer->dial();
+    } catch (const Error& e) {
+      if (e.code() != Errc::Remote) throw;
+      fail(Errc::Remote, "cannot connect to %s: %s", d.peer->name.c_str(), e.what());
+    }
+  };
   for (const MeshPeer& p : peers) {
     if (p.rank == spec.rank) continue;
     byRank[p.rank] = &p;
     links[static_cast<size_t>(p.rank)].resize(static_cast<size_t>(per));
     if (p.rank < spec.rank) {
-      for (int i = 0; i < per; ++i) dials.push_back(Dial{&p, i, p.dial(), nullptr});
+      for (int i = 0; i < per; ++i) {
+        dials.push_back(Dial{&p, i, Fd(), nullptr});
+        dials.back().fd = dial(dials.back());
+      }
     } else {
       expectAccepts += static_cast<size_t>(per);
     }
@@ -57,7 +70,7 @@ std::vector<std::vector<Fd>> connectMesh(Acceptor& acceptor, const MeshSpec& spe
     for (Dial& d : dials) {
       if (d.done) continue;
       if (!d.fd.valid()) {
-        if (Clock::now() < d.retryAt || !(d.fd = d.peer->dial()).valid()) {
+        if (Clock::now() < d.retryAt || !(d.fd = dial(d)).valid()) {
           if (Clock::now() >= d.retryAt) d.retryAt = Clock::now() + kRedial;
           redialPending = true;
           continue;

@@ -268,6 +268,10 @@ SockAddr localAddress(int fd) {
   return a;
 }
 
+bool peerNotThere(int err) {
+  return err == ECONNREFUSED || err == ETIMEDOUT || err == ECONNRESET || err == EHOSTUNREACH || err == ENETUNREACH;
+}
+
 Fd startConnect(const SockAddr& addr) {
   Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid())
@@ -277,6 +281,9 @@ Fd startConnect(const SockAddr& addr) {
   setNoDelay(fd.get());
   int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr.ss), addr.len);
   if (rc != 0 && errno == EAGAIN) return Fd();
+  // A Unix socket says at once what TCP says later: nobody listens there (any more). That is
+  // the far side's state, not this host's failure.
+  if (rc != 0 && peerNotThere(errno)) fail(Errc::Remote, "connect(%s): %s", addr.str().c_str(), errnoText(errno).c_str());
   if (rc != 0 && errno != EINPROGRESS && errno != EINTR)
     fail(Errc::System, "connect(%s): %s", addr.str().c_str(), errnoText(errno).c_str());
   return fd;
@@ -302,19 +309,21 @@ Fd connectWithRetry(const SockAddr& addr, Waiter& w) {
     nextWarn = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   };
   for (;;) {
-    Fd fd = startConnect(addr);
-    if (!fd.valid()) {  // its backlog is full: a flood, or many ranks at once; retry
-      lastErr = EAGAIN;
-      warn();
+    Fd fd;
+    try {
+      fd = startConnect(addr);
+      if (!fd.valid()) lastErr = EAGAIN;  // its backlog is full: a flood, or many ranks at once; retry
+    } catch (const Error& e) {
+      if (e.code() != Errc::Remote) throw;
+      lastErr = ECONNREFUSED;  // refused at once (a Unix socket): not listening yet
     }
+    if (!fd.valid()) warn();
     for (; fd.valid();) {
       warn();
       int st = connectStatus(fd.get());
       if (st == 0) return fd;
       if (st != EINPROGRESS) {
-        if (st != ECONNREFUSED && st != ETIMEDOUT && st != ECONNRESET && st != EHOSTUNREACH &&
-            st != ENETUNREACH)
-          fail(Errc::System, "connect(%s): %s", addr.str().c_str(), errnoText(st).c_str());
+        if (!peerNotThere(st)) fail(Errc::System, "connect(%s): %s", addr.str().c_str(), errnoText(st).c_str());
         lastErr = st;
         break;  // not listening yet: retry after a pause
       }

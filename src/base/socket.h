@@ -85,8 +85,12 @@ SockAddr localAddress(int fd);
 
 // Starts a nonblocking connect; returns the socket (connect may still be in progress), or no
 // socket (!valid()) when the listener's backlog is full (EAGAIN: a Unix socket says so at once):
-// a transient state to retry, as a flood of idle connections can cause.
+// a transient state to retry, as a flood of idle connections can cause. A connect refused at
+// once (a Unix socket nobody listens on) throws Errc::Remote: it is the far side's state.
 Fd startConnect(const SockAddr& addr);
+// Whether a connect's errno says that nobody listens at the address, or cannot be reached
+// (refused, reset, unreachable, timed out), rather than that this host failed.
+bool peerNotThere(int err);
 // 0 when connected, EINPROGRESS while pending, else the errno of the failure.
 int connectStatus(int fd);
 // Connects with retries (ECONNREFUSED, ETIMEDOUT: the listener may not be up yet) until the

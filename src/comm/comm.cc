@@ -324,8 +324,10 @@ void horaComm::init(const UniqueId& id) {
       c->shape.stageSeq = &c->stageSeq;
     }
     c->shape.hosts = static_cast<int>(hostList.size());
-    for (const PeerInfo& p : c->peers)
+    for (const PeerInfo& p : c->peers) {
       c->localPids.push_back(p.hostId == c->peers[static_cast<size_t>(rank)].hostId && p.rank != rank ? p.pid : 0);
+      c->localProcs.emplace_back(c->localPids.back());
+    }
     c->shape.ranksPerHost = 0;
     for (const topo::HostEntry& h : hostList)
       if (static_cast<int>(h.ranks.size()) > c->shape.ranksPerHost) {
@@ -431,14 +433,16 @@ void horaComm::fail(const Error& e) noexcept {
     else reason = me + " failed: " + errorText_;
   }
   HORA_WARN(log::kColl, "%s", reason.c_str());
-  if (trace) trace->failed(e.code(), reason);
+  // The caller's text is short; what this rank waited for, all of it, is said here and dumped.
+  if (!e.detail().empty()) HORA_WARN(log::kColl, "the failed call waited for: %s", e.detail().c_str());
+  if (trace) trace->failed(e.code(), reason, e.detail());
   if (stage) stage->markFailed(reason, e.code());  // before the links close: peers look here then
   // Inside the failing call its buffers are valid: messages partly out are completed (briefly)
   // so that each abort frame can follow on the wire.
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
   // Not towards a rank of this host that is stopped or gone: it would take the whole budget.
   for (size_t r = 0; r < conns.size(); ++r)
-    if (conns[r] && (r >= localPids.size() || !localPids[r] || processStalled(localPids[r]).empty()))
+    if (conns[r] && (r >= localProcs.size() || !localProcs[r] || localProcs[r].stalled().empty()))
       conns[r]->finishPartial(until);
   for (auto& c : conns)
     if (c) c->shutdown(reason, e.code());

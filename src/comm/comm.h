@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/host.h"
 #include "base/record.h"
 #include "base/socket.h"
 #include "base/wait.h"
@@ -167,6 +168,9 @@ struct horaComm {
   // By rank, the pid of each rank of this host (same host identity, so same pid namespace),
   // else 0: a wait that times out looks at these ranks' state (core::Job::localPids).
   std::vector<int> localPids;
+  // The same ranks' processes, held by pidfd (or pid and start time): what a wait that times out
+  // looks at (core::Job::localProcs), so that a later process under a gone rank's pid is not it.
+  std::vector<hora::ProcessRef> localProcs;
   hora::SockAddr address;  // where this rank listens for its peers (its network address)
   // The shared stage offered by a transport to some of this rank's peers (before conns:
   // outlives them); null when none is.

@@ -77,7 +77,7 @@ core::Job jobOf(horaComm* c, const core::Program* program, trace::Entry* entry) 
   j.describe = describeComm;
   j.describeCtx = c;
   j.stage = c->stage.get();
-  j.localPids = c->localPids.empty() ? nullptr : c->localPids.data();
+  j.localProcs = c->localProcs.empty() ? nullptr : c->localProcs.data();
   return j;
 }
 
@@ -310,6 +310,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     HORA_TRACE(log::kColl, "%s: %s by %s, chunk %zu bytes, %zu ops", c->describeCall().c_str(),
                coll::describe(a).c_str(), coll::algoName(plan.algo), plan.chunkBytes, programs[i].ops.size());
     jobs.push_back(jobOf(c, &programs[i], traced[i].entry));
+    jobs.back().pointToPoint = a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv;
     timeout = std::min(timeout, c->opts.timeout);
     spinFor = std::min(spinFor, c->spinFor);
   }

@@ -136,11 +136,12 @@ void Recorder::identify(uint64_t commId, std::vector<PeerId> peers) {
   state_.compare_exchange_strong(init, 1);
 }
 
-void Recorder::failed(Errc code, const std::string& text) {
+void Recorder::failed(Errc code, const std::string& text, const std::string& waits) {
   std::lock_guard<std::mutex> lock(mu_);
   if (errorCode_) return;
   errorCode_ = static_cast<int>(code);
   errorText_ = text;
+  errorWaits_ = waits;
   state_.store(2);
 }
 
@@ -352,7 +353,8 @@ std::string Recorder::json() const {
     static const char* const kStates[] = {"initialising", "ready", "failed", "aborted"};
     s = format("{\"commId\": \"%016" PRIx64 "\", \"name\": %s, \"rank\": %d, \"nranks\": %d, \"state\": \"%s\"", commId_,
                topo::jsonString(name_).c_str(), rank_, nranks_, kStates[state_.load() & 3]);
-    s += errorCode_ ? format(", \"error\": {\"code\": %d, \"text\": %s}", errorCode_, topo::jsonString(errorText_).c_str())
+    s += errorCode_ ? format(", \"error\": {\"code\": %d, \"text\": %s%s%s}", errorCode_, topo::jsonString(errorText_).c_str(),
+                             errorWaits_.empty() ? "" : ", \"waits\": ", errorWaits_.empty() ? "" : topo::jsonString(errorWaits_).c_str())
                     : std::string(", \"error\": null");
     s += ", \"peers\": [";
     for (size_t i = 0; i < peers_.size(); ++i)

@@ -107,7 +107,8 @@ class Recorder {
     e->state.store(static_cast<uint8_t>(ok ? State::Done : State::Failed), std::memory_order_release);
   }
   // The communicator's state, as dumps say it.
-  void failed(Errc code, const std::string& text);
+  // `waits`: everything the failed call waited for (Error::detail), for the dump only.
+  void failed(Errc code, const std::string& text, const std::string& waits = std::string());
   void aborted();
 
   // The communicator as one JSON object.
@@ -142,6 +143,7 @@ class Recorder {
   std::vector<PeerId> peers_;
   int errorCode_ = 0;
   std::string errorText_;
+  std::string errorWaits_;
 };
 
 // Writes the dump of every live communicator of this process where HORA_DUMP_DIR says;

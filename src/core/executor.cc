@@ -57,9 +57,16 @@ void Executor::complete(uint32_t g) {
   ++ndone_;
 }
 
-std::string Executor::describeWait() const {
-  std::string s;
-  int listed = 0;
+// " in AllReduce(count 1024, float, sum) (call #3 on rank 1 of 4)": a job's call, for texts.
+std::string Executor::callOf(const Job& j) {
+  const uint64_t tag = j.program ? j.program->tag : j.callTag;
+  return (tag ? " in " + transport::describeTag(tag) : std::string()) +
+         (j.describe ? " (" + j.describe(j.describeCtx) + ")" : std::string());
+}
+
+std::string Executor::describeWait(bool full) const {
+  // Each wait, and the call it belongs to (said once for the waits of one call in a row).
+  std::vector<std::pair<std::string, std::string>> waits;
   for (const Queue& q : queues_) {
     size_t firstRecv = q.nextRecv, firstSend = q.nextSend;
     // The oldest posted but unfinished message in each direction is what we wait for.
@@ -68,12 +75,8 @@ std::string Executor::describeWait() const {
     for (size_t i = 0; i < q.nextSend; ++i)
       if (!done_[q.sends[i]]) { firstSend = i; break; }
     auto add = [&](const char* what, uint32_t g, const char* dir) {
-      if (listed++ >= 4) return;
-      const Job& j = jobs_->at(refs_[g].job);
-      s += format("%s%s of %zu bytes %s %s", s.empty() ? "" : "; ", what, op(g).bytes, dir,
-                  q.conn->peerName().c_str());
-      s += " in " + transport::describeTag(j.program->tag);
-      if (j.describe) s += " (" + j.describe(j.describeCtx) + ")";
+      waits.emplace_back(format("%s of %zu bytes %s %s", what, op(g).bytes, dir, q.conn->peerName().c_str()),
+                         callOf(jobs_->at(refs_[g].job)));
     };
     if (firstRecv < q.nextRecv) add("a message", q.recvs[firstRecv], "from");
     if (firstSend < q.nextSend) add("sending a message", q.sends[firstSend], "to");
@@ -81,17 +84,20 @@ std::string Executor::describeWait() const {
   for (size_t qi = 0; qi < nwaits_; ++qi) {
     const CounterQueue& wq = waits_[qi];
     if (wq.atEnd() || !ready(wq.head()) || waitSatisfied(wq.head())) continue;
-    if (listed++ >= 4) break;
-    const Job& j = jobs_->at(refs_[wq.head()].job);
-    s += (s.empty() ? "" : "; ") + behind(*wq.stage, wq.counter, op(wq.head()).value, -1);
-    s += " in " + transport::describeTag(j.program->tag);
-    if (j.describe) s += " (" + j.describe(j.describeCtx) + ")";
+    waits.emplace_back(behind(*wq.stage, wq.counter, op(wq.head()).value, -1, full ? wq.stage->size() : 1),
+                       callOf(jobs_->at(refs_[wq.head()].job)));
   }
-  if (s.empty()) s = "this rank's own reductions and copies";
+  if (waits.empty()) return "this rank's own reductions and copies";
+  if (!full) return waits[0].first + waits[0].second;
+  std::string s;
+  for (size_t i = 0; i < waits.size(); ++i) {
+    s += (i ? "; " : "") + waits[i].first;
+    if (i + 1 == waits.size() || waits[i + 1].second != waits[i].second) s += waits[i].second;
+  }
   return s;
 }
 
-std::string Executor::behind(const transport::SharedStage& st, int counter, uint64_t value, int only) {
+std::string Executor::behind(const transport::SharedStage& st, int counter, uint64_t value, int only, int most) {
   std::vector<std::pair<uint64_t, int>> late;
   for (int m = 0; m < st.size(); ++m)
     if (m != st.index() && (only < 0 || m == only) && st.posted(m, counter) < value)
@@ -100,11 +106,12 @@ std::string Executor::behind(const transport::SharedStage& st, int counter, uint
   if (late.empty()) return format("this rank to reach chunk %llu of counter %d of the shared stage",
                                   static_cast<unsigned long long>(value), counter);
   std::string s;
-  for (size_t i = 0; i < late.size() && i < 3; ++i)
+  for (size_t i = 0; i < late.size() && i < static_cast<size_t>(std::max(most, 1)); ++i)
     s += format("%s%s to post chunk %llu of counter %d of the shared stage (it has posted %llu)", i ? "; " : "",
                 st.memberName(late[i].second).c_str(), static_cast<unsigned long long>(value), counter,
                 static_cast<unsigned long long>(late[i].first));
-  if (late.size() > 3) s += format("; and %zu more rank(s) of this host", late.size() - 3);
+  if (late.size() > static_cast<size_t>(std::max(most, 1)))
+    s += format(" (and %zu more)", late.size() - static_cast<size_t>(std::max(most, 1)));
   return s;
 }
 
@@ -112,8 +119,8 @@ std::string Executor::stalledMembers(const Job& job, int counter, uint64_t value
   const transport::SharedStage& st = *job.stage;
   std::string s;
   for (int m = 0; m < st.size(); ++m) {
-    if (m == st.index() || (only >= 0 && m != only) || st.posted(m, counter) >= value || !job.localPids) continue;
-    const std::string why = processStalled(job.localPids[st.ranks()[static_cast<size_t>(m)]]);
+    if (m == st.index() || (only >= 0 && m != only) || st.posted(m, counter) >= value || !job.localProcs) continue;
+    const std::string why = job.localProcs[st.ranks()[static_cast<size_t>(m)]].stalled();
     if (!why.empty()) s += (s.empty() ? "" : "; ") + st.memberName(m) + " " + why;
   }
   return s;
@@ -122,8 +129,8 @@ std::string Executor::stalledMembers(const Job& job, int counter, uint64_t value
 std::string Executor::stalledPeers() const {
   std::string s;
   for (const Queue& q : queues_) {
-    if (!q.conn->busy() || !q.job->localPids) continue;
-    const std::string why = processStalled(q.job->localPids[q.peer]);
+    if (!q.conn->busy() || !q.job->localProcs) continue;
+    const std::string why = q.job->localProcs[q.peer].stalled();
     if (!why.empty() && s.find(q.conn->peerName()) == std::string::npos)
       s += (s.empty() ? "" : "; ") + q.conn->peerName() + " " + why;
   }
@@ -136,11 +143,37 @@ std::string Executor::stalledPeers() const {
   return s;
 }
 
+void Executor::throwPublishedCause(const Job* only) {
+  std::vector<pollfd> unused;
+  for (size_t ji = 0; jobs_ && ji < (only ? 1 : jobs_->size()); ++ji) {
+    const Job& j = only ? *only : (*jobs_)[ji];
+    if (!j.stage) continue;
+    Errc relayed = Errc::Success;
+    unused.clear();
+    const std::string why = j.stage->arm(-1, &relayed, unused);
+    j.stage->disarm();
+    if (relayed != Errc::Success) throw PeerFailure(why, relayed);
+  }
+  if (only) return;
+  for (const Queue& q : queues_) {
+    if (!q.conn->busy() || !q.job->localProcs || !q.job->localProcs[q.peer]) continue;
+    try {
+      q.conn->armWakeup();  // reads a gone peer's published failure
+    } catch (const PeerFailure&) {
+      q.conn->disarmWakeup();
+      throw;
+    } catch (const Error&) {
+      // A symptom (the peer is gone, without a word): the caller names it.
+    }
+    q.conn->disarmWakeup();
+  }
+}
+
 bool Executor::waitsOnlyLocal() const {
   bool any = false;
   for (const Queue& q : queues_) {
     if (!q.conn->busy()) continue;
-    if (!q.job->localPids || !q.job->localPids[q.peer]) return false;
+    if (!q.job->localProcs || !q.job->localProcs[q.peer]) return false;
     any = true;
   }
   for (size_t qi = 0; qi < nwaits_; ++qi)
@@ -176,8 +209,7 @@ void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int onl
       int only;
     } what{job, counter, value, only};
     Waiter wt(timeout, job.abortFlag, [w = &what] {
-      return behind(*w->job.stage, w->counter, w->value, w->only) + (w->job.describe ? " (" : "") +
-             (w->job.describe ? w->job.describe(w->job.describeCtx) + ")" : "");
+      return behind(*w->job.stage, w->counter, w->value, w->only) + callOf(w->job);
     }, spinFor);
     try {
       while (!st.reached(counter, value, only))
@@ -198,11 +230,19 @@ void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int onl
           }
           st.disarm();
         });
-    } catch (const Error& e) {
+    } catch (Error& e) {
+      // The caller's text names the rank furthest behind; the log and the dump get them all.
+      if (e.detail().empty() && !dynamic_cast<const PeerFailure*>(&e))
+        e.setDetail(behind(st, counter, value, only, st.size()) + callOf(job));
       if (e.code() != Errc::Timeout) throw;
+      throwPublishedCause(&job);
       const std::string stalled = stalledMembers(job, counter, value, only);
-      if (!stalled.empty()) fail(Errc::Timeout, "%s; %s", stalled.c_str(), e.what());
-      if (held || !job.localPids) std::rethrow_exception(held ? held : std::current_exception());
+      if (!stalled.empty()) {
+        Error named(Errc::Timeout, stalled + "; " + e.what());
+        named.setDetail(e.detail());
+        throw named;
+      }
+      if (held || !job.localProcs) std::rethrow_exception(held ? held : std::current_exception());
       held = std::current_exception();
       timeout = holdFor(timeout);
     }
@@ -342,11 +382,31 @@ void Executor::block(milliseconds most) {
   disarmWaits();
 }
 
+void Executor::queueMessage(uint32_t g, size_t& nq) {
+  const Job& job = jobs_->at(refs_[g].job);
+  const Op& o = op(g);
+  transport::Connection* c = job.conns[o.peer];
+  size_t qi = 0;
+  while (qi < nq && queues_[qi].conn != c) ++qi;
+  if (qi == nq) {
+    if (queues_.size() <= nq) queues_.emplace_back();
+    Queue& q = queues_[nq++];
+    q.conn = c;
+    q.job = &job;
+    q.peer = o.peer;
+    q.sends.clear();
+    q.recvs.clear();
+    q.nextSend = q.nextRecv = 0;
+  }
+  (o.kind == OpKind::Send ? queues_[qi].sends : queues_[qi].recvs).push_back(g);
+}
+
 void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chrono::microseconds spinFor) {
   jobs_ = &jobs;
   base_.clear();
   refs_.clear();
   locals_.clear();
+  deferred_.clear();
   checked_.assign(jobs.size(), 0);
   nsignals_ = nwaits_ = 0;
   ndone_ = 0;
@@ -377,27 +437,31 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
       }
       if (o.peer < 0 || o.peer >= jobs[j].nranks || !jobs[j].conns[o.peer])
         fail(Errc::Internal, "a program addresses rank %d, which has no connection", o.peer);
-      transport::Connection* c = jobs[j].conns[o.peer];
-      size_t qi = 0;
-      while (qi < nq && queues_[qi].conn != c) ++qi;
-      if (qi == nq) {
-        if (queues_.size() <= nq) queues_.emplace_back();
-        Queue& q = queues_[nq++];
-        q.conn = c;
-        q.job = &jobs[j];
-        q.peer = o.peer;
-        q.sends.clear();
-        q.recvs.clear();
-        q.nextSend = q.nextRecv = 0;
-      }
-      (o.kind == OpKind::Send ? queues_[qi].sends : queues_[qi].recvs).push_back(g);
+      (jobs[j].pointToPoint ? queueMessage(g, nq) : deferred_.push_back(g));
     }
   }
+  // Point-to-point traffic and collective traffic apart on every link, as NCCL's channels keep
+  // them: each link carries the group's sends and receives first, then its collectives'
+  // messages, on every rank alike, whatever order the caller gave them in (a link's messages
+  // are matched in order). Neither waits on the other: a send or receive depends on nothing
+  // of a collective, so it goes first at once.
+  for (uint32_t g : deferred_) queueMessage(g, nq);
+  deferred_.clear();
   queues_.resize(nq);
   const size_t total = refs_.size();
   done_.assign(total, 0);
   if (total == 0) return;
+  try {
+    loop(jobs, timeout, spinFor);
+  } catch (Error& e) {
+    // The caller's text says the first wait; the log and the dump get every one.
+    if (e.detail().empty() && !dynamic_cast<const PeerFailure*>(&e)) e.setDetail(describeWait(true));
+    throw;
+  }
+}
 
+void Executor::loop(const std::vector<Job>& jobs, milliseconds timeout, std::chrono::microseconds spinFor) {
+  const size_t total = refs_.size();
   Waiter w(timeout, nullptr, [this] { return describeWait(); }, spinFor);
   // A timeout held back: a rank that waits only on ranks of its own host, none of them stopped
   // or gone, times out at about the moment the one it waits for does, and that one may know
@@ -488,8 +552,9 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
       } catch (const Error& e) {
         // A rank of this host whose process is gone or stopped is named as the cause first.
         const bool peerCause = e.code() == Errc::Remote || e.code() == Errc::Timeout;
+        if (peerCause) throwPublishedCause();
         const std::string state =
-            peerCause && q.job->localPids ? processStalled(q.job->localPids[q.peer]) : std::string();
+            peerCause && q.job->localProcs ? q.job->localProcs[q.peer].stalled() : std::string();
         throw Error(e.code(), (state.empty() ? "" : q.conn->peerName() + " " + state + ": ") + e.what() +
                                   "; while waiting for " + describeWait());
       }
@@ -520,6 +585,7 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
         try {
           std::rethrow_exception(heldTimeout);
         } catch (const Error& e) {
+          throwPublishedCause();
           const std::string stalled = stalledPeers();
           if (!stalled.empty()) fail(Errc::Timeout, "%s; %s", stalled.c_str(), e.what());
           throw;
@@ -532,7 +598,9 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
       w.idle([this](milliseconds most) { block(most); });
     } catch (const Error& e) {
       if (e.code() != Errc::Timeout) throw;
-      // A rank of this host that is stopped or gone is the cause: name it at once.
+      // A rank of this host that is stopped or gone is the cause: name it at once (unless it
+      // failed first, and said why).
+      throwPublishedCause();
       const std::string stalled = stalledPeers();
       if (!stalled.empty()) fail(Errc::Timeout, "%s; %s", stalled.c_str(), e.what());
       if (!waitsOnlyLocal()) throw;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "base/host.h"
+
 #include "base/wait.h"
 #include "core/compute.h"
 #include "core/program.h"
@@ -30,16 +32,20 @@ struct Job {
   std::string (*describe)(const void* ctx) = nullptr;  // "AllReduce #3 on rank 1", for errors
   const void* describeCtx = nullptr;
   const transport::SharedStage* stage = nullptr;  // for Signal and Wait ops
-  // By peer rank, the pid of a rank of this host, else 0 (null: none known). A wait that times
-  // out names such a peer as stopped or gone from its state in /proc, and holds its timeout
-  // back while it waits on such peers alone and they run (Executor::run).
-  const int* localPids = nullptr;
+  // By peer rank, the process of a rank of this host, else an empty one (null: none known). A
+  // wait that times out names such a peer as stopped or gone (from its pidfd and its state in
+  // /proc), and holds its timeout back while it waits on such peers alone and they run
+  // (Executor::run).
+  const ProcessRef* localProcs = nullptr;
   ComputeEngine* engine = nullptr;  // for actions; null: the executor's CPU engine
   // With a stage: the collective call announced there (SharedStage::announce), checked against
   // the peers' when this job waits; tag 0 for none.
   uint64_t callNo = 0, callTag = 0;
   // Where the flight recorder learns what this job waits for (null: not recorded).
   WaitMark* mark = nullptr;
+  // A send or receive (horaSend, horaRecv): on each link its messages go before those of the
+  // group's collectives, on every rank alike.
+  bool pointToPoint = false;
 };
 
 class Executor {
@@ -67,21 +73,37 @@ class Executor {
     uint32_t job, op;
   };
 
-  // Every message in flight is with a rank of this host (Job::localPids), and every stage
+  // Every message in flight is with a rank of this host (Job::localProcs), and every stage
   // wait is on one (a stage is always within a host).
   bool waitsOnlyLocal() const;
   // The waited-for ranks of this host that are stopped or gone ("rank 2 (...) is stopped ..."),
   // "" if none.
   std::string stalledPeers() const;
+  // A rank of this host that failed published why (its failure record in the stage, the state
+  // its connection reads) before it exited: that first cause wins over what /proc says of its
+  // process now (gone, or another process under its pid). Throws it as that peer's failure, if
+  // one of `jobs` (or, with none given, of the running call) has it; returns otherwise. Looked
+  // at before a timeout names a stopped or gone rank of this host.
+  void throwPublishedCause(const Job* only = nullptr);
   const Op& op(uint32_t g) const { return jobs_->at(refs_[g].job).program->ops[refs_[g].op]; }
   bool ready(uint32_t g) const;
   void complete(uint32_t g);
   ComputeEngine& engineOf(uint32_t g) const;
   bool drainEngines();  // completes the ops of finished actions; returns whether there were any
-  std::string describeWait() const;
-  // The members of a stage behind on counter (below value), the furthest behind first, as
-  // "rank 3 (host, pid 9) has posted chunk 7 of counter 0 (this rank waits for chunk 9)".
-  static std::string behind(const transport::SharedStage& st, int counter, uint64_t value, int only);
+  // What this rank waits for. Short (a caller's text): the first wait, the rank furthest behind
+  // and the call, once, with how many more waits there are; full (the WARN log and the dump):
+  // every wait and every rank behind, each call named once.
+  std::string describeWait(bool full = false) const;
+  static std::string callOf(const Job& j);
+  // Appends message op g to the queue of its link (made if new; nq: the queues in use).
+  void queueMessage(uint32_t g, size_t& nq);
+  std::vector<uint32_t> deferred_;  // collective messages, queued after the point-to-point ones
+  // run()'s loop over the prepared queues, until every op is done or one fails.
+  void loop(const std::vector<Job>& jobs, milliseconds timeout, std::chrono::microseconds spinFor);
+  // The members of a stage behind on counter (below value), the furthest behind first, at most
+  // `most` of them, as "rank 3 (host, pid 9) to post chunk 9 of counter 0 of the shared stage
+  // (it has posted 7)".
+  static std::string behind(const transport::SharedStage& st, int counter, uint64_t value, int only, int most = 1);
   static std::string stalledMembers(const Job& job, int counter, uint64_t value, int only);
   void block(milliseconds most);
   // Before blocking: each job's mark says what it waits for (the oldest message in flight with

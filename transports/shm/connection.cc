@@ -179,7 +179,7 @@ bool Connection::armWakeup() {
   world_.armDoorbell();
   if (canSend() || canRecv()) return false;
   const Peer& p = world_.peers[peer_];
-  if (!processAlive(p.pid, p.pidfd.get())) peerGone();
+  if (!p.process.alive()) peerGone();
   return true;
 }
 
@@ -188,7 +188,7 @@ void Connection::disarmWakeup() { world_.disarmDoorbell(); }
 void Connection::addPollFds(std::vector<pollfd>& fds) const {
   fds.push_back(pollfd{world_.doorbell.get(), POLLIN, 0});
   const Peer& p = world_.peers[peer_];
-  if (p.pidfd.valid()) fds.push_back(pollfd{p.pidfd.get(), POLLIN, 0});
+  if (p.process.pidfd() >= 0) fds.push_back(pollfd{p.process.pidfd(), POLLIN, 0});
 }
 
 void Connection::shutdown(const std::string& reason, Errc code) noexcept {

@@ -2,7 +2,7 @@
 // sender's segment, carrying the same frames as TCP (transports/frame.h) with the same checks.
 // The sender copies a message into the ring as space frees up; the receiver copies it out into
 // the caller's buffer. No syscall on the way unless a side is asleep (world.h's doorbells).
-// A peer that dies is seen through its pidfd (or kill(pid, 0)) when nothing is left to read.
+// A peer that dies is seen through its pidfd (or its pid and start time) when nothing is left to read.
 #pragma once
 #include <string>
 

@@ -147,13 +147,12 @@ std::shared_ptr<World> Endpoint::connectAll(std::vector<int> localRanks, const s
     Fd segment;
     recvDescriptors(link, p.rank, &segment, &peer.doorbell, w, p.name);
     peer.rank = p.rank;
-    peer.pid = cred.pid;
     peer.name = p.name;
     peer.segment = Segment::attach(std::move(segment), wd.nlocal, static_cast<uint32_t>(it - wd.localRanks.begin()),
                                    opts_.ringBytes, opts_.stageBytes, p.name);
-    peer.pidfd = openPidFd(cred.pid);
+    peer.process = ProcessRef(cred.pid);
     HORA_INFO(log::kNet, "%s: shared memory (pid %d, %s)", p.name.c_str(), cred.pid,
-              peer.pidfd.valid() ? "pidfd" : "kill(0) liveness");
+              peer.process.pidfd() >= 0 ? "pidfd" : "pid and start time");
   }
   wd.mapStage();
   return world_;

@@ -112,25 +112,4 @@ Segment Segment::attach(Fd fd, uint32_t nlocal, uint32_t localIndex, uint64_t ri
   return s;
 }
 
-Fd openPidFd(int pid) {
-#ifdef SYS_pidfd_open
-  int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (fd >= 0) {
-    fcntl(fd, F_SETFD, FD_CLOEXEC);
-    return Fd(fd);
-  }
-#else
-  (void)pid;
-#endif
-  return Fd();
-}
-
-bool processAlive(int pid, int pidfd) {
-  if (pidfd >= 0) {
-    pollfd p{pidfd, POLLIN, 0};
-    return ::poll(&p, 1, 0) == 0;
-  }
-  return kill(pid, 0) == 0 || errno != ESRCH;
-}
-
 }  // namespace hora::shm

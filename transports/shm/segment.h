@@ -96,9 +96,5 @@ class Segment {
   size_t size_ = 0;
 };
 
-// A pollable descriptor that becomes readable when process `pid` exits (pidfd_open), or an
-// invalid Fd where the kernel has none (then liveness is checked with kill(pid, 0)).
-Fd openPidFd(int pid);
-bool processAlive(int pid, int pidfd);
 
 }  // namespace hora::shm

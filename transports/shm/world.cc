@@ -77,7 +77,7 @@ std::string World::arm(int only, Errc* relayed, std::vector<pollfd>& fds) const 
       *relayed = code;
     } else if (!gone.empty()) {
       continue;
-    } else if (!processAlive(peers[p].pid, peers[p].pidfd.get())) {
+    } else if (!peers[p].process.alive()) {
       gone = format("%s exited or crashed (its process is gone); while waiting for it in shared memory",
                     peers[p].name.c_str());
     } else if (peers[p].segment.ctl(localIndex)->senderClosed.load(std::memory_order_acquire)) {
@@ -87,7 +87,7 @@ std::string World::arm(int only, Errc* relayed, std::vector<pollfd>& fds) const 
   }
   fds.push_back(pollfd{doorbell.get(), POLLIN, 0});
   for (uint32_t p = 0; p < nlocal; ++p)
-    if (p != localIndex && peers[p].pidfd.valid()) fds.push_back(pollfd{peers[p].pidfd.get(), POLLIN, 0});
+    if (p != localIndex && peers[p].process.pidfd() >= 0) fds.push_back(pollfd{peers[p].process.pidfd(), POLLIN, 0});
   return gone;
 }
 

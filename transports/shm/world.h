@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/host.h"
 #include "base/socket.h"
 #include "transports/shm/segment.h"
 #include "transports/stage.h"
@@ -22,11 +23,10 @@ namespace hora::shm {
 
 struct Peer {
   int rank = -1;
-  int pid = 0;
   std::string name;  // "rank 3 (host, pid 123)"
   Segment segment;
   Fd doorbell;
-  Fd pidfd;
+  ProcessRef process;  // by pidfd, or pid and start time
 };
 
 class World final : public transport::SharedStage {

@@ -1,5 +1,6 @@
 #include "transports/tcp/connection.h"
 
+#include <linux/sockios.h>
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -15,6 +16,18 @@ namespace hora::tcp {
 
 namespace {
 constexpr int kMaxIov = 64;
+
+// Whether the peer's end has acknowledged everything written to fd (nothing left in its send
+// queue), waiting for that until `until` at most.
+bool allAcknowledged(int fd, Clock::time_point until) {
+  for (;;) {
+    int unsent = 0;
+    if (::ioctl(fd, SIOCOUTQ, &unsent) != 0) return false;
+    if (unsent == 0) return true;
+    if (Clock::now() >= until) return false;
+    ::poll(nullptr, 0, 1);
+  }
+}
 
 }  // namespace
 
@@ -350,10 +363,25 @@ void Connection::shutdown(const std::string& reason, Errc code) noexcept {
       (void)writeUntil(s.fd.get(), frame, kFrameHeaderBytes + text.size(), until, peer_);
     }
     // The write side ends after the abort frame (a FIN, not a reset: what the peer has not read
-    // yet stays readable). The socket stays open until the communicator is freed, so that what
-    // the peer still sends does not make this end reset the connection and discard the frame
-    // before the peer has read it; a peer stuck sending here reads the frame (checkForAbort).
-    if (s.fd.valid()) ::shutdown(s.fd.get(), SHUT_WR);
+    // yet stays readable). Then the socket closes, so that a failed communicator holds no links
+    // until it is destroyed, once the peer's end has everything this end sent: a close while
+    // data waits to go out resets the connection and throws that data away, the frame with it.
+    // Inside a failing call that is waited for until the caller's deadline (the peer's kernel
+    // acknowledges what fits its buffer whether or not the peer reads); a socket whose data is
+    // still out then, or one shut by horaCommAbort (which never waits), stays open, half
+    // closed, until the communicator is freed. What the peer sent and nobody will read is
+    // dropped before the close, so that it is a FIN too; whatever the peer sends after it is
+    // answered with a reset, which leaves what it has received readable, the frame included,
+    // and a peer stuck sending here looks for the frame behind its data (checkForAbort).
+    if (s.fd.valid()) {
+      ::shutdown(s.fd.get(), SHUT_WR);
+      if (allAcknowledged(s.fd.get(), until)) {
+        char sink[16384];
+        for (int i = 0; i < 64 && ::recv(s.fd.get(), sink, sizeof sink, MSG_DONTWAIT) > 0; ++i) {
+        }
+        s.fd.reset();
+      }
+    }
     s.sends.clear();
     s.recvs.clear();
   }
