@@ -380,6 +380,47 @@ TEST_CASE("device-initiated collectives: mismatched calls are an error on every 
   }
 }
 
+// A communicator's kernels run in the order they were queued, whatever streams they are on:
+// calls alternate between two streams and the legacy default stream with no synchronisation
+// between them, and every result is exact.
+TEST_CASE("device-initiated collectives on several streams of one communicator run in call order", "[device][kernels]") {
+  auto results = runProcesses(3, [](horaComm_t comm, int rank, int nranks) -> std::string {
+    const size_t count = 70000;  // chunks, two blocks on the emulated GPU
+    void* streams[2] = {cu::streamCreate(), cu::streamCreate()};
+    std::vector<int32_t*> bufs;
+    int32_t* pinned = static_cast<int32_t*>(cu::hostAlloc(count * 4));
+    for (int i = 0; i < 6; ++i) {
+      int32_t* d = static_cast<int32_t*>(cu::deviceAlloc(count * 4));
+      for (size_t e = 0; e < count; ++e) pinned[e] = static_cast<int32_t>(rank * 1000 + i * 10 + static_cast<int>(e % 7));
+      cu::copyAsync(d, pinned, count * 4, nullptr);
+      bufs.push_back(d);
+    }
+    cu::streamSync(nullptr);
+    for (int i = 0; i < 6; ++i) {
+      // stream 0, stream 1, the legacy stream (synchronous), and again
+      horaStream_t s = i % 3 == 2 ? nullptr : static_cast<horaStream_t>(streams[i % 3]);
+      if (horaAllReduce(bufs[static_cast<size_t>(i)], bufs[static_cast<size_t>(i)], count, horaInt32, horaSum, comm, s) != horaSuccess)
+        return "call " + std::to_string(i) + ": " + horaGetLastError(comm);
+    }
+    for (void* st : streams)
+      if (horaStreamSynchronize(static_cast<horaStream_t>(st)) != horaSuccess) return std::string("sync: ") + horaGetLastError(nullptr);
+    for (int i = 0; i < 6; ++i) {
+      cu::copyAsync(pinned, bufs[static_cast<size_t>(i)], count * 4, nullptr);
+      cu::streamSync(nullptr);
+      for (size_t e = 0; e < count; e += 997) {
+        int32_t want = 0;
+        for (int r = 0; r < nranks; ++r) want += r * 1000 + i * 10 + static_cast<int>(e % 7);
+        if (pinned[e] != want)
+          return "call " + std::to_string(i) + " element " + std::to_string(e) + " is " + std::to_string(pinned[e]) +
+                 ", not " + std::to_string(want);
+      }
+    }
+    return "";
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
 // The flight recorder sees a device-initiated collective: started as it is queued, done once its
 // kernel has returned (a stream's synchronisation settles it).
 TEST_CASE("device-initiated collectives are in the flight recorder's dump", "[device][kernels][trace]") {

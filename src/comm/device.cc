@@ -162,6 +162,9 @@ struct CommState {
     // The flight recorder's entries of the calls in flight, with the blocks launched up to and
     // including each (the watchdog finishes them as the status counts their blocks).
     std::deque<std::pair<trace::Entry*, uint64_t>> traced;
+    void* last = nullptr;      // the stream of the last kernel (null: the legacy default stream)
+    bool lastSet = false;
+    void* lastDone = nullptr;  // recorded on it after that kernel (an event of the pool)
     std::thread watchdog;
     std::mutex stopMu;
     std::condition_variable stopCv;
@@ -250,6 +253,7 @@ struct CommState {
       releaseRegion(k.region);
       for (Block& b : pool) cuda::hostFree(b.p);
       for (void* e : events) cuda::eventDestroy(e);
+      cuda::eventDestroy(k.lastDone);
       for (void* e : foreignDone) cuda::eventDestroy(e);
       cuda::streamDestroy(copyStream);
     } catch (const std::exception& e) {
@@ -805,7 +809,19 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
   }
   try {
     OnDevice on(st.device);
+    // A communicator's kernels run one after another, whichever streams they are queued on: each
+    // reads the numbers the one before it left. A call on another stream than the last waits
+    // for the last one's event (on the GPU: no host wait). A captured call does not (a graph
+    // cannot wait for work outside it): its order is the caller's, as with NCCL.
+    const bool capturing = stream && cuda::isCapturing(stream);
+    if (k.lastSet && k.last != stream && !capturing) cuda::streamWaitEvent(stream, k.lastDone);
     cuda::collectiveAsync(d, stream);
+    if (!capturing) {
+      if (!k.lastDone) k.lastDone = st.takeEvent();
+      cuda::eventRecord(k.lastDone, stream);
+      k.last = stream;
+      k.lastSet = true;
+    }
   } catch (const Error& e) {
     // The peers' numbers have moved on with this call: the communicator cannot go on.
     if (!c->aborting.load()) c->fail(e);
