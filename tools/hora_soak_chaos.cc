@@ -263,6 +263,7 @@ struct Member {
   int fd = -1;
   int rank = -1;          // in the current communicator
   std::string host;
+  std::string log;        // its stderr
   std::string buf;
   bool inComm = true;     // still a rank of the current communicator
   bool failed = false;    // reported a failed call since the last fault
@@ -297,6 +298,19 @@ class Chaos {
     ++problems_;
     if (problems_ <= 20) std::printf("%s: chaos: PROBLEM: %s\n", kProgram, what.c_str());
     std::fflush(stdout);
+  }
+  // A rank told to leave must exit with 0: a sanitizer's report, a crash or a leak in it is a
+  // problem of the run, though only its log says more.
+  void reap(Member& m) {
+    int status = 0;
+    ::waitpid(m.pid, &status, 0);
+    exited(m, status);
+  }
+  void exited(const Member& m, int status) {
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+    problem(name(m) + (WIFSIGNALED(status) ? " died of signal " + std::to_string(WTERMSIG(status))
+                                           : " exited with status " + std::to_string(WEXITSTATUS(status))) +
+            " after it was told to leave; its log: " + m.log);
   }
   std::string name(const Member& m) const {
     return "rank " + std::to_string(m.rank) + " (" + m.host + ", pid " + std::to_string(m.pid) + ")";
@@ -363,6 +377,7 @@ bool Chaos::startRanks() {
     m.fd = sv[0];
     m.pid = pid;
     m.rank = r;
+    m.log = log;
     if (pid < 0) {
       problem(std::string("fork: ") + std::strerror(errno));
       return false;
@@ -401,7 +416,10 @@ void Chaos::endRanks() {
     int status = 0;
     for (;;) {
       const pid_t w = ::waitpid(m.pid, &status, WNOHANG);
-      if (w == m.pid) break;
+      if (w == m.pid) {
+        exited(m, status);
+        break;
+      }
       if (std::chrono::steady_clock::now() > deadline) {
         problem(name(m) + " did not exit when told to; killed");
         ::kill(m.pid, SIGKILL);
@@ -582,8 +600,7 @@ int Chaos::run() {
       ::kill(culprit->pid, SIGCONT);
       if (fault == Fault::Stop) collect(*culprit, false, fault, culprit);
       writeLine(culprit->fd, "exit");
-      int status = 0;
-      ::waitpid(culprit->pid, &status, 0);
+      reap(*culprit);
     }
     ::close(culprit->fd);
     culprit->pid = -1;
