@@ -8,7 +8,9 @@
 #       streams, bad arguments, the transport contract, and a chaos soak with shrink;
 # tsan  build-tsan, -Db_sanitize=thread: what runs ranks as threads of one process (groups,
 #       send/recv, splits and barriers of the collectives, streams, communicator lifecycle, the
-#       executor, the log written from 6 threads, random calls as threads with hora-soak).
+#       executor, the log written from 6 threads, bad arguments, random calls as threads with
+#       hora-soak), and the failure paths' threads (faults: abort from another thread, peers
+#       killed and stopped; a chaos soak, whose ranks are processes with their progress threads).
 # SANITIZE_JOBS (default 2) compile jobs; ASAN_BUILD and TSAN_BUILD the build directories.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,19 +56,26 @@ for w in "${which[@]}"; do
         tests/test_streams tests/test_api_args tests/test_transport_contract perf/hora-soak tools/hora-run
       step "asan tests" meson test -C "$asan_dir" --no-rebuild --print-errorlogs --timeout-multiplier 4 \
         frame handshake acceptor tcp-connection config record executor \
-        faults faults-tcp fault-matrix fault-matrix-tcp comm-lifecycle streams api-arguments transport-contract \
+        fault-matrix fault-matrix-tcp comm-lifecycle streams api-arguments transport-contract \
         'hora-soak chaos-shrink'
+      # faults and faults-tcp, but for the case whose rank lowers its descriptor limit until its
+      # data socket cannot be opened: UBSan asks whether memory is readable by writing it into a
+      # pipe (sanitizer_common's IsAccessibleMemoryRange), which fails there, so every vptr check
+      # in that rank reports an "invalid vptr" ("memory cannot be printed"). A limit of the
+      # sanitizer, not a wrong type: the case runs in the normal build.
+      step "asan tests (faults)" meson test -C "$asan_dir" --no-rebuild --print-errorlogs --timeout-multiplier 4 \
+        faults faults-tcp --test-args '~a rank that fails during init makes every rank fail at once'
       ;;
     tsan)
       step "tsan build" build "$tsan_dir" thread \
         tests/test_collectives tests/test_streams tests/test_comm_lifecycle tests/test_executor tests/test_log \
-        perf/hora-soak tools/hora-run
+        tests/test_faults tests/test_api_args perf/hora-soak tools/hora-run
       # Of the collectives as threads, all but the sweeps over every count and type (the same
       # code, many more times: half an hour under TSan).
       step "tsan tests (collectives as threads)" meson test -C "$tsan_dir" --no-rebuild --print-errorlogs \
         --timeout-multiplier 8 collectives-threads --test-args '[group],[p2p],[split],[barrier]'
       step "tsan tests" meson test -C "$tsan_dir" --no-rebuild --print-errorlogs --timeout-multiplier 8 \
-        streams comm-lifecycle executor log 'hora-soak threads'
+        streams comm-lifecycle executor log api-arguments faults 'hora-soak threads' 'hora-soak chaos'
       ;;
     *)
       echo "usage: $0 [asan] [tsan]" >&2
