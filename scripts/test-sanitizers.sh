@@ -64,7 +64,7 @@ for w in "${which[@]}"; do
       # in that rank reports an "invalid vptr" ("memory cannot be printed"). A limit of the
       # sanitizer, not a wrong type: the case runs in the normal build.
       step "asan tests (faults)" meson test -C "$asan_dir" --no-rebuild --print-errorlogs --timeout-multiplier 4 \
-        faults faults-tcp --test-args '~a rank that fails during init makes every rank fail at once'
+        faults faults-tcp --test-args "'~a rank that fails during init makes every rank fail at once'"  # meson splits it as a shell would
       ;;
     tsan)
       step "tsan build" build "$tsan_dir" thread \
