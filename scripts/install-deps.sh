@@ -7,6 +7,8 @@
 # libibverbs-dev and ibverbs-providers (rdma-core): the ib transport; perftest: its benchmark's
 # reference (ib_write_bw, ib_write_lat). The ib tests' VM installs what it needs itself
 # (../shared/tools/rdma-vm --setup).
+# gcc brings its sanitizer runtimes (libasan8, libubsan1, libtsan2, through libgcc-12-dev): the
+# sanitizer builds of scripts/test-sanitizers.sh.
 # cmake: the find_package(Hora) consumer test (tests/cmake). python3-mesonpy, patchelf,
 # python3-pip and python3-venv: pip install . (pyproject.toml) and its test, a wheel in a fresh virtual environment.
 set -euo pipefail

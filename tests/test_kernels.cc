@@ -45,6 +45,7 @@ std::vector<Impl> implsToTest() {
   };
   for (const Impl& impl : all) {
     if (!isaSupported(impl.isa)) {
+      // The tests 'kernels isa avx2' and 'kernels isa avx512' (kernels_isa.cc) are skipped then.
       WARN("skipping " << impl.name << ": not supported by this CPU/build");
       continue;
     }

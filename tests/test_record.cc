@@ -135,11 +135,13 @@ TEST_CASE("record: field readers stop at the end of their field", "[record]") {
   std::string s;
   CHECK(r.u32(&v));
   CHECK_FALSE(r.str(&s, 2));  // longer than allowed
-  FieldReader r2(f.substr(0, 6));
+  const std::string head = f.substr(0, 6);  // kept: a reader is a view of its bytes
+  FieldReader r2(head);
   CHECK(r2.u32(&v));
   CHECK_FALSE(r2.str(&s, 64));  // says 3 bytes, has 0
   uint64_t w = 0;
-  FieldReader r3(std::string(7, '\0'));
+  const std::string zeros(7, '\0');
+  FieldReader r3(zeros);
   CHECK_FALSE(r3.u64(&w));
   CHECK_THROWS(Record().set("", "x"));
   CHECK_THROWS(Record().set("bad name", "x"));

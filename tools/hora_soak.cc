@@ -50,6 +50,7 @@
 
 #include "../perf/common.h"  // hperf: type names and sizes, half/bfloat16 conversion, findLauncher
 #include "hora.h"
+#include "hora_soak.h"
 
 namespace {
 
@@ -84,6 +85,7 @@ void usage(FILE* out) {
       "                          with HORA_ROOT and HORA_SECRET), else 1 rank\n"
       "  -v, --verbose           rank 0 prints every call before it is made\n"
       "      --no-pairs-in-groups  keep a send/recv between two ranks out of groups of calls\n"
+      "      --chaos             start ranks of its own and kill, stop and resume them (--chaos --help)\n"
       "  -h, --help              show this text\n"
       "Exit status: 0 when every result was right and every call succeeded, 1 otherwise, 2 on bad usage.\n",
       kProgram);
@@ -585,6 +587,7 @@ class Soak {
  public:
   Soak(const Options& opt, horaComm_t comm, std::string from) : opt_(opt), comm_(comm), from_(std::move(from)) {}
   int run();
+  hora_soak::Round round(uint64_t seed, uint64_t first, uint64_t calls);
 
  private:
   bool printer() const { return rank_ == 0; }
@@ -955,6 +958,46 @@ int Soak::run() {
   return finish(elapsed());
 }
 
+// One round of a chaos run: no seed to share (the controller gave every rank the same), no
+// totals, the communicator left as it is.
+hora_soak::Round Soak::round(uint64_t seed, uint64_t first, uint64_t calls) {
+  hora_soak::Round out;
+  if (horaCommUserRank(comm_, &rank_) != horaSuccess || horaCommCount(comm_, &nranks_) != horaSuccess) {
+    out.error = horaInvalidUsage;
+    out.errorCall = "horaCommUserRank/horaCommCount";
+    out.errorText = horaGetLastError(comm_);
+    return out;
+  }
+  seed_ = seed;
+  send_.assign(kMaxGroup * (kPad + kGuard) + opt_.maxBytes, 0);
+  recv_.assign(kMaxGroup * (kPad + kGuard) + opt_.maxBytes, 0);
+  horaResult_t made = horaStreamCreate(&stream_);
+  if (made != horaSuccess) {
+    out.error = made;
+    out.errorCall = "horaStreamCreate";
+    out.errorText = horaGetLastError(nullptr);
+    return out;
+  }
+  Rng rng(hash3(seed, first, 0xc4a05));
+  for (uint64_t k = first; k < first + calls;) {
+    const std::vector<Call> group = drawGroup(rng, k, first + calls - k, nranks_, opt_.maxBytes, opt_.pairsInGroups);
+    if (!execute(group)) break;
+    k += group.size();
+    calls_ += group.size();
+  }
+  horaStreamDestroy(stream_);  // its work has finished (synchronized), failed or not
+  stream_ = nullptr;
+  out.calls = calls_;
+  out.wrongResults = wrongResults_;
+  if (!wrongs_.empty()) out.firstWrong = wrongs_.front().what + ": got " + wrongs_.front().got + ", want " + wrongs_.front().want;
+  if (!failures_.empty()) {
+    out.error = failures_.front().result;
+    out.errorCall = failures_.front().what;
+    out.errorText = failures_.front().text;
+  }
+  return out;
+}
+
 std::string human(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   int u = 0;
@@ -1014,7 +1057,16 @@ int Soak::finish(double seconds) {
 
 }  // namespace
 
+hora_soak::Round hora_soak::soakRound(horaComm_t comm, uint64_t seed, uint64_t first, uint64_t calls, size_t maxBytes) {
+  Options opt;
+  opt.maxBytes = maxBytes;
+  Soak soak(opt, comm, "chaos");
+  return soak.round(seed, first, calls);
+}
+
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)  // --chaos has options of its own (hora_soak_chaos.cc)
+    if (!std::strcmp(argv[i], "--chaos") || !std::strcmp(argv[i], "--chaos-rank")) return hora_soak::chaosMain(argc, argv);
   const Options opt = parseOptions(argc, argv);
   // Ranks from a launcher (horaCommInitFromEnv), else -N threads (or one rank), as the perf tools.
   const hperf::Launcher launcher = hperf::findLauncher();

@@ -53,6 +53,8 @@ class FieldWriter {
 class FieldReader {
  public:
   explicit FieldReader(const std::string& bytes) : p_(bytes.data()), left_(bytes.size()) {}
+  // A view: the bytes must outlive the reader, so a temporary is refused.
+  explicit FieldReader(std::string&&) = delete;
   // Each returns false (and reads nothing more) once the field is too short.
   bool u32(uint32_t* v);
   bool u64(uint64_t* v);

@@ -6,6 +6,11 @@
 # corrupt           3 threads; the test hook flips a byte of one result on rank 1: the run must
 #                   fail, and rank 1 must name the very call the hook corrupted
 # corrupt-hora-run  the same on rank 2 of 4 processes under hora-run
+# chaos             --chaos on 4 ranks, 16 rounds from seed 1: ranks killed, stopped and paused,
+#                   new ranks after each fault; every survivor's error names the culprit, 0 wrong
+# chaos-shrink      the same on 5 ranks with --shrink, 24 rounds from seed 2: the survivors
+#                   shrink the communicator and go on
+# (the seeds fix which faults are drawn, not when they land: nothing here depends on timing)
 set -u
 soak=$1
 run=$2
@@ -57,6 +62,25 @@ case $case_name in
   corrupt-hora-run)
     "$run" -n 4 --timeout 280 "$soak" -c 80 -s 11 --corrupt-call 40:2 >"$out" 2>&1
     corrupted 2 $?
+    ;;
+  chaos|chaos-shrink)
+    dumps=$(mktemp -d)
+    trap 'rm -f "$out"; rm -rf "$dumps"' EXIT
+    if [ "$case_name" = chaos ]; then args=(-n 4 -r 16 -s 1); else args=(-n 5 -r 24 -s 2 --shrink); fi
+    HORA_DUMP_DIR=$dumps "$soak" --chaos "${args[@]}" --timeout-ms 5000 >"$out" 2>&1 || fail "exit status $?"
+    summary=$(grep 'hora-soak: chaos: [0-9]* rounds' "$out") || fail "no summary line"
+    echo "$summary"
+    echo "$summary" | grep -q ': PASSED$' || fail "not PASSED"
+    echo "$summary" | grep -q ' 0 wrong results' || fail "wrong results"
+    faults=$(echo "$summary" | sed -n 's/.* \([0-9]*\) faults injected.*/\1/p')
+    errors=$(echo "$summary" | sed -n 's/.* \([0-9]*\) errors seen, \([0-9]*\) naming the culprit.*/\1 \2/p')
+    [ "${faults:-0}" -gt 0 ] || fail "no fault injected"
+    set -- $errors
+    [ "${1:-0}" -gt 0 ] && [ "$1" = "$2" ] || fail "errors seen and errors naming the culprit differ: $errors"
+    grep -q 'PROBLEM' "$out" && fail "a problem was reported"
+    if [ "$case_name" = chaos-shrink ]; then
+      echo "$summary" | grep -q ' 0 shrinks' && fail "no shrink"
+    fi
     ;;
   *)
     echo "unknown case $case_name"

@@ -1,0 +1,661 @@
+// hora-soak --chaos: the soak's random calls on ranks that fail. This process (the controller)
+// starts N ranks (this program again, --chaos-rank, one process each, HORA_RANK/HORA_SIZE/HORA_ID
+// as hora-run gives them) and drives them in rounds: each round every rank of the communicator
+// makes the same random calls (hora_soak.cc's, every result checked) and reports. In some rounds
+// the controller picks a rank and, while the others are in their calls, does one of:
+//   kill   SIGKILL;
+//   stop   SIGSTOP, and SIGCONT once every other rank has failed (the others time out);
+//   pause  SIGSTOP, then SIGCONT after --pause-ms: well within the timeout, so the others
+//          should not notice, but if they do, it counts as a stop (nothing is asserted about time).
+// Every other rank (a survivor) must then fail, by the library's own detection, with a text
+// that names the culprit as the library promises: "rank R (host, pid P)", R its rank in the
+// communicator of the call. A survivor whose round ended before it noticed gets more rounds
+// until it does. Then, with --shrink, the survivors call horaCommShrink(HORA_SHRINK_ABORT)
+// without the culprit and go on with the rounds (results checked, renumbered ranks); without
+// it, or when fewer than 2 would remain, every rank leaves and N new ones start. A resumed
+// rank reports what its own calls did, then leaves (it is not a survivor: nothing is asserted
+// about its text).
+//
+// Messages between the controller and a rank are lines on a socket pair (fd 3 in the rank):
+//   to a rank:    "round FIRST CALLS SEED", "shrink RANK", "exit"
+//   from a rank:  "ready RANK PID HOST", "done CALLS WRONG", "fail CALLS WRONG CODE TEXT",
+//                 "wrong TEXT" (before done/fail, the first wrong result), "shrunk RANK SIZE"
+// A rank's log (stderr) goes to the dump directory, beside the flight recorder's dumps.
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hora.h"
+#include "hora_soak.h"
+
+extern char** environ;
+
+namespace hora_soak {
+namespace {
+
+const char* kProgram = "hora-soak";
+
+struct ChaosOptions {
+  int ranks = 4;             // -n
+  uint64_t rounds = 0;       // -r; 0: none
+  double seconds = 0;        // -t; neither: -r 40
+  uint64_t seed = 1;         // -s
+  bool shrink = false;       // --shrink
+  uint64_t calls = 8;        // -c: calls per round
+  size_t maxBytes = 64 << 10;  // -e
+  long timeoutMs = 4000;     // --timeout-ms: HORA_TIMEOUT_MS of the ranks
+  long pauseMs = 100;        // --pause-ms
+  bool verbose = false;      // -v: one line per round and fault
+};
+
+void usage(FILE* out) {
+  std::fprintf(out,
+      "usage: %s --chaos [options]\n"
+      "  -n, --ranks <n>         ranks, one process each, started by hora-soak itself (default 4, at least 2)\n"
+      "  -r, --rounds <n>        rounds of calls (default 40 when -t is not given)\n"
+      "  -t, --time <seconds>    run for this long (with -r: whichever comes first)\n"
+      "  -s, --seed <n>          the seed of the calls, their data and the faults (default 1)\n"
+      "  -c, --calls <n>         calls per round (default 8)\n"
+      "  -e, --maxbytes <size>   the largest buffer of one rank in one call, bytes (default 65536)\n"
+      "      --shrink            after a fault the survivors shrink the communicator and go on;\n"
+      "                          without it every rank leaves and new ones start\n"
+      "      --timeout-ms <ms>   HORA_TIMEOUT_MS of the ranks: how long a stopped rank takes to be\n"
+      "                          noticed (default 4000)\n"
+      "      --pause-ms <ms>     how long a pause (SIGSTOP, then SIGCONT) lasts (default 100)\n"
+      "  -v, --verbose           a line per round and per fault\n"
+      "The ranks' logs and flight-recorder dumps go to HORA_DUMP_DIR (default: a new directory in\n"
+      "TMPDIR, printed). Exit status: 0 when every survivor's error named the culprit, no call failed\n"
+      "without a fault and no result was wrong; 1 otherwise; 2 on bad usage.\n",
+      kProgram);
+}
+
+[[noreturn]] void badUsage(const std::string& what) {
+  std::fprintf(stderr, "%s: %s\n", kProgram, what.c_str());
+  usage(stderr);
+  std::exit(2);
+}
+
+uint64_t number(const char* text, uint64_t lo, uint64_t hi, const char* name) {
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text, &end, 0);
+  if (!*text || *text == '-' || *end || errno != 0 || v < lo || v > hi)
+    badUsage(std::string("bad value for ") + name + " '" + text + "'");
+  return v;
+}
+
+ChaosOptions parseChaos(int argc, char** argv) {
+  ChaosOptions o;
+  enum { kChaos = 256, kShrink, kTimeout, kPause };
+  static const option longOpts[] = {
+      {"chaos", no_argument, nullptr, kChaos},        {"ranks", required_argument, nullptr, 'n'},
+      {"rounds", required_argument, nullptr, 'r'},    {"time", required_argument, nullptr, 't'},
+      {"seed", required_argument, nullptr, 's'},      {"calls", required_argument, nullptr, 'c'},
+      {"maxbytes", required_argument, nullptr, 'e'},  {"shrink", no_argument, nullptr, kShrink},
+      {"timeout-ms", required_argument, nullptr, kTimeout}, {"pause-ms", required_argument, nullptr, kPause},
+      {"verbose", no_argument, nullptr, 'v'},         {"help", no_argument, nullptr, 'h'},
+      {nullptr, 0, nullptr, 0}};
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":n:r:t:s:c:e:vh", longOpts, nullptr)) != -1) {
+    switch (c) {
+      case kChaos: break;
+      case 'n': o.ranks = static_cast<int>(number(optarg, 2, 64, "-n")); break;
+      case 'r': o.rounds = number(optarg, 1, UINT64_MAX, "-r"); break;
+      case 't': {
+        char* end = nullptr;
+        o.seconds = std::strtod(optarg, &end);
+        if (end == optarg || *end || !(o.seconds > 0) || o.seconds > 1e9) badUsage(std::string("bad value for -t '") + optarg + "'");
+        break;
+      }
+      case 's': o.seed = number(optarg, 0, UINT64_MAX, "-s"); break;
+      case 'c': o.calls = number(optarg, 1, 100000, "-c"); break;
+      case 'e': o.maxBytes = number(optarg, 0, uint64_t{1} << 30, "-e"); break;
+      case kShrink: o.shrink = true; break;
+      case kTimeout: o.timeoutMs = static_cast<long>(number(optarg, 100, 3600000, "--timeout-ms")); break;
+      case kPause: o.pauseMs = static_cast<long>(number(optarg, 0, 3600000, "--pause-ms")); break;
+      case 'v': o.verbose = true; break;
+      case 'h': usage(stdout); std::exit(0);
+      default: {
+        std::string name = optopt > 0 && optopt < 128 ? std::string("-") + static_cast<char>(optopt) : argv[optind - 1];
+        badUsage((c == ':' ? "option needs a value: " : "unknown option ") + name);
+      }
+    }
+  }
+  if (optind < argc) badUsage(std::string("unexpected argument '") + argv[optind] + "'");
+  if (o.rounds == 0 && o.seconds == 0) o.rounds = 40;
+  return o;
+}
+
+// splitmix64, as hora_soak.cc's: the faults drawn from the seed.
+struct Rng {
+  uint64_t state;
+  explicit Rng(uint64_t seed) : state(seed ^ 0xc4a05c4a05c4a05ull) {}
+  uint64_t next() {
+    uint64_t x = (state += 0x9e3779b97f4a7c15ull);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  }
+  uint64_t below(uint64_t n) { return n ? next() % n : 0; }
+};
+
+std::string oneLine(std::string s) {
+  for (char& ch : s)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  return s;
+}
+
+bool writeLine(int fd, const std::string& line) {
+  std::string s = line + "\n";
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t w = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    off += static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// A line from fd (buffered in buf), waiting until deadline. False on EOF, error or time out.
+bool readLine(int fd, std::string& buf, std::string* line, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    const size_t nl = buf.find('\n');
+    if (nl != std::string::npos) {
+      *line = buf.substr(0, nl);
+      buf.erase(0, nl + 1);
+      return true;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    if (r < 0 && errno != EINTR) return false;
+    if (r <= 0) continue;
+    char chunk[4096];
+    const ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    buf.append(chunk, static_cast<size_t>(n));
+  }
+}
+
+// ---- a rank ------------------------------------------------------------------------
+
+int rankMain() {
+  const int fd = 3;
+  horaComm_t comm = nullptr;
+  if (horaCommInitFromEnv(&comm) != horaSuccess) {
+    writeLine(fd, std::string("initfail ") + oneLine(horaGetLastError(nullptr)));
+    return 1;
+  }
+  int rank = -1;
+  horaCommUserRank(comm, &rank);
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  writeLine(fd, "ready " + std::to_string(rank) + " " + std::to_string(getpid()) + " " + host);
+  std::string buf, line;
+  bool failed = false;
+  const auto forever = std::chrono::steady_clock::now() + std::chrono::hours(24 * 365);
+  while (readLine(fd, buf, &line, forever)) {
+    std::istringstream in(line);
+    std::string verb;
+    in >> verb;
+    if (verb == "round") {
+      uint64_t first = 0, calls = 0, seed = 0;
+      size_t maxBytes = 0;
+      in >> first >> calls >> seed >> maxBytes;
+      const Round r = soakRound(comm, seed, first, calls, maxBytes);
+      if (!r.firstWrong.empty()) writeLine(fd, "wrong " + oneLine(r.firstWrong));
+      if (r.error == horaSuccess) {
+        writeLine(fd, "done " + std::to_string(r.calls) + " " + std::to_string(r.wrongResults));
+      } else {
+        failed = true;
+        writeLine(fd, "fail " + std::to_string(r.calls) + " " + std::to_string(r.wrongResults) + " " +
+                          std::to_string(static_cast<int>(r.error)) + " " + oneLine(r.errorCall + ": " + r.errorText));
+      }
+    } else if (verb == "shrink") {
+      int culprit = -1;
+      in >> culprit;
+      horaComm_t child = nullptr;
+      horaResult_t res = horaCommShrink(comm, &culprit, 1, &child, nullptr, HORA_SHRINK_ABORT);
+      if (res != horaSuccess) {
+        writeLine(fd, "fail 0 0 " + std::to_string(static_cast<int>(res)) + " horaCommShrink: " + oneLine(horaGetLastError(comm)));
+        continue;
+      }
+      horaCommAbort(comm);  // the failed parent
+      comm = child;
+      failed = false;
+      int size = 0;
+      horaCommUserRank(comm, &rank);
+      horaCommCount(comm, &size);
+      writeLine(fd, "shrunk " + std::to_string(rank) + " " + std::to_string(size));
+    } else {  // exit, or anything else
+      break;
+    }
+  }
+  if (failed) horaCommAbort(comm);
+  else horaCommDestroy(comm);
+  return 0;
+}
+
+// ---- the controller ----------------------------------------------------------------
+
+struct Member {
+  pid_t pid = -1;
+  int fd = -1;
+  int rank = -1;          // in the current communicator
+  std::string host;
+  std::string log;        // its stderr
+  std::string buf;
+  bool inComm = true;     // still a rank of the current communicator
+  bool failed = false;    // reported a failed call since the last fault
+};
+
+enum class Fault { None, Kill, Stop, Pause };
+const char* faultName(Fault f) {
+  switch (f) {
+    case Fault::Kill: return "kill";
+    case Fault::Stop: return "stop";
+    case Fault::Pause: return "pause";
+    default: return "none";
+  }
+}
+
+class Chaos {
+ public:
+  Chaos(const ChaosOptions& o, std::string self, std::string dumpDir)
+      : o_(o), self_(std::move(self)), dumpDir_(std::move(dumpDir)), rng_(o.seed) {}
+  int run();
+
+ private:
+  bool startRanks();
+  void endRanks();
+  bool sendRound(const std::vector<Member*>& to);
+  bool collect(Member& m, bool survivor, Fault fault, const Member* culprit);
+  bool shrink(Member& culprit);
+  std::chrono::steady_clock::time_point guard() const {
+    return std::chrono::steady_clock::now() + std::chrono::milliseconds(4 * o_.timeoutMs) + std::chrono::seconds(120);
+  }
+  void problem(const std::string& what) {
+    ++problems_;
+    if (problems_ <= 20) std::printf("%s: chaos: PROBLEM: %s\n", kProgram, what.c_str());
+    std::fflush(stdout);
+  }
+  // A rank told to leave must exit with 0: a sanitizer's report, a crash or a leak in it is a
+  // problem of the run, though only its log says more.
+  void reap(Member& m) {
+    int status = 0;
+    ::waitpid(m.pid, &status, 0);
+    exited(m, status);
+  }
+  void exited(const Member& m, int status) {
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+    problem(name(m) + (WIFSIGNALED(status) ? " died of signal " + std::to_string(WTERMSIG(status))
+                                           : " exited with status " + std::to_string(WEXITSTATUS(status))) +
+            " after it was told to leave; its log: " + m.log);
+  }
+  std::string name(const Member& m) const {
+    return "rank " + std::to_string(m.rank) + " (" + m.host + ", pid " + std::to_string(m.pid) + ")";
+  }
+
+  ChaosOptions o_;
+  std::string self_, dumpDir_;
+  Rng rng_;
+  std::vector<Member> members_;
+  uint64_t comms_ = 0, rounds_ = 0, nextCall_ = 0, calls_ = 0, wrong_ = 0;
+  uint64_t faults_ = 0, kills_ = 0, stops_ = 0, pauses_ = 0, pausesNoticed_ = 0, shrinks_ = 0;
+  uint64_t errors_ = 0, named_ = 0, problems_ = 0;
+};
+
+// Starts o_.ranks new ranks (a new communicator, its rendezvous in this process).
+bool Chaos::startRanks() {
+  horaUniqueId id;
+  std::memset(&id, 0, sizeof id);
+  if (horaGetUniqueId(&id) != horaSuccess) {
+    problem(std::string("horaGetUniqueId: ") + horaGetLastError(nullptr));
+    return false;
+  }
+  static const char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (char ch : id.internal) hex += kDigits[static_cast<unsigned char>(ch) >> 4], hex += kDigits[ch & 0xf];
+  ++comms_;
+  members_.assign(static_cast<size_t>(o_.ranks), Member{});
+  for (int r = 0; r < o_.ranks; ++r) {
+    // Everything the child needs is made before fork: the parent has threads (the rendezvous).
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) {
+      const std::string v = *e;
+      if (v.rfind("HORA_RANK=", 0) && v.rfind("HORA_SIZE=", 0) && v.rfind("HORA_ID=", 0) && v.rfind("HORA_ROOT=", 0) &&
+          v.rfind("HORA_TIMEOUT_MS=", 0) && v.rfind("HORA_DUMP_DIR=", 0))
+        env.push_back(v);
+    }
+    env.push_back("HORA_RANK=" + std::to_string(r));
+    env.push_back("HORA_SIZE=" + std::to_string(o_.ranks));
+    env.push_back("HORA_ID=" + hex);
+    env.push_back("HORA_TIMEOUT_MS=" + std::to_string(o_.timeoutMs));
+    env.push_back("HORA_DUMP_DIR=" + dumpDir_);
+    std::vector<char*> envp;
+    for (std::string& v : env) envp.push_back(v.data());
+    envp.push_back(nullptr);
+    std::string arg1 = "--chaos-rank";
+    char* argv[] = {self_.data(), arg1.data(), nullptr};
+    const std::string log = dumpDir_ + "/rank-log." + std::to_string(comms_) + "." + std::to_string(r);
+    const int logFd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+      problem(std::string("socketpair: ") + std::strerror(errno));
+      return false;
+    }
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::dup2(sv[1], 3);  // dup2 clears close-on-exec on the copy
+      if (logFd >= 0) ::dup2(logFd, 2);
+      ::execve(argv[0], argv, envp.data());
+      ::_exit(127);
+    }
+    ::close(sv[1]);
+    if (logFd >= 0) ::close(logFd);
+    Member& m = members_[static_cast<size_t>(r)];
+    m.fd = sv[0];
+    m.pid = pid;
+    m.rank = r;
+    m.log = log;
+    if (pid < 0) {
+      problem(std::string("fork: ") + std::strerror(errno));
+      return false;
+    }
+  }
+  bool ok = true;
+  for (Member& m : members_) {
+    std::string line;
+    if (!readLine(m.fd, m.buf, &line, guard())) {
+      problem("rank " + std::to_string(m.rank) + " (pid " + std::to_string(m.pid) + ") never joined");
+      ok = false;
+      continue;
+    }
+    std::istringstream in(line);
+    std::string verb;
+    int rank = -1, pid = -1;
+    in >> verb >> rank >> pid >> m.host;
+    if (verb != "ready" || rank != m.rank || pid != m.pid) {
+      problem("rank " + std::to_string(m.rank) + " at init: " + line);
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+// Every rank leaves: told to, resumed if stopped, killed if it does not within the guard.
+void Chaos::endRanks() {
+  for (Member& m : members_) {
+    if (m.pid <= 0) continue;
+    ::kill(m.pid, SIGCONT);
+    writeLine(m.fd, "exit");
+  }
+  const auto deadline = guard();
+  for (Member& m : members_) {
+    if (m.pid <= 0) continue;
+    int status = 0;
+    for (;;) {
+      const pid_t w = ::waitpid(m.pid, &status, WNOHANG);
+      if (w == m.pid) {
+        exited(m, status);
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        problem(name(m) + " did not exit when told to; killed");
+        ::kill(m.pid, SIGKILL);
+        ::waitpid(m.pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ::close(m.fd);
+    m.pid = -1;
+  }
+  members_.clear();
+}
+
+bool Chaos::sendRound(const std::vector<Member*>& to) {
+  const uint64_t seed = o_.seed ^ (rounds_ * 0x9e3779b97f4a7c15ull);
+  bool ok = true;
+  for (Member* m : to)
+    ok = writeLine(m->fd, "round " + std::to_string(nextCall_) + " " + std::to_string(o_.calls) + " " +
+                              std::to_string(seed) + " " + std::to_string(o_.maxBytes)) && ok;
+  nextCall_ += o_.calls;
+  ++rounds_;
+  return ok;
+}
+
+// Reads one rank's report of its round. A survivor of a fault that fails must name the
+// culprit; without a fault, no call may fail.
+bool Chaos::collect(Member& m, bool survivor, Fault fault, const Member* culprit) {
+  std::string line;
+  for (;;) {
+    if (!readLine(m.fd, m.buf, &line, guard())) {
+      problem(name(m) + " did not report its round (" + (survivor ? "hung or died" : "the culprit") + ")");
+      return false;
+    }
+    if (line.rfind("wrong ", 0) == 0) {
+      problem(name(m) + ": wrong result: " + line.substr(6));
+      continue;
+    }
+    break;
+  }
+  std::istringstream in(line);
+  std::string verb, text;
+  uint64_t calls = 0, wrong = 0;
+  int code = 0;
+  in >> verb >> calls >> wrong;
+  calls_ += calls;
+  wrong_ += wrong;
+  if (verb == "done") return true;
+  if (verb != "fail") {
+    problem(name(m) + ": " + line);
+    return false;
+  }
+  in >> code;
+  std::getline(in, text);
+  m.failed = true;
+  if (!survivor) return true;  // the culprit itself, resumed: whatever it says
+  ++errors_;
+  if (fault == Fault::None || !culprit) {
+    problem(name(m) + ": a call failed without a fault: " + horaGetErrorString(static_cast<horaResult_t>(code)) + ":" + text);
+    return true;
+  }
+  if (text.find(name(*culprit)) != std::string::npos) {
+    ++named_;
+  } else {
+    problem(name(m) + "'s error does not name the culprit " + name(*culprit) + " (" + faultName(fault) + "): " +
+            horaGetErrorString(static_cast<horaResult_t>(code)) + ":" + text);
+  }
+  if (o_.verbose)
+    std::printf("%s: chaos:   %s: %s:%s\n", kProgram, name(m).c_str(), horaGetErrorString(static_cast<horaResult_t>(code)),
+                text.c_str());
+  return true;
+}
+
+// The survivors shrink the culprit away.
+bool Chaos::shrink(Member& culprit) {
+  const int gone = culprit.rank;
+  for (Member& m : members_)
+    if (m.inComm && &m != &culprit) writeLine(m.fd, "shrink " + std::to_string(gone));
+  bool ok = true;
+  int size = 0;
+  for (Member& m : members_) {
+    if (!m.inComm || &m == &culprit) continue;
+    ++size;
+  }
+  for (Member& m : members_) {
+    if (!m.inComm || &m == &culprit) continue;
+    std::string line;
+    if (!readLine(m.fd, m.buf, &line, guard())) {
+      problem(name(m) + " did not finish horaCommShrink");
+      ok = false;
+      continue;
+    }
+    std::istringstream in(line);
+    std::string verb;
+    int rank = -1, n = 0;
+    in >> verb >> rank >> n;
+    const int want = m.rank > gone ? m.rank - 1 : m.rank;
+    if (verb != "shrunk" || rank != want || n != size) {
+      problem(name(m) + ": shrink: " + line);
+      ok = false;
+    }
+    m.rank = want;
+    m.failed = false;
+  }
+  culprit.inComm = false;
+  ++shrinks_;
+  return ok;
+}
+
+int Chaos::run() {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto more = [&] {
+    if (o_.rounds && rounds_ >= o_.rounds) return false;
+    return o_.seconds <= 0 || std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < o_.seconds;
+  };
+  std::printf("%s: chaos: %d ranks, seed %" PRIu64 ", %" PRIu64 " calls a round, buffers up to %zu bytes, HORA_TIMEOUT_MS=%ld, %s; "
+              "logs and dumps in %s\n",
+              kProgram, o_.ranks, o_.seed, o_.calls, o_.maxBytes, o_.timeoutMs,
+              o_.shrink ? "survivors shrink" : "new ranks after each fault", dumpDir_.c_str());
+  std::fflush(stdout);
+  bool alive = startRanks();
+  while (alive && more()) {
+    std::vector<Member*> in;
+    for (Member& m : members_)
+      if (m.inComm) in.push_back(&m);
+    // The fault of this round: none in half of them.
+    const uint64_t draw = rng_.below(20);
+    Fault fault = draw < 10 ? Fault::None : draw < 14 ? Fault::Kill : draw < 17 ? Fault::Stop : Fault::Pause;
+    Member* culprit = fault == Fault::None ? nullptr : in[rng_.below(in.size())];
+    const long delayMs = static_cast<long>(rng_.below(30));
+    if (!sendRound(in)) problem("a rank's socket closed");
+    if (culprit) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
+      ++faults_;
+      if (o_.verbose)
+        std::printf("%s: chaos: round %" PRIu64 ": %s %s after %ld ms\n", kProgram, rounds_, faultName(fault),
+                    name(*culprit).c_str(), delayMs);
+      switch (fault) {
+        case Fault::Kill: ++kills_, ::kill(culprit->pid, SIGKILL); break;
+        case Fault::Stop: ++stops_, ::kill(culprit->pid, SIGSTOP); break;
+        case Fault::Pause:
+          ++pauses_;
+          ::kill(culprit->pid, SIGSTOP);
+          std::this_thread::sleep_for(std::chrono::milliseconds(o_.pauseMs));
+          ::kill(culprit->pid, SIGCONT);
+          break;
+        case Fault::None: break;
+      }
+    } else if (o_.verbose) {
+      std::printf("%s: chaos: round %" PRIu64 " on %zu ranks\n", kProgram, rounds_, in.size());
+    }
+    std::fflush(stdout);
+    // The survivors' reports, then (pause) the culprit's own.
+    for (Member* m : in)
+      if (m != culprit || fault == Fault::Pause) alive = collect(*m, m != culprit, fault, culprit) && alive;
+    if (!alive) break;
+    if (!culprit) continue;
+    bool noticed = fault != Fault::Pause;
+    for (Member* m : in) noticed = noticed || m->failed;
+    if (!noticed) continue;  // a pause that went unnoticed: every call right, nothing to name
+    if (fault == Fault::Pause) ++pausesNoticed_;
+    // Survivors whose round ended before they noticed: more rounds until each does.
+    for (int extra = 0; extra < 3 && alive; ++extra) {
+      std::vector<Member*> unaware;
+      for (Member* m : in)
+        if (m != culprit && !m->failed) unaware.push_back(m);
+      if (unaware.empty()) break;
+      sendRound(unaware);
+      for (Member* m : unaware) alive = collect(*m, true, fault, culprit) && alive;
+    }
+    for (Member* m : in)
+      if (m != culprit && !m->failed) problem(name(*m) + " never noticed the " + faultName(fault) + " of " + name(*culprit));
+    // The culprit: reaped, or resumed to say what its own calls did, then told to leave.
+    if (fault == Fault::Kill) {
+      int status = 0;
+      ::waitpid(culprit->pid, &status, 0);
+    } else {
+      ::kill(culprit->pid, SIGCONT);
+      if (fault == Fault::Stop) collect(*culprit, false, fault, culprit);
+      writeLine(culprit->fd, "exit");
+      reap(*culprit);
+    }
+    ::close(culprit->fd);
+    culprit->pid = -1;
+    int left = 0;
+    for (Member* m : in) left += m != culprit;
+    if (o_.shrink && left >= 2) {
+      alive = shrink(*culprit);
+    } else {
+      endRanks();
+      if (more()) alive = startRanks();
+    }
+  }
+  endRanks();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const bool ok = problems_ == 0 && wrong_ == 0 && named_ == errors_;
+  std::printf("%s: chaos: %" PRIu64 " rounds in %.1f s, %" PRIu64 " communicators, %" PRIu64 " shrinks, %" PRIu64
+              " faults injected (%" PRIu64 " kills, %" PRIu64 " stops, %" PRIu64 " pauses, %" PRIu64 " of them noticed), %" PRIu64
+              " errors seen, %" PRIu64 " naming the culprit, %" PRIu64 " calls checked, %" PRIu64 " wrong results: %s\n",
+              kProgram, rounds_, took, comms_, shrinks_, faults_, kills_, stops_, pauses_, pausesNoticed_, errors_, named_,
+              calls_, wrong_, ok ? "PASSED" : "FAILED");
+  std::printf("%s: replay: %s --chaos -n %d -s %" PRIu64 " -r %" PRIu64 " -c %" PRIu64 " -e %zu%s (the faults land where timing puts them)\n",
+              kProgram, kProgram, o_.ranks, o_.seed, rounds_, o_.calls, o_.maxBytes, o_.shrink ? " --shrink" : "");
+  std::fflush(stdout);
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int chaosMain(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--chaos-rank")) return rankMain();
+  const ChaosOptions o = parseChaos(argc, argv);
+  ::signal(SIGPIPE, SIG_IGN);
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    std::fprintf(stderr, "%s: --chaos: cannot find this program (/proc/self/exe): %s\n", kProgram, std::strerror(errno));
+    return 1;
+  }
+  self[n] = '\0';
+  std::string dir;
+  if (const char* d = std::getenv("HORA_DUMP_DIR"); d && *d) {
+    dir = d;
+    ::mkdir(dir.c_str(), 0755);
+  } else {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/hora-soak-chaos.XXXXXX";
+    if (!::mkdtemp(pattern.data())) {
+      std::fprintf(stderr, "%s: --chaos: mkdtemp(%s): %s\n", kProgram, pattern.c_str(), std::strerror(errno));
+      return 1;
+    }
+    dir = pattern;
+  }
+  Chaos chaos(o, self, dir);
+  return chaos.run();
+}
+
+}  // namespace hora_soak
