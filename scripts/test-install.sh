@@ -43,6 +43,8 @@ pc=$dest$libdir/pkgconfig/hora-nccl.pc
 inc=$(find "$dest" -name nccl.h -path '*/include/*' | head -1)
 [ -n "$inc" ] && [ -f "$(dirname "$inc")/hora.h" ] || fail "nccl.h is not installed beside hora.h"
 for exe in "$dest$bindir"/*; do
+  # (A program that does not link libhora, as hora-inspect, needs no run path.)
+  readelf -d "$exe" | grep -q 'NEEDED.*\[libhora\.so' || { echo "${exe##*/}: does not link libhora"; continue; }
   # "0x...1d (RUNPATH)  Library runpath: [a:b]" -> a b
   paths=$(readelf -d "$exe" | sed -n 's/.*(R\(UN\)\{0,1\}PATH).*\[\(.*\)\]$/\2/p' | tr ':' ' ')
   [[ " $paths " = *" $libdir "* ]] || fail "${exe##*/}: run path [${paths}] does not name $libdir"

@@ -717,11 +717,11 @@ void setupKernels(horaComm* c, CommState& st) {
     retainRegion(k.region);
     // Counters and LL flags start at 0 (the slots need nothing).
     const size_t head = k.layout.slotAt(0, 0, 0);
-    uint8_t* zeros = static_cast<uint8_t*>(cuda::hostAlloc(head));
-    memset(zeros, 0, head);
-    cuda::copyAsync(k.region, zeros, head, st.copyStream);
+    // (From pageable memory, on the worker's stream: nothing here may free pinned memory, which
+    // may wait for every stream, one of which may be waiting for this very call.)
+    std::vector<uint8_t> zeros(head, 0);
+    cuda::copyAsync(k.region, zeros.data(), head, st.copyStream);
     cuda::streamSync(st.copyStream);
-    cuda::hostFree(zeros);
     k.status = static_cast<gpu::Status*>(cuda::hostAlloc(sizeof(gpu::Status)));
     memset(k.status, 0, sizeof(gpu::Status));
     k.statusOnDevice = static_cast<gpu::Status*>(cuda::mappedPointer(k.status));
