@@ -75,7 +75,12 @@ for w in "${which[@]}"; do
       step "tsan tests (collectives as threads)" meson test -C "$tsan_dir" --no-rebuild --print-errorlogs \
         --timeout-multiplier 8 collectives-threads --test-args '[group],[p2p],[split],[barrier]'
       step "tsan tests" meson test -C "$tsan_dir" --no-rebuild --print-errorlogs --timeout-multiplier 8 \
-        streams comm-lifecycle executor log api-arguments faults 'hora-soak threads' 'hora-soak chaos'
+        streams comm-lifecycle executor log api-arguments 'hora-soak threads' 'hora-soak chaos'
+      # faults, but for the case that stops rank 0 once /proc shows it blocked in its call: under
+      # TSan the ranks' timing differs so much that the case's controller waits out its bounds
+      # (minutes) instead of catching that moment; it runs in the normal build and under ASan.
+      step "tsan tests (faults)" meson test -C "$tsan_dir" --no-rebuild --print-errorlogs --timeout-multiplier 8 \
+        faults --test-args "'~a same-host peer that failed and exited: its published cause wins over its exit'"
       ;;
     *)
       echo "usage: $0 [asan] [tsan]" >&2
