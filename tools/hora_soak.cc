@@ -98,11 +98,8 @@ void usage(FILE* out) {
 }
 
 uint64_t numberOption(const char* text, uint64_t lo, uint64_t hi, const char* name) {
-  errno = 0;
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(text, &end, 0);
-  if (!*text || *text == '-' || *end || errno != 0 || v < lo || v > hi)
-    badUsage(std::string("bad value for ") + name + " '" + text + "'");
+  uint64_t v = 0;
+  if (!hora_soak::parseUnsigned(text, lo, hi, &v)) badUsage(std::string("bad value for ") + name + " '" + text + "'");
   return v;
 }
 
@@ -1056,6 +1053,15 @@ int Soak::finish(double seconds) {
 }
 
 }  // namespace
+
+bool hora_soak::parseUnsigned(const char* text, uint64_t lo, uint64_t hi, uint64_t* out) {
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text, &end, 0);
+  if (!*text || *text == '-' || *end || errno != 0 || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
 
 hora_soak::Round hora_soak::soakRound(horaComm_t comm, uint64_t seed, uint64_t first, uint64_t calls, size_t maxBytes) {
   Options opt;

@@ -25,6 +25,10 @@ struct Round {
 // at the first error. A collective call of comm's ranks.
 Round soakRound(horaComm_t comm, uint64_t seed, uint64_t first, uint64_t calls, size_t maxBytes);
 
+// An option's unsigned value (decimal, 0x hex or 0 octal) within [lo, hi]; false for anything
+// else (the caller says so, with its own usage).
+bool parseUnsigned(const char* text, uint64_t lo, uint64_t hi, uint64_t* out);
+
 // hora-soak --chaos ... (and --chaos-rank, the ranks it starts).
 int chaosMain(int argc, char** argv);
 

@@ -92,11 +92,8 @@ void usage(FILE* out) {
 }
 
 uint64_t number(const char* text, uint64_t lo, uint64_t hi, const char* name) {
-  errno = 0;
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(text, &end, 0);
-  if (!*text || *text == '-' || *end || errno != 0 || v < lo || v > hi)
-    badUsage(std::string("bad value for ") + name + " '" + text + "'");
+  uint64_t v = 0;
+  if (!parseUnsigned(text, lo, hi, &v)) badUsage(std::string("bad value for ") + name + " '" + text + "'");
   return v;
 }
 
