@@ -435,7 +435,9 @@ std::vector<uint8_t*> exchangeRegions(horaComm* c, CommState& st, uint8_t* mine,
   Info me{};
   try {
     snprintf(me.uuid, sizeof me.uuid, "%s", cuda::deviceUuid(st.device).c_str());
-  } catch (const Error&) {
+  } catch (const Error& e) {
+    // (Without it, this rank's sharing of a GPU with another process goes unseen: said, not fatal.)
+    HORA_INFO(log::kInit, "rank %d: the UUID of CUDA device %d: %s", c->rank, st.device, e.what());
   }
   me.ok = *ok && mine;
   if (me.ok) {
