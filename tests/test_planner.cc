@@ -29,7 +29,12 @@ struct ShapeOnlyStage : transport::SharedStage {
   std::string arm(int, Errc*, std::vector<pollfd>&) const override { return ""; }
   void disarm() const override {}
   void announce(uint64_t, uint64_t) const override {}
-  int mismatch(uint64_t, uint64_t, uint64_t*) const override { return -1; }
+  int mismatch(uint64_t, uint64_t, uint64_t*, int) const override { return -1; }
+  bool announced(int, uint64_t, uint64_t*) const override { return false; }
+  uint64_t lastCall(int) const override { return 0; }
+  void publishUnchecked(uint64_t) const override {}
+  uint64_t checkedThrough(int) const override { return 0; }
+  bool closed(int) const override { return false; }
   void markFailed(const std::string&, Errc) const override {}
 };
 

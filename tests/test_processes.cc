@@ -123,3 +123,75 @@ TEST_CASE("a collective grouped with a send/recv of some ranks plans alike every
     for (const auto& r : results) CHECK(r.ok());
   }
 }
+
+// Small rooted calls through the shared stage's cells: a rank that only gives runs ahead of its
+// readers (up to a cell per call), so many calls are in flight at once. Every result is checked:
+// Broadcasts, Reduces, Gathers and Scatters with the root moving, sizes from 1 element to a whole
+// cell and beyond (the slots), AllReduces between them (the slots and the cells in turn), and a
+// finalize at the end that compares the last calls.
+TEST_CASE("small rooted calls run ahead through the cells, every result right", "[processes][cells]") {
+  for (int n : {2, 3, 5}) {
+    auto results = runProcesses(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
+      const size_t sizes[] = {1, 7, 256, 8192, 9000};  // 9000 floats: more than a cell
+      std::vector<float> send, recv;
+      for (int k = 0; k < 400; ++k) {
+        const size_t count = sizes[static_cast<size_t>(k) % 5];
+        const int root = (k / 3) % nranks;
+        auto value = [&](int who, size_t i) { return static_cast<float>((k * 31 + who * 7 + static_cast<int>(i % 97)) % 1000); };
+        horaResult_t r = horaSuccess;
+        std::string what;
+        switch (k % 4) {
+          case 0: {  // Broadcast, in place on the readers
+            recv.assign(count, -1.0f);
+            if (rank == root)
+              for (size_t i = 0; i < count; ++i) recv[i] = value(root, i);
+            r = horaBroadcast(recv.data(), recv.data(), count, horaFloat, root, comm, nullptr);
+            for (size_t i = 0; i < count && what.empty(); ++i)
+              if (recv[i] != value(root, i)) what = "Broadcast element " + std::to_string(i);
+            break;
+          }
+          case 1: {  // Reduce
+            send.resize(count);
+            for (size_t i = 0; i < count; ++i) send[i] = value(rank, i);
+            recv.assign(count, -1.0f);
+            r = horaReduce(send.data(), recv.data(), count, horaFloat, horaSum, root, comm, nullptr);
+            for (size_t i = 0; rank == root && i < count && what.empty(); ++i) {
+              float want = 0;
+              for (int p = 0; p < nranks; ++p) want += value(p, i);
+              if (recv[i] != want) what = "Reduce element " + std::to_string(i);
+            }
+            break;
+          }
+          case 2: {  // Scatter, then an AllReduce of what each got
+            send.resize(count * static_cast<size_t>(nranks));
+            for (size_t i = 0; i < send.size(); ++i) send[i] = value(root, i);
+            recv.assign(count, -1.0f);
+            r = horaScatter(send.data(), recv.data(), count, horaFloat, root, comm, nullptr);
+            for (size_t i = 0; i < count && what.empty(); ++i)
+              if (recv[i] != value(root, static_cast<size_t>(rank) * count + i)) what = "Scatter element " + std::to_string(i);
+            float one = 1.0f, total = 0;
+            if (r == horaSuccess && what.empty()) r = horaAllReduce(&one, &total, 1, horaFloat, horaSum, comm, nullptr);
+            if (r == horaSuccess && total != static_cast<float>(nranks)) what = "AllReduce after a Scatter";
+            break;
+          }
+          default: {  // Gather
+            send.resize(count);
+            for (size_t i = 0; i < count; ++i) send[i] = value(rank, i);
+            recv.assign(rank == root ? count * static_cast<size_t>(nranks) : 0, -1.0f);
+            r = horaGather(send.data(), rank == root ? recv.data() : nullptr, count, horaFloat, root, comm, nullptr);
+            for (size_t i = 0; rank == root && i < recv.size() && what.empty(); ++i)
+              if (recv[i] != value(static_cast<int>(i / count), i % count)) what = "Gather element " + std::to_string(i);
+            break;
+          }
+        }
+        if (r != horaSuccess) return "call " + std::to_string(k) + " failed: " + horaGetLastError(comm);
+        if (!what.empty()) return "call " + std::to_string(k) + " (count " + std::to_string(count) + ", root " +
+                                  std::to_string(root) + "): wrong " + what;
+      }
+      if (horaCommFinalize(comm) != horaSuccess) return std::string("finalize failed: ") + horaGetLastError(comm);
+      return "";
+    });
+    INFO("nranks " << n << "\n" << describe(results));
+    for (const auto& r : results) CHECK(r.ok());
+  }
+}

@@ -11,7 +11,12 @@
 //     before a post is visible to a member that has seen the post;
 //   - an announcement of the collective the owner is in (announce / mismatch), so that members
 //     can check they are all in the same call without a message;
-//   - the text of the owner's failure (markFailed), for members that wait on its counters.
+//   - the text of the owner's failure (markFailed), for members that wait on its counters;
+//   - where the transport has them, kCells cells of kCellBytes: the small rooted calls (a
+//     Broadcast's root, a Reduce's senders, ...) put their data in the cell of their sequence
+//     number, so that a rank that only gives may run up to kCells calls ahead of its readers;
+//   - the history of the owner's last kHistory announcements, so that a member that ran ahead
+//     can still be compared (announced()).
 //
 // Waiting: a member that finds nothing to do calls arm() before it blocks in poll() on the
 // descriptors arm() added, then disarm() after; a member that posts calls wakeAll() afterwards
@@ -32,6 +37,10 @@ namespace hora::transport {
 class SharedStage {
  public:
   static constexpr int kCounters = 4;
+  static constexpr int kCells = 64;
+  static constexpr size_t kCellBytes = size_t(32) << 10;
+  // More than a member can run ahead of another (kCells stage calls, see src/coll/stage.cc).
+  static constexpr int kHistory = 128;
 
   virtual ~SharedStage() = default;
 
@@ -61,6 +70,11 @@ class SharedStage {
   uint64_t posted(int member, int counter) const {
     return counters_[static_cast<size_t>(member)][counter].load(std::memory_order_acquire);
   }
+  // The cell of sequence number `seq` of member's cells (only where hasCells()).
+  bool hasCells() const { return !cells_.empty(); }
+  uint8_t* cell(int member, uint64_t seq) const {
+    return cells_[static_cast<size_t>(member)] + (seq % kCells) * kCellBytes;
+  }
   // Wakes the members that armed; call after the posts of a pass.
   virtual void wakeAll() const = 0;
 
@@ -72,10 +86,21 @@ class SharedStage {
   virtual void disarm() const = 0;
 
   // Each member announces (call number, tag) as it starts a collective; mismatch() returns a
-  // member whose call `no` has another tag (its tag in *theirs), or -1. A member may already
+  // member (any, or `only`) whose call `no` has another tag (its tag in *theirs), or -1. A member may already
   // be one call further, so the previous call's tag is kept too.
   virtual void announce(uint64_t no, uint64_t tag) const = 0;
-  virtual int mismatch(uint64_t no, uint64_t tag, uint64_t* theirs) const = 0;
+  virtual int mismatch(uint64_t no, uint64_t tag, uint64_t* theirs, int only = -1) const = 0;
+  // The tag member announced for its call `no` (true), or false where it has not announced that
+  // call yet (or, had it run kHistory calls further, no longer knows it). lastCall: the number
+  // of the last call it announced.
+  virtual bool announced(int member, uint64_t no, uint64_t* tag) const = 0;
+  virtual uint64_t lastCall(int member) const = 0;
+  // The first call this rank has not yet compared with its neighbour's (0: none, so every call
+  // it announced is compared); checkedThrough: the last call through which member has.
+  virtual void publishUnchecked(uint64_t from) const = 0;
+  virtual uint64_t checkedThrough(int member) const = 0;
+  // Whether member closed its communicator (it compares no more calls).
+  virtual bool closed(int member) const = 0;
 
   // Publishes why this rank failed, and the code of that cause (once; the first wins), before
   // its links close.
@@ -85,8 +110,9 @@ class SharedStage {
   // For the implementation, once its members' memory is mapped: each member's region and
   // counters (kCounters of them), by member, and this rank's place.
   void map(std::vector<uint8_t*> regions, std::vector<std::atomic<uint64_t>*> counters, size_t regionBytes,
-           int self) {
+           int self, std::vector<uint8_t*> cells = {}) {
     regions_ = std::move(regions);
+    cells_ = std::move(cells);
     counters_ = std::move(counters);
     regionBytes_ = regionBytes;
     self_ = self;
@@ -98,6 +124,7 @@ class SharedStage {
 
  private:
   std::vector<uint8_t*> regions_;
+  std::vector<uint8_t*> cells_;  // each member's first cell; empty where the transport has none
   std::vector<std::atomic<uint64_t>*> counters_;
   size_t regionBytes_ = 0;
   int self_ = 0;

@@ -377,15 +377,24 @@ HORA_API horaResult_t horaCommInitFromEnv(horaComm_t* comm) {
 HORA_API horaResult_t horaCommFinalize(horaComm_t comm) {
   return api::guardPending("horaCommFinalize", comm, [&] {
     horaComm* c = api::checkComm(comm);
+    // The calls this rank left without hearing from every rank are compared with its
+    // predecessor's first (run.cc), so that a mismatch among them fails here at the latest.
     if (!c->opts.blocking) {
       c->runInBackground([c] {
         awaitStreamWork(c);
         c->check();
+        awaitEarlierCalls(c, true);
       });
       return true;
     }
     awaitStreamWork(c);
     c->check();
+    try {
+      awaitEarlierCalls(c, true);
+    } catch (const Error& e) {
+      if (!c->aborting.load()) c->fail(e);
+      throw;
+    }
     return false;
   });
 }
@@ -399,7 +408,17 @@ HORA_API horaResult_t horaCommDestroy(horaComm_t comm) {
     c->joinBackground();  // a non-blocking init or finalize ends first
     awaitStreamWork(c);  // a stream's thread may still hold it
     if (c->busy.load()) fail(Errc::InvalidUsage, "the communicator is in use by another thread; use horaCommAbort");
+    // Without waiting: the calls left unchecked that the predecessor has announced are compared
+    // (horaCommFinalize waits for them all); a mismatch fails the peers too, and is returned.
+    std::exception_ptr mismatch;
+    try {
+      if (c->asyncError() == Errc::Success) checkEarlierCalls(c);
+    } catch (const Error& e) {
+      c->fail(e);
+      mismatch = std::current_exception();
+    }
     delete c;
+    if (mismatch) std::rethrow_exception(mismatch);
   });
 }
 

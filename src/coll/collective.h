@@ -134,6 +134,10 @@ bool needsAgreement(const Args& a, const Topo& t);
 // The agreement, a program of its own that runs after the communicator's other jobs of a call
 // or group, its messages tagged `tag`.
 void buildAgreement(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out);
+// Whether a lone call run at once through the stage leaves some rank without having compared
+// its call with every other's (a small rooted call through the stage's cells, src/coll/stage.cc),
+// so that the ranks compare it later with their predecessor's (HORA_CALL_CHECK; run.cc).
+bool stageChecksLater(const Args& a, const Topo& t);
 
 // The tag every message of the call carries, and its description.
 uint64_t makeTag(const Args& a);

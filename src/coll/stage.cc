@@ -175,16 +175,43 @@ void reduceSlots(void* dst, const Slots& slots, int n, uint64_t s, size_t offset
 }
 }  // namespace
 
+// Whether a lone rooted call (Broadcast, Scatter, Reduce, Gather) goes through the stage's
+// cells: its input fits one, and the stage has them.
+namespace {
+bool inCells(const Args& a, const Topo& t) {
+  const bool rooted = a.kind == Kind::Broadcast || a.kind == Kind::Scatter || a.kind == Kind::Reduce ||
+                      a.kind == Kind::Gather;
+  const bool blocks = a.kind == Kind::Scatter;
+  const size_t in = a.count * dataTypeSize(a.dtype) * (blocks ? static_cast<size_t>(t.nranks) : 1);
+  return rooted && t.stage && t.stage->hasCells() && in <= transport::SharedStage::kCellBytes;
+}
+}  // namespace
+
+bool stageChecksLater(const Args& a, const Topo& t) { return t.callCheck && t.nranks > 1 && inCells(a, t); }
+
 // Every collective but send/recv, in one step: each rank puts what it shares in its slot and
 // posts; once every rank has posted, each takes what it needs straight out of the slots.
+//
+// A small rooted call puts its data in the cell of its sequence number instead (kCells of them
+// per rank): a rank that only gives (a Broadcast's or Scatter's root, a Reduce's or Gather's
+// senders) posts and returns, and waits only before it rewrites a cell that a rank may still be
+// reading, kCells calls on. So a root runs ahead of its readers as far as the cells allow, and a
+// loop of small Broadcasts costs each rank its own work, not a meeting per call. A rank that
+// reads compares the call of every rank it reads with its own (their announcements, kept for
+// kHistory calls) before it reads; a rank that only gives compares its calls with its
+// predecessor's later (stageChecksLater; src/comm/run.cc), so that a mismatch still fails every
+// rank, at the latest at its next call.
 void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count, bytes = N * E;
   const Reducer red{a, n};
   const Slots slots{*t.stage, stageSlotBytes(*t.stage)};
   const uint64_t s = ++*t.stageSeq;
-  if (s >= 3) await(kInFree, s - 2, -1, false);
-  uint8_t* slot = slots.in(r, s);
+  const bool cells = inCells(a, t);
+  const uint64_t depth = cells ? transport::SharedStage::kCells : 2;
+  if (s > depth) await(kInFree, s - depth, -1, false);
+  auto in = [&](int j) { return cells ? t.stage->cell(j, s) : slots.in(j, s); };
+  uint8_t* slot = in(r);
   switch (a.kind) {
     case Kind::AllReduce:
     case Kind::Reduce: copyIn(slot, a.sendbuf, N, red.spec(true, false), E); break;
@@ -201,24 +228,41 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
     case Kind::Barrier: break;
     default: fail(Errc::Internal, "stageFlatNow: %s", kindName(a.kind));
   }
-  t.stage->post(kInReady, s);
-  t.stage->wakeAll();
-  // Every rank waits for every other's post, the root of a Broadcast or Scatter and the ranks of
-  // a Reduce or Gather that only give too: each post follows its rank's announcement of the
-  // call, so each rank compares its call with every other's before it returns, and a mismatch
-  // (another root, say) fails every rank of the call, not only those that read a slot. With
-  // HORA_CALL_CHECK=0 a rank waits only for what it reads (the root, everyone, or no one), and
-  // after a rooted call a rank may be ahead and asleep: the wake below.
   const bool fromRoot = a.kind == Kind::Broadcast || a.kind == Kind::Scatter;
   const bool toRoot = a.kind == Kind::Reduce || a.kind == Kind::Gather;
   const bool rooted = fromRoot || toRoot;
-  const bool waitsAll = t.callCheck || !rooted || (toRoot && r == a.root);
+  const bool waitsAll = (t.callCheck && !cells) || !rooted || (toRoot && r == a.root);
+  const bool waits = waitsAll || (fromRoot && r != a.root);
+  t.stage->post(kInReady, s);
+  if (!waits) {  // nothing to read: done, with one wake for all (a root's own result from its input)
+    if (r == a.root && a.kind == Kind::Broadcast && a.recvbuf != a.sendbuf) memcpy(a.recvbuf, a.sendbuf, bytes);
+    if (r == a.root && a.kind == Kind::Scatter) {
+      const uint8_t* from = at(a.sendbuf, static_cast<size_t>(r) * N, E);
+      if (from != a.recvbuf) memcpy(a.recvbuf, from, bytes);
+    }
+    for (Counter c : {kInFree, kOutReady, kOutFree}) t.stage->post(c, s);
+    t.stage->wakeAll();
+    return;
+  }
+  t.stage->wakeAll();
+  // Through the slots, every rank waits for every other's post, the root of a Broadcast or
+  // Scatter and the ranks of a Reduce or Gather that only give too: each post follows its rank's
+  // announcement of the call, so each rank compares its call with every other's before it
+  // returns, and a mismatch (another root, say) fails every rank of the call, not only those
+  // that read a slot. With HORA_CALL_CHECK=0, and through the cells, a rank waits only for what
+  // it reads (the root, everyone, or no one), and after a rooted call a rank may be ahead and
+  // asleep: the wake below.
   if (waitsAll) await(kInReady, s, -1, true);
   else if (fromRoot && r != a.root) await(kInReady, s, a.root, true);
   switch (a.kind) {
     case Kind::AllReduce: reduceSlots(a.recvbuf, slots, n, s, 0, N, red.spec(false, true)); break;
     case Kind::Reduce:
-      if (r == a.root) reduceSlots(a.recvbuf, slots, n, s, 0, N, red.spec(false, true));
+      if (r == a.root) {
+        const void* srcs[kernels::kMaxSources];
+        for (int j = 0; j < n; ++j) srcs[j] = in(j);
+        void* d[1] = {a.recvbuf};
+        kernels::reduce(d, 1, srcs, n, N, red.spec(false, true));
+      }
       break;
     case Kind::ReduceScatter:
       reduceSlots(a.recvbuf, slots, n, s, static_cast<size_t>(r) * bytes, N, red.spec(false, true));
@@ -236,21 +280,21 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
         memcpy(at(a.recvbuf, static_cast<size_t>(j) * N, E), slots.in(j, s) + static_cast<size_t>(r) * bytes, bytes);
       break;
     case Kind::Broadcast:
-      if (r != a.root) memcpy(a.recvbuf, slots.in(a.root, s), bytes);
+      if (r != a.root) memcpy(a.recvbuf, in(a.root), bytes);
       else if (a.recvbuf != a.sendbuf) memcpy(a.recvbuf, a.sendbuf, bytes);
       break;
     case Kind::Gather:
       if (r != a.root) break;
       for (int j = 0; j < n; ++j) {
         uint8_t* to = at(a.recvbuf, static_cast<size_t>(j) * N, E);
-        if (j != r) memcpy(to, slots.in(j, s), bytes);
+        if (j != r) memcpy(to, in(j), bytes);
         else if (to != a.sendbuf) memcpy(to, a.sendbuf, bytes);
       }
       break;
     case Kind::Scatter: {
       // The root's own block from its input (in place, already there), the others' from its slot.
       const uint8_t* from = r == a.root ? at(a.sendbuf, static_cast<size_t>(r) * N, E)
-                                        : slots.in(a.root, s) + static_cast<size_t>(r) * bytes;
+                                        : in(a.root) + static_cast<size_t>(r) * bytes;
       if (from != a.recvbuf) memcpy(a.recvbuf, from, bytes);
       break;
     }
@@ -259,9 +303,9 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
   // As the programs do: the other counters follow, so that later chunks of either algorithm
   // find them in step. Nobody can be asleep waiting for them: a rank that waits for these
   // values (at slot reuse, two calls on) has seen every rank post InReady of the call between,
-  // which each did after these stores.
+  // which each did after these stores. A rank waiting to rewrite a cell may be: the wake.
   for (Counter c : {kInFree, kOutReady, kOutFree}) t.stage->post(c, s);
-  if (!t.callCheck && rooted) t.stage->wakeAll();
+  if (rooted && (cells || !t.callCheck)) t.stage->wakeAll();
 }
 
 namespace {
@@ -305,7 +349,8 @@ class Flat final : public Algorithm {
     if (a.count == 0) return "there is nothing to move";
     const size_t in = flatInput(a, t);
     if (in > stageSlotBytes(*t.stage)) return "the input is larger than a slot of the stage (HORA_CHUNK_BYTES)";
-    if (in > flatLimit(t.nranks)) return "the input is above the size where it was measured to beat the ring and chain";
+    // Through the cells a rooted call does not meet its peers: it beats the ring and chain up to a cell.
+    if (in > flatLimit(t.nranks) && !inCells(a, t)) return "the input is above the size where it was measured to beat the ring and chain";
     return nullptr;
   }
   double predictUs(const Args& a, const Topo& t, const Costs& c) const override {

@@ -195,6 +195,11 @@ struct horaComm {
   uint16_t frameCall = 0;    // the last collective's number in frames (transports/frame.h), 0 skipped
   uint16_t nextFrameCall() { return ++frameCall ? frameCall : ++frameCall; }
   uint64_t stageSeq = 0;  // chunks through the shared stage so far (coll/stage.cc)
+  // The calls this rank has not yet compared with its predecessor's on the stage (from..to,
+  // call numbers; from 0: none), since it left them without hearing from every rank
+  // (coll::stageChecksLater; run.cc's checkEarlierCalls).
+  uint64_t uncheckedFrom = 0, uncheckedTo = 0;
+  bool comparedLater = false;  // some call of this rank was (horaCommFinalize then waits for all)
   // Calls queued on host streams and not yet done (comm/stream.h); changed under streamMu.
   std::mutex streamMu;
   std::condition_variable streamIdle;
@@ -238,6 +243,12 @@ namespace hora {
 
 // Runs the calls (possibly on several communicators) together, as one group.
 void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls);
+// Compares the calls this rank left unchecked (horaComm::uncheckedFrom) with its predecessor's
+// on the stage, as far as the predecessor has announced them; throws a mismatch. The await
+// form waits (up to the communicator's timeout) until every one is compared and, with
+// `everyone`, until every member has compared its own through this rank's last call: finalize.
+void checkEarlierCalls(horaComm* c);
+void awaitEarlierCalls(horaComm* c, bool everyone);
 // Runs one AllReduce through `stage` (a shared stage other than the communicator's own: the CUDA
 // IPC stage) by the shared-stage algorithm, its actions on `engine`.
 void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& stage, core::ComputeEngine& engine);

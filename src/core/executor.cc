@@ -234,7 +234,9 @@ void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int onl
       // The caller's text names the rank furthest behind; the log and the dump get them all.
       if (e.detail().empty() && !dynamic_cast<const PeerFailure*>(&e))
         e.setDetail(behind(st, counter, value, only, st.size()) + callOf(job));
-      if (e.code() != Errc::Timeout) throw;
+      // A cause relayed from the rank waited for is the answer, whatever its code (a timeout of
+      // its own, say, while this rank held its own back): not this rank's timeout again.
+      if (e.code() != Errc::Timeout || dynamic_cast<const PeerFailure*>(&e)) throw;
       throwPublishedCause(&job);
       const std::string stalled = stalledMembers(job, counter, value, only);
       if (!stalled.empty()) {
@@ -248,13 +250,13 @@ void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int onl
     }
   }
   if (mark) mark->clear();
-  if (check) checkCall(job);
+  if (check) checkCall(job, only);
 }
 
-void Executor::checkCall(const Job& j) {
+void Executor::checkCall(const Job& j, int only) {
   if (!j.stage || !j.callTag) return;
   uint64_t theirs = 0;
-  int p = j.stage->mismatch(j.callNo, j.callTag, &theirs);
+  int p = j.stage->mismatch(j.callNo, j.callTag, &theirs, only);
   if (p >= 0)
     fail(Errc::InvalidUsage, "mismatched calls: %s is in %s, this rank in %s", j.stage->memberName(p).c_str(),
          transport::describeTag(theirs).c_str(), transport::describeTag(j.callTag).c_str());

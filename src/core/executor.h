@@ -61,6 +61,9 @@ class Executor {
   void awaitCounter(const Job& job, int counter, uint64_t value, int only, bool check, milliseconds timeout,
                     std::chrono::microseconds spinFor);
 
+  // How long a timeout is held back for the cause to arrive: the timeout, at most 10 s.
+  static milliseconds holdFor(milliseconds timeout);
+
  private:
   struct Queue {
     transport::Connection* conn;
@@ -116,8 +119,6 @@ class Executor {
   void checkStrays() const;
   unsigned idleBlocks_ = 0;  // blocks since the last progress
   Clock::time_point lastStrayCheck_{};
-  // How long a timeout is held back for the cause to arrive: the timeout, at most 10 s.
-  static milliseconds holdFor(milliseconds timeout);
 
   const std::vector<Job>* jobs_ = nullptr;
   std::vector<uint32_t> base_;  // first global index of each job
@@ -143,7 +144,7 @@ class Executor {
   static void enqueue(std::vector<CounterQueue>& qs, size_t& n, const transport::SharedStage* st, int counter,
                       uint32_t g);
   std::vector<uint8_t> checked_;  // by job: its call has been compared with the peers'
-  void checkCall(const Job& j);
+  void checkCall(const Job& j, int only = -1);  // against every member's call, or only's
   bool waitSatisfied(uint32_t g) const;
   bool armWaits();       // before blocking: false if a wait is satisfied after all
   // Throws SharedStage::arm's finding: as the peer's own failure with its code (relayed), or as

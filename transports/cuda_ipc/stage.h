@@ -33,7 +33,14 @@ class CudaIpcStage final : public SharedStage {
   }
   void disarm() const override { host_->disarm(); }
   void announce(uint64_t no, uint64_t tag) const override { host_->announce(no, tag); }
-  int mismatch(uint64_t no, uint64_t tag, uint64_t* theirs) const override { return host_->mismatch(no, tag, theirs); }
+  int mismatch(uint64_t no, uint64_t tag, uint64_t* theirs, int only = -1) const override {
+    return host_->mismatch(no, tag, theirs, only);
+  }
+  bool announced(int member, uint64_t no, uint64_t* tag) const override { return host_->announced(member, no, tag); }
+  uint64_t lastCall(int member) const override { return host_->lastCall(member); }
+  void publishUnchecked(uint64_t from) const override { host_->publishUnchecked(from); }
+  uint64_t checkedThrough(int member) const override { return host_->checkedThrough(member); }
+  bool closed(int member) const override { return host_->closed(member); }
   void markFailed(const std::string& why, Errc code) const override { host_->markFailed(why, code); }
 
  private:

@@ -27,7 +27,7 @@ size_t ringOffset(uint32_t nlocal) { return roundUp(ctlOffset() + nlocal * sizeo
 }  // namespace
 
 size_t Segment::sizeFor(uint32_t nlocal, uint64_t ringBytes, uint64_t stageBytes) {
-  return ringOffset(nlocal) + nlocal * roundUp(ringBytes) + roundUp(stageBytes);
+  return ringOffset(nlocal) + nlocal * roundUp(ringBytes) + roundUp(stageBytes) + kCells * kCellBytes;
 }
 
 Segment::~Segment() {
@@ -62,6 +62,8 @@ uint8_t* Segment::ring(uint32_t receiver) const {
 uint8_t* Segment::stage() const {
   return base_ + ringOffset(header()->nlocal) + header()->nlocal * roundUp(header()->ringBytes);
 }
+
+uint8_t* Segment::cells() const { return stage() + roundUp(header()->stageBytes); }
 
 Segment Segment::create(uint32_t nlocal, uint32_t localIndex, uint64_t ringBytes, uint64_t stageBytes) {
   Segment s;

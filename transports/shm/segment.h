@@ -11,7 +11,7 @@
 //                has consumed; written by j), closed flags of both ends
 //   ring[L]      ringBytes of frame data from r to j (transports/frame.h frames)
 //   stage        stageBytes: this rank's region of the shared stage (transports/stage.h,
-//                src/coll/stage.cc)
+//                src/coll/stage.cc), then its kCells cells of kCellBytes
 //
 // The sender of a ring owns it; its receiver writes only `tail` and `receiverClosed`.
 #pragma once
@@ -25,7 +25,7 @@
 namespace hora::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x474553414d524f48ull;  // "HORAMSEG"
-inline constexpr uint32_t kSegmentVersion = 3;
+inline constexpr uint32_t kSegmentVersion = 4;
 inline constexpr int kCounters = 4;
 
 // Why the owner failed (World::markFailed), for ranks that wait on its counters rather than
@@ -35,6 +35,15 @@ struct alignas(64) Failure {
   std::atomic<uint32_t> failed;
   char text[kFailureText];
 };
+
+// One announcement of the history (World::announce): `no` is 0 while the entry is rewritten.
+struct Announced {
+  std::atomic<uint64_t> no;
+  std::atomic<uint64_t> tag;
+};
+inline constexpr int kHistory = 128;  // transport::SharedStage::kHistory
+inline constexpr int kCells = 64;
+inline constexpr size_t kCellBytes = size_t(32) << 10;
 
 struct alignas(64) Header {
   uint64_t magic;
@@ -55,6 +64,8 @@ struct alignas(64) Header {
   std::atomic<uint64_t> callTag;
   std::atomic<uint64_t> prevTag;
   Failure failure;
+  alignas(64) std::atomic<uint64_t> unchecked;  // World::publishUnchecked
+  alignas(64) Announced history[kHistory];  // call no at no % kHistory
 };
 static_assert(offsetof(Header, callLock) == 128 + kCounters * 8, "counters and announcement share one cache line");
 
@@ -88,6 +99,7 @@ class Segment {
   RingCtl* ctl(uint32_t receiver) const;
   uint8_t* ring(uint32_t receiver) const;
   uint8_t* stage() const;
+  uint8_t* cells() const;  // after the stage: kCells of kCellBytes
   uint64_t ringBytes() const { return header()->ringBytes; }
 
  private:

@@ -54,12 +54,15 @@ void World::markFailed(const std::string& why, Errc code) const {
 void World::mapStage() {
   std::vector<uint8_t*> regions;
   std::vector<std::atomic<uint64_t>*> counters;
+  std::vector<uint8_t*> cells;
   for (uint32_t p = 0; p < nlocal; ++p) {
     const Segment& seg = p == localIndex ? own : peers[p].segment;
     regions.push_back(seg.stage());
     counters.push_back(seg.header()->counters);
+    cells.push_back(seg.cells());
   }
-  map(std::move(regions), std::move(counters), static_cast<size_t>(own.header()->stageBytes), static_cast<int>(localIndex));
+  map(std::move(regions), std::move(counters), static_cast<size_t>(own.header()->stageBytes), static_cast<int>(localIndex),
+      std::move(cells));
 }
 
 std::string World::arm(int only, Errc* relayed, std::vector<pollfd>& fds) const {
@@ -110,11 +113,48 @@ void World::announce(uint64_t no, uint64_t tag) const {
   h->callNo.store(no, std::memory_order_relaxed);
   h->callTag.store(tag, std::memory_order_relaxed);
   h->callLock.store(lock + 2, std::memory_order_release);
+  // The history: invalid while rewritten, then the number once the tag is in.
+  Announced& e = h->history[no % kHistory];
+  e.no.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  e.tag.store(tag, std::memory_order_relaxed);
+  e.no.store(no, std::memory_order_release);
 }
 
-int World::mismatch(uint64_t no, uint64_t tag, uint64_t* theirs) const {
+bool World::announced(int member, uint64_t no, uint64_t* tag) const {
+  const Header* h = (static_cast<uint32_t>(member) == localIndex ? own : peers[static_cast<size_t>(member)].segment).header();
+  const Announced& e = h->history[no % kHistory];
+  if (no == 0 || e.no.load(std::memory_order_acquire) != no) return false;
+  const uint64_t t = e.tag.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (e.no.load(std::memory_order_relaxed) != no) return false;  // rewritten meanwhile
+  *tag = t;
+  return true;
+}
+
+void World::publishUnchecked(uint64_t from) const { own.header()->unchecked.store(from, std::memory_order_release); }
+
+uint64_t World::checkedThrough(int member) const {
+  const Header* h = (static_cast<uint32_t>(member) == localIndex ? own : peers[static_cast<size_t>(member)].segment).header();
+  // Its pending calls are published before it announces the first of them: the number first.
+  const uint64_t last = h->callNo.load(std::memory_order_acquire);
+  const uint64_t from = h->unchecked.load(std::memory_order_acquire);
+  return from ? from - 1 : last;
+}
+
+bool World::closed(int member) const {
+  return static_cast<uint32_t>(member) != localIndex &&
+         peers[static_cast<size_t>(member)].segment.ctl(localIndex)->senderClosed.load(std::memory_order_acquire);
+}
+
+uint64_t World::lastCall(int member) const {
+  const Header* h = (static_cast<uint32_t>(member) == localIndex ? own : peers[static_cast<size_t>(member)].segment).header();
+  return h->callNo.load(std::memory_order_acquire);
+}
+
+int World::mismatch(uint64_t no, uint64_t tag, uint64_t* theirs, int only) const {
   for (uint32_t p = 0; p < nlocal; ++p) {
-    if (p == localIndex) continue;
+    if (p == localIndex || (only >= 0 && p != static_cast<uint32_t>(only))) continue;
     const Header* h = peers[p].segment.header();
     uint64_t before = h->callLock.load(std::memory_order_acquire);
     if (before & 1) continue;
@@ -123,8 +163,14 @@ int World::mismatch(uint64_t no, uint64_t tag, uint64_t* theirs) const {
     uint64_t prev = h->prevTag.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
     if (h->callLock.load(std::memory_order_relaxed) != before) continue;  // changed meanwhile
-    if (n == no + 1) t = prev;
-    else if (n != no) continue;
+    if (n == no + 1) {
+      t = prev;
+    } else if (n > no + 1) {
+      // It ran further ahead (a rank that only gives does not wait): its history still has it.
+      if (!announced(static_cast<int>(p), no, &t)) continue;
+    } else if (n != no) {
+      continue;
+    }
     if (t != tag) {
       *theirs = t;
       return static_cast<int>(p);

@@ -56,7 +56,12 @@ class World final : public transport::SharedStage {
   std::string arm(int only, Errc* relayed, std::vector<pollfd>& fds) const override;
   void disarm() const override { disarmDoorbell(); }
   void announce(uint64_t no, uint64_t tag) const override;
-  int mismatch(uint64_t no, uint64_t tag, uint64_t* theirs) const override;
+  int mismatch(uint64_t no, uint64_t tag, uint64_t* theirs, int only = -1) const override;
+  bool announced(int member, uint64_t no, uint64_t* tag) const override;
+  uint64_t lastCall(int member) const override;
+  void publishUnchecked(uint64_t from) const override;
+  uint64_t checkedThrough(int member) const override;
+  bool closed(int member) const override;
   void markFailed(const std::string& why, Errc code) const override;
 
   // The text a peer published, printable and bounded, or "" if it has not failed.
@@ -64,5 +69,8 @@ class World final : public transport::SharedStage {
 };
 
 static_assert(transport::SharedStage::kCounters == kCounters, "the segment holds the stage's counters");
+static_assert(transport::SharedStage::kHistory == kHistory && transport::SharedStage::kCells == kCells &&
+                  transport::SharedStage::kCellBytes == kCellBytes,
+              "the segment holds the stage's history and cells");
 
 }  // namespace hora::shm
