@@ -6,7 +6,12 @@
 //   kill   SIGKILL;
 //   stop   SIGSTOP, and SIGCONT once every other rank has failed (the others time out);
 //   pause  SIGSTOP, then SIGCONT after --pause-ms: well within the timeout, so the others
-//          should not notice, but if they do, it counts as a stop (nothing is asserted about time).
+//          should not notice, but if they do, it counts as a stop (nothing is asserted about time);
+//   cut    (--hosts only) takes one host's cable out: every rank must fail, naming a rank on the
+//          far side of the cut (on the cut host for the others, on another host for its own);
+//          then the cable is put back, every rank leaves and new ones start.
+// With --hosts HxR the ranks run on H hosts of R ranks each, network namespaces this process
+// makes (hora_soak_hosts.cc) and removes at the end; rank 0 hosts the rendezvous (HORA_ROOT).
 // Every other rank (a survivor) must then fail, by the library's own detection, with a text
 // that names the culprit as the library promises: "rank R (host, pid P)", R its rank in the
 // communicator of the call. A survivor whose round ended before it noticed gets more rounds
@@ -22,14 +27,15 @@
 //                 "wrong TEXT" (before done/fail, the first wrong result), "shrunk RANK SIZE"
 // A rank's log (stderr) goes to the dump directory, beside the flight recorder's dumps.
 #include <fcntl.h>
-#include <getopt.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -43,6 +49,7 @@
 
 #include "hora.h"
 #include "hora_soak.h"
+#include "hora_soak_chaos.h"
 
 extern char** environ;
 
@@ -50,95 +57,6 @@ namespace hora_soak {
 namespace {
 
 const char* kProgram = "hora-soak";
-
-struct ChaosOptions {
-  int ranks = 4;             // -n
-  uint64_t rounds = 0;       // -r; 0: none
-  double seconds = 0;        // -t; neither: -r 40
-  uint64_t seed = 1;         // -s
-  bool shrink = false;       // --shrink
-  uint64_t calls = 8;        // -c: calls per round
-  size_t maxBytes = 64 << 10;  // -e
-  long timeoutMs = 4000;     // --timeout-ms: HORA_TIMEOUT_MS of the ranks
-  long pauseMs = 100;        // --pause-ms
-  bool verbose = false;      // -v: one line per round and fault
-};
-
-void usage(FILE* out) {
-  std::fprintf(out,
-      "usage: %s --chaos [options]\n"
-      "  -n, --ranks <n>         ranks, one process each, started by hora-soak itself (default 4, at least 2)\n"
-      "  -r, --rounds <n>        rounds of calls (default 40 when -t is not given)\n"
-      "  -t, --time <seconds>    run for this long (with -r: whichever comes first)\n"
-      "  -s, --seed <n>          the seed of the calls, their data and the faults (default 1)\n"
-      "  -c, --calls <n>         calls per round (default 8)\n"
-      "  -e, --maxbytes <size>   the largest buffer of one rank in one call, bytes (default 65536)\n"
-      "      --shrink            after a fault the survivors shrink the communicator and go on;\n"
-      "                          without it every rank leaves and new ones start\n"
-      "      --timeout-ms <ms>   HORA_TIMEOUT_MS of the ranks: how long a stopped rank takes to be\n"
-      "                          noticed (default 4000)\n"
-      "      --pause-ms <ms>     how long a pause (SIGSTOP, then SIGCONT) lasts (default 100)\n"
-      "  -v, --verbose           a line per round and per fault\n"
-      "The ranks' logs and flight-recorder dumps go to HORA_DUMP_DIR (default: a new directory in\n"
-      "TMPDIR, printed). Exit status: 0 when every survivor's error named the culprit, no call failed\n"
-      "without a fault and no result was wrong; 1 otherwise; 2 on bad usage.\n",
-      kProgram);
-}
-
-[[noreturn]] void badUsage(const std::string& what) {
-  std::fprintf(stderr, "%s: %s\n", kProgram, what.c_str());
-  usage(stderr);
-  std::exit(2);
-}
-
-uint64_t number(const char* text, uint64_t lo, uint64_t hi, const char* name) {
-  uint64_t v = 0;
-  if (!parseUnsigned(text, lo, hi, &v)) badUsage(std::string("bad value for ") + name + " '" + text + "'");
-  return v;
-}
-
-ChaosOptions parseChaos(int argc, char** argv) {
-  ChaosOptions o;
-  enum { kChaos = 256, kShrink, kTimeout, kPause };
-  static const option longOpts[] = {
-      {"chaos", no_argument, nullptr, kChaos},        {"ranks", required_argument, nullptr, 'n'},
-      {"rounds", required_argument, nullptr, 'r'},    {"time", required_argument, nullptr, 't'},
-      {"seed", required_argument, nullptr, 's'},      {"calls", required_argument, nullptr, 'c'},
-      {"maxbytes", required_argument, nullptr, 'e'},  {"shrink", no_argument, nullptr, kShrink},
-      {"timeout-ms", required_argument, nullptr, kTimeout}, {"pause-ms", required_argument, nullptr, kPause},
-      {"verbose", no_argument, nullptr, 'v'},         {"help", no_argument, nullptr, 'h'},
-      {nullptr, 0, nullptr, 0}};
-  opterr = 0;
-  int c;
-  while ((c = getopt_long(argc, argv, ":n:r:t:s:c:e:vh", longOpts, nullptr)) != -1) {
-    switch (c) {
-      case kChaos: break;
-      case 'n': o.ranks = static_cast<int>(number(optarg, 2, 64, "-n")); break;
-      case 'r': o.rounds = number(optarg, 1, UINT64_MAX, "-r"); break;
-      case 't': {
-        char* end = nullptr;
-        o.seconds = std::strtod(optarg, &end);
-        if (end == optarg || *end || !(o.seconds > 0) || o.seconds > 1e9) badUsage(std::string("bad value for -t '") + optarg + "'");
-        break;
-      }
-      case 's': o.seed = number(optarg, 0, UINT64_MAX, "-s"); break;
-      case 'c': o.calls = number(optarg, 1, 100000, "-c"); break;
-      case 'e': o.maxBytes = number(optarg, 0, uint64_t{1} << 30, "-e"); break;
-      case kShrink: o.shrink = true; break;
-      case kTimeout: o.timeoutMs = static_cast<long>(number(optarg, 100, 3600000, "--timeout-ms")); break;
-      case kPause: o.pauseMs = static_cast<long>(number(optarg, 0, 3600000, "--pause-ms")); break;
-      case 'v': o.verbose = true; break;
-      case 'h': usage(stdout); std::exit(0);
-      default: {
-        std::string name = optopt > 0 && optopt < 128 ? std::string("-") + static_cast<char>(optopt) : argv[optind - 1];
-        badUsage((c == ':' ? "option needs a value: " : "unknown option ") + name);
-      }
-    }
-  }
-  if (optind < argc) badUsage(std::string("unexpected argument '") + argv[optind] + "'");
-  if (o.rounds == 0 && o.seconds == 0) o.rounds = 40;
-  return o;
-}
 
 // splitmix64, as hora_soak.cc's: the faults drawn from the seed.
 struct Rng {
@@ -153,112 +71,13 @@ struct Rng {
   uint64_t below(uint64_t n) { return n ? next() % n : 0; }
 };
 
-std::string oneLine(std::string s) {
-  for (char& ch : s)
-    if (ch == '\n' || ch == '\r') ch = ' ';
-  return s;
-}
-
-bool writeLine(int fd, const std::string& line) {
-  std::string s = line + "\n";
-  size_t off = 0;
-  while (off < s.size()) {
-    ssize_t w = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    off += static_cast<size_t>(w);
-  }
-  return true;
-}
-
-// A line from fd (buffered in buf), waiting until deadline. False on EOF, error or time out.
-bool readLine(int fd, std::string& buf, std::string* line, std::chrono::steady_clock::time_point deadline) {
-  for (;;) {
-    const size_t nl = buf.find('\n');
-    if (nl != std::string::npos) {
-      *line = buf.substr(0, nl);
-      buf.erase(0, nl + 1);
-      return true;
-    }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-    if (left <= 0) return false;
-    pollfd p{fd, POLLIN, 0};
-    const int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
-    if (r < 0 && errno != EINTR) return false;
-    if (r <= 0) continue;
-    char chunk[4096];
-    const ssize_t n = ::read(fd, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    buf.append(chunk, static_cast<size_t>(n));
-  }
-}
-
-// ---- a rank ------------------------------------------------------------------------
-
-int rankMain() {
-  const int fd = 3;
-  horaComm_t comm = nullptr;
-  if (horaCommInitFromEnv(&comm) != horaSuccess) {
-    writeLine(fd, std::string("initfail ") + oneLine(horaGetLastError(nullptr)));
-    return 1;
-  }
-  int rank = -1;
-  horaCommUserRank(comm, &rank);
-  char host[256] = "";
-  gethostname(host, sizeof host - 1);
-  writeLine(fd, "ready " + std::to_string(rank) + " " + std::to_string(getpid()) + " " + host);
-  std::string buf, line;
-  bool failed = false;
-  const auto forever = std::chrono::steady_clock::now() + std::chrono::hours(24 * 365);
-  while (readLine(fd, buf, &line, forever)) {
-    std::istringstream in(line);
-    std::string verb;
-    in >> verb;
-    if (verb == "round") {
-      uint64_t first = 0, calls = 0, seed = 0;
-      size_t maxBytes = 0;
-      in >> first >> calls >> seed >> maxBytes;
-      const Round r = soakRound(comm, seed, first, calls, maxBytes);
-      if (!r.firstWrong.empty()) writeLine(fd, "wrong " + oneLine(r.firstWrong));
-      if (r.error == horaSuccess) {
-        writeLine(fd, "done " + std::to_string(r.calls) + " " + std::to_string(r.wrongResults));
-      } else {
-        failed = true;
-        writeLine(fd, "fail " + std::to_string(r.calls) + " " + std::to_string(r.wrongResults) + " " +
-                          std::to_string(static_cast<int>(r.error)) + " " + oneLine(r.errorCall + ": " + r.errorText));
-      }
-    } else if (verb == "shrink") {
-      int culprit = -1;
-      in >> culprit;
-      horaComm_t child = nullptr;
-      horaResult_t res = horaCommShrink(comm, &culprit, 1, &child, nullptr, HORA_SHRINK_ABORT);
-      if (res != horaSuccess) {
-        writeLine(fd, "fail 0 0 " + std::to_string(static_cast<int>(res)) + " horaCommShrink: " + oneLine(horaGetLastError(comm)));
-        continue;
-      }
-      horaCommAbort(comm);  // the failed parent
-      comm = child;
-      failed = false;
-      int size = 0;
-      horaCommUserRank(comm, &rank);
-      horaCommCount(comm, &size);
-      writeLine(fd, "shrunk " + std::to_string(rank) + " " + std::to_string(size));
-    } else {  // exit, or anything else
-      break;
-    }
-  }
-  if (failed) horaCommAbort(comm);
-  else horaCommDestroy(comm);
-  return 0;
-}
-
 // ---- the controller ----------------------------------------------------------------
 
 struct Member {
   pid_t pid = -1;
   int fd = -1;
   int rank = -1;          // in the current communicator
+  int hostNo = 0;         // with --hosts: which of them it runs on
   std::string host;
   std::string log;        // its stderr
   std::string buf;
@@ -266,20 +85,21 @@ struct Member {
   bool failed = false;    // reported a failed call since the last fault
 };
 
-enum class Fault { None, Kill, Stop, Pause };
+enum class Fault { None, Kill, Stop, Pause, Cut };
 const char* faultName(Fault f) {
   switch (f) {
     case Fault::Kill: return "kill";
     case Fault::Stop: return "stop";
     case Fault::Pause: return "pause";
+    case Fault::Cut: return "cut";
     default: return "none";
   }
 }
 
 class Chaos {
  public:
-  Chaos(const ChaosOptions& o, std::string self, std::string dumpDir)
-      : o_(o), self_(std::move(self)), dumpDir_(std::move(dumpDir)), rng_(o.seed) {}
+  Chaos(const ChaosOptions& o, std::string self, std::string dumpDir, Hosts* hosts)
+      : o_(o), self_(std::move(self)), dumpDir_(std::move(dumpDir)), rng_(o.seed), hosts_(hosts) {}
   int run();
 
  private:
@@ -287,6 +107,9 @@ class Chaos {
   void endRanks();
   bool sendRound(const std::vector<Member*>& to);
   bool collect(Member& m, bool survivor, Fault fault, const Member* culprit);
+  bool names(const Member& m, const std::string& text, Fault fault, const Member* culprit, std::string* want) const;
+  std::string rendezvous(std::string* root);
+  int drawCut();
   bool shrink(Member& culprit);
   std::chrono::steady_clock::time_point guard() const {
     return std::chrono::steady_clock::now() + std::chrono::milliseconds(4 * o_.timeoutMs) + std::chrono::seconds(120);
@@ -316,24 +139,50 @@ class Chaos {
   ChaosOptions o_;
   std::string self_, dumpDir_;
   Rng rng_;
+  Hosts* hosts_;      // --hosts: where the ranks run (null: here)
+  int cutHost_ = -1;  // the host whose cable is out (a cut's round)
+  std::string secret_;  // --hosts: the rendezvous' secret (HORA_SECRET)
   std::vector<Member> members_;
   uint64_t comms_ = 0, rounds_ = 0, nextCall_ = 0, calls_ = 0, wrong_ = 0;
-  uint64_t faults_ = 0, kills_ = 0, stops_ = 0, pauses_ = 0, pausesNoticed_ = 0, shrinks_ = 0;
+  uint64_t faults_ = 0, kills_ = 0, stops_ = 0, pauses_ = 0, pausesNoticed_ = 0, cuts_ = 0, shrinks_ = 0;
   uint64_t errors_ = 0, named_ = 0, problems_ = 0;
 };
 
-// Starts o_.ranks new ranks (a new communicator, its rendezvous in this process).
-bool Chaos::startRanks() {
+// The rendezvous of a new communicator: in this process (HORA_ID, returned), or with --hosts
+// at rank 0 on host 0 (HORA_ROOT and HORA_SECRET in *root, a port of its own per communicator).
+std::string Chaos::rendezvous(std::string* root) {
+  if (hosts_) {
+    if (secret_.empty()) {
+      unsigned char bytes[32] = {};
+      const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+      const bool got = fd >= 0 && ::read(fd, bytes, sizeof bytes) == static_cast<ssize_t>(sizeof bytes);
+      if (fd >= 0) ::close(fd);
+      if (!got) return "";
+      static const char kDigits[] = "0123456789abcdef";
+      for (unsigned char b : bytes) secret_ += kDigits[b >> 4], secret_ += kDigits[b & 0xf];
+    }
+    *root = hosts_->address(0) + ":" + std::to_string(29500 + comms_ % 1000);
+    return secret_;
+  }
   horaUniqueId id;
   std::memset(&id, 0, sizeof id);
-  if (horaGetUniqueId(&id) != horaSuccess) {
-    problem(std::string("horaGetUniqueId: ") + horaGetLastError(nullptr));
-    return false;
-  }
+  if (horaGetUniqueId(&id) != horaSuccess) return "";
   static const char kDigits[] = "0123456789abcdef";
   std::string hex;
   for (char ch : id.internal) hex += kDigits[static_cast<unsigned char>(ch) >> 4], hex += kDigits[ch & 0xf];
+  return hex;
+}
+
+// Starts o_.ranks new ranks (a new communicator, its rendezvous in this process, or at rank 0
+// with --hosts).
+bool Chaos::startRanks() {
   ++comms_;
+  std::string root;
+  const std::string key = rendezvous(&root);  // HORA_ID, or (--hosts) HORA_SECRET
+  if (key.empty()) {
+    problem(hosts_ ? std::string("no secret from /dev/urandom") : std::string("horaGetUniqueId: ") + horaGetLastError(nullptr));
+    return false;
+  }
   members_.assign(static_cast<size_t>(o_.ranks), Member{});
   for (int r = 0; r < o_.ranks; ++r) {
     // Everything the child needs is made before fork: the parent has threads (the rendezvous).
@@ -341,12 +190,17 @@ bool Chaos::startRanks() {
     for (char** e = environ; *e; ++e) {
       const std::string v = *e;
       if (v.rfind("HORA_RANK=", 0) && v.rfind("HORA_SIZE=", 0) && v.rfind("HORA_ID=", 0) && v.rfind("HORA_ROOT=", 0) &&
-          v.rfind("HORA_TIMEOUT_MS=", 0) && v.rfind("HORA_DUMP_DIR=", 0))
+          v.rfind("HORA_SECRET", 0) && v.rfind("HORA_TIMEOUT_MS=", 0) && v.rfind("HORA_DUMP_DIR=", 0))
         env.push_back(v);
     }
     env.push_back("HORA_RANK=" + std::to_string(r));
     env.push_back("HORA_SIZE=" + std::to_string(o_.ranks));
-    env.push_back("HORA_ID=" + hex);
+    if (hosts_) {
+      env.push_back("HORA_ROOT=" + root);
+      env.push_back("HORA_SECRET=" + key);
+    } else {
+      env.push_back("HORA_ID=" + key);
+    }
     env.push_back("HORA_TIMEOUT_MS=" + std::to_string(o_.timeoutMs));
     env.push_back("HORA_DUMP_DIR=" + dumpDir_);
     std::vector<char*> envp;
@@ -356,13 +210,18 @@ bool Chaos::startRanks() {
     char* argv[] = {self_.data(), arg1.data(), nullptr};
     const std::string log = dumpDir_ + "/rank-log." + std::to_string(comms_) + "." + std::to_string(r);
     const int logFd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int hostNo = hosts_ ? r / (o_.ranks / hosts_->count()) : 0;
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
       problem(std::string("socketpair: ") + std::strerror(errno));
       return false;
     }
+    const pid_t self = ::getpid();
     const pid_t pid = ::fork();
     if (pid == 0) {
+      // A rank dies with this process (stopped ranks included), whatever ends it.
+      if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != self) ::_exit(125);
+      if (hosts_ && !hosts_->enter(hostNo)) ::_exit(126);  // first: its namespace's descriptor may be 3
       ::dup2(sv[1], 3);  // dup2 clears close-on-exec on the copy
       if (logFd >= 0) ::dup2(logFd, 2);
       ::execve(argv[0], argv, envp.data());
@@ -374,6 +233,7 @@ bool Chaos::startRanks() {
     m.fd = sv[0];
     m.pid = pid;
     m.rank = r;
+    m.hostNo = hostNo;
     m.log = log;
     if (pid < 0) {
       problem(std::string("fork: ") + std::strerror(errno));
@@ -474,20 +334,52 @@ bool Chaos::collect(Member& m, bool survivor, Fault fault, const Member* culprit
   m.failed = true;
   if (!survivor) return true;  // the culprit itself, resumed: whatever it says
   ++errors_;
-  if (fault == Fault::None || !culprit) {
+  if (fault == Fault::None || (!culprit && fault != Fault::Cut)) {
     problem(name(m) + ": a call failed without a fault: " + horaGetErrorString(static_cast<horaResult_t>(code)) + ":" + text);
     return true;
   }
-  if (text.find(name(*culprit)) != std::string::npos) {
+  std::string want;
+  if (names(m, text, fault, culprit, &want)) {
     ++named_;
   } else {
-    problem(name(m) + "'s error does not name the culprit " + name(*culprit) + " (" + faultName(fault) + "): " +
+    problem(name(m) + "'s error does not name " + want + " (" + faultName(fault) + "): " +
             horaGetErrorString(static_cast<horaResult_t>(code)) + ":" + text);
   }
   if (o_.verbose)
     std::printf("%s: chaos:   %s: %s:%s\n", kProgram, name(m).c_str(), horaGetErrorString(static_cast<horaResult_t>(code)),
                 text.c_str());
   return true;
+}
+
+// Whether a survivor's error text names the culprit: the rank that was killed or stopped, or
+// for a cut a rank on the far side of it (on the cut host, or for a rank of that host on
+// another). *want says whom it should have named.
+bool Chaos::names(const Member& m, const std::string& text, Fault fault, const Member* culprit, std::string* want) const {
+  if (fault != Fault::Cut) {
+    *want = "the culprit " + name(*culprit);
+    return text.find(name(*culprit)) != std::string::npos;
+  }
+  const bool onCut = m.hostNo == cutHost_;
+  *want = std::string("a rank ") + (onCut ? "on another host than" : "on") + " host " + std::to_string(cutHost_) +
+          " (its cable out), as";
+  bool any = false;
+  for (const Member& p : members_) {
+    if (!p.inComm || &p == &m || (p.hostNo == cutHost_) == onCut) continue;
+    *want += std::string(any ? "," : "") + " " + name(p);
+    any = true;
+    if (text.find(name(p)) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// A host to cut off: one with ranks of the communicator, while another host has some too; -1
+// when they are all on one host (after shrinks).
+int Chaos::drawCut() {
+  std::vector<int> with;
+  for (const Member& m : members_)
+    if (m.inComm && std::find(with.begin(), with.end(), m.hostNo) == with.end()) with.push_back(m.hostNo);
+  if (with.size() < 2) return -1;
+  return with[rng_.below(with.size())];
 }
 
 // The survivors shrink the culprit away.
@@ -532,9 +424,12 @@ int Chaos::run() {
     if (o_.rounds && rounds_ >= o_.rounds) return false;
     return o_.seconds <= 0 || std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < o_.seconds;
   };
-  std::printf("%s: chaos: %d ranks, seed %" PRIu64 ", %" PRIu64 " calls a round, buffers up to %zu bytes, HORA_TIMEOUT_MS=%ld, %s; "
+  const std::string where = hosts_ ? " on " + std::to_string(hosts_->count()) + " hosts (network namespaces " +
+                                         hosts_->name(0) + ".." + hosts_->name(hosts_->count() - 1) + ")"
+                                   : std::string();
+  std::printf("%s: chaos: %d ranks%s, seed %" PRIu64 ", %" PRIu64 " calls a round, buffers up to %zu bytes, HORA_TIMEOUT_MS=%ld, %s; "
               "logs and dumps in %s\n",
-              kProgram, o_.ranks, o_.seed, o_.calls, o_.maxBytes, o_.timeoutMs,
+              kProgram, o_.ranks, where.c_str(), o_.seed, o_.calls, o_.maxBytes, o_.timeoutMs,
               o_.shrink ? "survivors shrink" : "new ranks after each fault", dumpDir_.c_str());
   std::fflush(stdout);
   bool alive = startRanks();
@@ -542,19 +437,27 @@ int Chaos::run() {
     std::vector<Member*> in;
     for (Member& m : members_)
       if (m.inComm) in.push_back(&m);
-    // The fault of this round: none in half of them.
+    // The fault of this round: none in half of them (with --hosts, a cut in a quarter).
     const uint64_t draw = rng_.below(20);
     Fault fault = draw < 10 ? Fault::None : draw < 14 ? Fault::Kill : draw < 17 ? Fault::Stop : Fault::Pause;
-    Member* culprit = fault == Fault::None ? nullptr : in[rng_.below(in.size())];
+    if (hosts_)
+      fault = draw < 8 ? Fault::None : draw < 11 ? Fault::Kill : draw < 13 ? Fault::Stop : draw < 15 ? Fault::Pause : Fault::Cut;
+    if (fault == Fault::Cut && (cutHost_ = drawCut()) < 0) fault = Fault::Kill;  // the ranks are on one host
+    Member* culprit = fault == Fault::None || fault == Fault::Cut ? nullptr : in[rng_.below(in.size())];
     const long delayMs = static_cast<long>(rng_.below(30));
     if (!sendRound(in)) problem("a rank's socket closed");
-    if (culprit) {
+    if (fault != Fault::None) {
       std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
       ++faults_;
       if (o_.verbose)
         std::printf("%s: chaos: round %" PRIu64 ": %s %s after %ld ms\n", kProgram, rounds_, faultName(fault),
-                    name(*culprit).c_str(), delayMs);
+                    culprit ? name(*culprit).c_str() : ("host " + std::to_string(cutHost_) + "'s cable").c_str(), delayMs);
+      std::string why;
       switch (fault) {
+        case Fault::Cut:
+          ++cuts_;
+          if (!hosts_->link(cutHost_, false, &why)) problem(why);
+          break;
         case Fault::Kill: ++kills_, ::kill(culprit->pid, SIGKILL); break;
         case Fault::Stop: ++stops_, ::kill(culprit->pid, SIGSTOP); break;
         case Fault::Pause:
@@ -573,7 +476,7 @@ int Chaos::run() {
     for (Member* m : in)
       if (m != culprit || fault == Fault::Pause) alive = collect(*m, m != culprit, fault, culprit) && alive;
     if (!alive) break;
-    if (!culprit) continue;
+    if (fault == Fault::None) continue;
     bool noticed = fault != Fault::Pause;
     for (Member* m : in) noticed = noticed || m->failed;
     if (!noticed) continue;  // a pause that went unnoticed: every call right, nothing to name
@@ -588,7 +491,16 @@ int Chaos::run() {
       for (Member* m : unaware) alive = collect(*m, true, fault, culprit) && alive;
     }
     for (Member* m : in)
-      if (m != culprit && !m->failed) problem(name(*m) + " never noticed the " + faultName(fault) + " of " + name(*culprit));
+      if (m != culprit && !m->failed)
+        problem(name(*m) + " never noticed the " + faultName(fault) + " of " +
+                (culprit ? name(*culprit) : "host " + std::to_string(cutHost_) + "'s cable"));
+    if (fault == Fault::Cut) {  // the cable back in, and new ranks: every rank has failed
+      std::string why;
+      if (!hosts_->link(cutHost_, true, &why)) problem(why);
+      endRanks();
+      if (more()) alive = startRanks();
+      continue;
+    }
     // The culprit: reaped, or resumed to say what its own calls did, then told to leave.
     if (fault == Fault::Kill) {
       int status = 0;
@@ -613,13 +525,16 @@ int Chaos::run() {
   endRanks();
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const bool ok = problems_ == 0 && wrong_ == 0 && named_ == errors_;
+  const std::string cuts = hosts_ ? ", " + std::to_string(cuts_) + " link cuts" : std::string();
   std::printf("%s: chaos: %" PRIu64 " rounds in %.1f s, %" PRIu64 " communicators, %" PRIu64 " shrinks, %" PRIu64
-              " faults injected (%" PRIu64 " kills, %" PRIu64 " stops, %" PRIu64 " pauses, %" PRIu64 " of them noticed), %" PRIu64
+              " faults injected (%" PRIu64 " kills, %" PRIu64 " stops, %" PRIu64 " pauses, %" PRIu64 " of them noticed%s), %" PRIu64
               " errors seen, %" PRIu64 " naming the culprit, %" PRIu64 " calls checked, %" PRIu64 " wrong results: %s\n",
-              kProgram, rounds_, took, comms_, shrinks_, faults_, kills_, stops_, pauses_, pausesNoticed_, errors_, named_,
-              calls_, wrong_, ok ? "PASSED" : "FAILED");
-  std::printf("%s: replay: %s --chaos -n %d -s %" PRIu64 " -r %" PRIu64 " -c %" PRIu64 " -e %zu%s (the faults land where timing puts them)\n",
-              kProgram, kProgram, o_.ranks, o_.seed, rounds_, o_.calls, o_.maxBytes, o_.shrink ? " --shrink" : "");
+              kProgram, rounds_, took, comms_, shrinks_, faults_, kills_, stops_, pauses_, pausesNoticed_, cuts.c_str(), errors_,
+              named_, calls_, wrong_, ok ? "PASSED" : "FAILED");
+  const std::string ranks = hosts_ ? "--hosts " + std::to_string(hosts_->count()) + "x" + std::to_string(o_.ranks / hosts_->count())
+                                   : "-n " + std::to_string(o_.ranks);
+  std::printf("%s: replay: %s --chaos %s -s %" PRIu64 " -r %" PRIu64 " -c %" PRIu64 " -e %zu%s (the faults land where timing puts them)\n",
+              kProgram, kProgram, ranks.c_str(), o_.seed, rounds_, o_.calls, o_.maxBytes, o_.shrink ? " --shrink" : "");
   std::fflush(stdout);
   return ok ? 0 : 1;
 }
@@ -651,7 +566,17 @@ int chaosMain(int argc, char** argv) {
     }
     dir = pattern;
   }
-  Chaos chaos(o, self, dir);
+  Hosts hosts;
+  if (o.hosts) {
+    std::string why;
+    const Hosts::Made made = hosts.make(o.hosts, &why);
+    if (made != Hosts::Made::Yes) {
+      std::fprintf(stderr, "%s: --chaos --hosts: %s%s\n", kProgram,
+                   made == Hosts::Made::Cannot ? "skipped: cannot make network namespaces here: " : "", why.c_str());
+      return made == Hosts::Made::Cannot ? 77 : 1;
+    }
+  }
+  Chaos chaos(o, self, dir, o.hosts ? &hosts : nullptr);
   return chaos.run();
 }
 

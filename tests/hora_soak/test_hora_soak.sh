@@ -10,6 +10,11 @@
 #                   new ranks after each fault; every survivor's error names the culprit, 0 wrong
 # chaos-shrink      the same on 5 ranks with --shrink, 24 rounds from seed 2: the survivors
 #                   shrink the communicator and go on
+# chaos-hosts       --chaos --hosts 2x1 (two network namespaces of one rank each, made by
+#                   hora-soak; root only, else a visible skip), 10 rounds from seed 2: a kill, a
+#                   link cut and a stop come first; every survivor names the culprit (for a cut,
+#                   the rank across it), and no namespace is left behind, also when the soak is
+#                   ended by SIGTERM
 # (the seeds fix which faults are drawn, not when they land: nothing here depends on timing)
 set -u
 soak=$1
@@ -81,6 +86,45 @@ case $case_name in
     if [ "$case_name" = chaos-shrink ]; then
       echo "$summary" | grep -q ' 0 shrinks' && fail "no shrink"
     fi
+    ;;
+  chaos-hosts)
+    dumps=$(mktemp -d)
+    trap 'rm -f "$out"; rm -rf "$dumps"' EXIT
+    command -v ip >/dev/null || { echo "SKIP: no 'ip' (iproute2): --hosts makes network namespaces with it"; exit 77; }
+    status=0
+    HORA_DUMP_DIR=$dumps "$soak" --chaos --hosts 2x1 -r 10 -s 2 --timeout-ms 3000 >"$out" 2>&1 || status=$?
+    if [ $status -eq 77 ]; then
+      echo "SKIP: $(grep 'skipped' "$out")"
+      exit 77
+    fi
+    prefix=$(sed -n 's/.*(network namespaces \([a-z0-9]*\)h0\.\..*/\1/p' "$out" | head -1)
+    [ -n "$prefix" ] || fail "the first line does not name the namespaces"
+    ! ip netns list | grep -q "^$prefix" || fail "namespaces left behind: $(ip netns list | grep "^$prefix")"
+    [ $status -eq 0 ] || fail "exit status $status"
+    summary=$(grep 'hora-soak: chaos: [0-9]* rounds' "$out") || fail "no summary line"
+    echo "$summary"
+    echo "$summary" | grep -q ': PASSED$' || fail "not PASSED"
+    echo "$summary" | grep -q ' 0 wrong results' || fail "wrong results"
+    echo "$summary" | grep -q '(0 kills\|, 0 stops\|, 0 link cuts)' && fail "seed 2 draws a kill, a cut and a stop first"
+    errors=$(echo "$summary" | sed -n 's/.* \([0-9]*\) errors seen, \([0-9]*\) naming the culprit.*/\1 \2/p')
+    set -- $errors
+    [ "${1:-0}" -gt 0 ] && [ "$1" = "$2" ] || fail "errors seen and errors naming the culprit differ: $errors"
+    grep -q 'PROBLEM' "$out" && fail "a problem was reported"
+    # Ended by a signal while its ranks run: the namespaces go with it.
+    "$soak" --chaos --hosts 2x1 -t 120 -s 2 --timeout-ms 3000 >"$out" 2>&1 &
+    pid=$!
+    for ((i = 0; i < 300; i++)); do
+      grep -q 'network namespaces' "$out" && break
+      sleep 0.1
+    done
+    prefix=$(sed -n 's/.*(network namespaces \([a-z0-9]*\)h0\.\..*/\1/p' "$out" | head -1)
+    [ -n "$prefix" ] || { kill -9 $pid; fail "the second soak did not start"; }
+    ip netns list | grep -q "^$prefix" || fail "no namespaces while the soak runs"
+    kill -TERM $pid
+    wait $pid
+    status=$?
+    [ $status -eq 143 ] || fail "exit status $status after SIGTERM (128 + 15 expected)"
+    ! ip netns list | grep -q "^$prefix" || fail "namespaces left behind after SIGTERM: $(ip netns list | grep "^$prefix")"
     ;;
   *)
     echo "unknown case $case_name"
