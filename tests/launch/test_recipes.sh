@@ -44,9 +44,20 @@ if command -v mpirun >/dev/null; then
   expect mpirun1 4
   # ssh's stand-in: "agent HOST COMMAND" runs COMMAND in HOST's namespace.
   printf '#!/bin/sh\nh=$1; shift\nexec ip netns exec "$h" /bin/sh -c "$*"\n' >"$MH_OUT/rsh" && chmod +x "$MH_OUT/rsh"
-  timeout 120 ip netns exec "$h0" mpirun --mca plm_rsh_agent "$MH_OUT/rsh" --mca oob_tcp_if_include eth0 \
-    --host "$h0:2,$h1:2" -np 4 -x HORA_ROOT="$a0:29500" -x HORA_SECRET="$secret" "$RANK_BIN" >"$MH_OUT/mpirun2" 2>&1 ||
-    fail "mpirun across hosts: $(tail -5 "$MH_OUT/mpirun2")"
+  # Open MPI's daemon on the far host calls back at once and gives up on the first refusal
+  # ("an inability to create a connection back to mpirun"), which a fresh cable under load can
+  # give: that failure of Open MPI's own start-up is tried again, at most twice.
+  mpirun2() {
+    timeout 120 ip netns exec "$h0" mpirun --mca plm_rsh_agent "$MH_OUT/rsh" --mca oob_tcp_if_include eth0 \
+      --host "$h0:2,$h1:2" -np 4 -x HORA_ROOT="$a0:29500" -x HORA_SECRET="$secret" "$RANK_BIN" >"$MH_OUT/mpirun2" 2>&1
+  }
+  rc=1
+  for ((try = 0; try < 3; try++)); do
+    mpirun2 && rc=0 && break
+    grep -q "create a connection back to mpirun" "$MH_OUT/mpirun2" || break
+    sleep 1
+  done
+  [ "$rc" = 0 ] || fail "mpirun across hosts: $(tail -5 "$MH_OUT/mpirun2")"
   expect mpirun2 4
 else
   echo "SKIP: mpirun recipes (no mpirun; scripts/install-deps.sh installs openmpi-bin)"
