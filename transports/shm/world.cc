@@ -87,6 +87,15 @@ std::string World::arm(int only, Errc* relayed, std::vector<pollfd>& fds) const 
       // A rank that left closes its rings: it will not post again.
       gone = format("%s closed its communicator; while waiting for it in shared memory", peers[p].name.c_str());
     }
+    // It may have failed between the look at its failure and the one at its process or rings
+    // (it says why before it closes or exits): then its account wins after all.
+    if (!gone.empty() && *relayed == Errc::Success) {
+      why = failureOf(p, &code);
+      if (!why.empty()) {
+        gone = why;
+        *relayed = code;
+      }
+    }
   }
   fds.push_back(pollfd{doorbell.get(), POLLIN, 0});
   for (uint32_t p = 0; p < nlocal; ++p)
