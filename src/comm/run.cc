@@ -279,6 +279,17 @@ void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& 
   }
 }
 
+namespace {
+// Throws the account a failed member (any, or `only`) published in the stage, if one did.
+void throwPublished(const transport::SharedStage& st, int only) {
+  std::vector<pollfd> unused;
+  Errc relayed = Errc::Success;
+  const std::string why = st.arm(only, &relayed, unused);
+  st.disarm();
+  if (relayed != Errc::Success) throw PeerFailure(why, relayed);
+}
+}  // namespace
+
 void checkEarlierCalls(horaComm* c) {
   if (c->uncheckedFrom && c->stage) compareEarlierCalls(c);
 }
@@ -304,11 +315,7 @@ void awaitEarlierCalls(horaComm* c, bool everyone) {
         return false;
       }
       // It left before comparing: that is done with, unless it failed (a mismatch it found).
-      std::vector<pollfd> unused;
-      Errc relayed = Errc::Success;
-      const std::string why = st.arm(m, &relayed, unused);
-      st.disarm();
-      if (relayed != Errc::Success) throw PeerFailure(why, relayed);
+      throwPublished(st, m);
     }
     return true;
   };
@@ -338,12 +345,6 @@ void awaitEarlierCalls(horaComm* c, bool everyone) {
       if (!gone.empty() && (relayed != Errc::Success || waitingFor == pred || !st.closed(waitingFor))) {
         st.disarm();
         if (relayed != Errc::Success) throw PeerFailure(gone, relayed);
-        // A rank that failed says so before it closes: read again, in case it did so between
-        // arm()'s look at its failure and at its rings.
-        std::vector<pollfd> unused;
-        const std::string again = st.arm(waitingFor, &relayed, unused);
-        st.disarm();
-        if (relayed != Errc::Success) throw PeerFailure(again, relayed);
         throw Error(Errc::Remote, gone);
       }
       // Announcing rings no doorbell: look again every millisecond.
@@ -357,13 +358,7 @@ void awaitEarlierCalls(horaComm* c, bool everyone) {
     if (e.code() != Errc::Timeout || dynamic_cast<const PeerFailure*>(&e)) throw;  // a relayed cause stands
     // A member that failed says why; the member waited for may be stopped; or it waits itself,
     // for the rank that is, and will say so: held back once, for its account.
-    {
-      std::vector<pollfd> unused;
-      Errc relayed = Errc::Success;
-      const std::string why = st.arm(-1, &relayed, unused);
-      st.disarm();
-      if (relayed != Errc::Success) throw PeerFailure(why, relayed);
-    }
+    throwPublished(st, -1);
     const int rank = st.ranks()[static_cast<size_t>(waitingFor)];
     const std::string stalled = static_cast<size_t>(rank) < c->localProcs.size() && c->localProcs[static_cast<size_t>(rank)]
                                     ? c->localProcs[static_cast<size_t>(rank)].stalled()
@@ -374,11 +369,7 @@ void awaitEarlierCalls(horaComm* c, bool everyone) {
     try {
       while (!done())
         held.idle([&](milliseconds most) {
-          fds.clear();
-          Errc relayed = Errc::Success;
-          const std::string why = st.arm(-1, &relayed, fds);
-          st.disarm();
-          if (relayed != Errc::Success) throw PeerFailure(why, relayed);
+          throwPublished(st, -1);
           (void)::poll(nullptr, 0, static_cast<int>(std::min<milliseconds::rep>(most.count(), 1)));
         });
     } catch (const PeerFailure&) {
