@@ -40,6 +40,12 @@ step() {  # step NAME COMMAND...: runs it and says how long it took
   echo "== $name: $((SECONDS - t0)) s"
 }
 
+mtest() {  # mtest DIR ARGS...: meson test, and on a failure the failed assertions again, last
+  local dir=$1
+  shift
+  meson test -C "$dir" "$@" || { scripts/ci-failures.py "$dir"; return 1; }
+}
+
 build() {  # build DIR SANITIZE TARGETS...
   local dir=$1 san=$2
   shift 2
@@ -54,7 +60,7 @@ for w in "${which[@]}"; do
         tests/test_frame tests/test_handshake tests/test_acceptor tests/test_tcp_connection tests/test_config \
         tests/test_record tests/test_executor tests/test_faults tests/test_fault_matrix tests/test_comm_lifecycle \
         tests/test_streams tests/test_api_args tests/test_transport_contract perf/hora-soak tools/hora-run
-      step "asan tests" meson test -C "$asan_dir" --no-rebuild --print-errorlogs --timeout-multiplier 4 \
+      step "asan tests" mtest "$asan_dir" --no-rebuild --print-errorlogs --timeout-multiplier 4 \
         frame handshake acceptor tcp-connection config record executor \
         fault-matrix fault-matrix-tcp comm-lifecycle streams api-arguments transport-contract \
         'hora-soak chaos-shrink'
@@ -63,7 +69,7 @@ for w in "${which[@]}"; do
       # pipe (sanitizer_common's IsAccessibleMemoryRange), which fails there, so every vptr check
       # in that rank reports an "invalid vptr" ("memory cannot be printed"). A limit of the
       # sanitizer, not a wrong type: the case runs in the normal build.
-      step "asan tests (faults)" meson test -C "$asan_dir" --no-rebuild --print-errorlogs --timeout-multiplier 4 \
+      step "asan tests (faults)" mtest "$asan_dir" --no-rebuild --print-errorlogs --timeout-multiplier 4 \
         faults faults-tcp --test-args "'~a rank that fails during init makes every rank fail at once'"  # meson splits it as a shell would
       ;;
     tsan)
@@ -72,14 +78,14 @@ for w in "${which[@]}"; do
         tests/test_faults tests/test_api_args perf/hora-soak tools/hora-run
       # Of the collectives as threads, all but the sweeps over every count and type (the same
       # code, many more times: half an hour under TSan).
-      step "tsan tests (collectives as threads)" meson test -C "$tsan_dir" --no-rebuild --print-errorlogs \
+      step "tsan tests (collectives as threads)" mtest "$tsan_dir" --no-rebuild --print-errorlogs \
         --timeout-multiplier 8 collectives-threads --test-args '[group],[p2p],[split],[barrier]'
-      step "tsan tests" meson test -C "$tsan_dir" --no-rebuild --print-errorlogs --timeout-multiplier 8 \
+      step "tsan tests" mtest "$tsan_dir" --no-rebuild --print-errorlogs --timeout-multiplier 8 \
         streams comm-lifecycle executor log api-arguments 'hora-soak threads' 'hora-soak chaos'
       # faults, but for the case that stops rank 0 once /proc shows it blocked in its call: under
       # TSan the ranks' timing differs so much that the case's controller waits out its bounds
       # (minutes) instead of catching that moment; it runs in the normal build and under ASan.
-      step "tsan tests (faults)" meson test -C "$tsan_dir" --no-rebuild --print-errorlogs --timeout-multiplier 8 \
+      step "tsan tests (faults)" mtest "$tsan_dir" --no-rebuild --print-errorlogs --timeout-multiplier 8 \
         faults --test-args "'~a same-host peer that failed and exited: its published cause wins over its exit'"
       ;;
     *)

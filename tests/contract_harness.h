@@ -34,14 +34,7 @@ using namespace hora;
 using hora::transport::Connection;
 using hora::transport::Cookie;
 
-
-#if defined(__SANITIZE_THREAD__)
-constexpr int kScale = 6;
-#elif defined(__SANITIZE_ADDRESS__)
-constexpr int kScale = 3;
-#else
-constexpr int kScale = 1;
-#endif
+constexpr int kScale = hora::test::kSanitizerScale;
 
 // How long nothing may move before a wait counts as a hang. Only a broken transport waits
 // this long: every case ends as soon as what it waits for happens.

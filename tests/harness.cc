@@ -41,14 +41,6 @@ bool ProcessResult::ok() const { return WIFEXITED(status) && WEXITSTATUS(status)
 
 namespace {
 
-// Sanitizers slow the ranks down (TSan 5 to 15 times): the guard against hangs waits longer.
-#if defined(__SANITIZE_THREAD__)
-constexpr int kGuardScale = 6;
-#elif defined(__SANITIZE_ADDRESS__)
-constexpr int kGuardScale = 3;
-#else
-constexpr int kGuardScale = 1;
-#endif
 
 // Forks n ranks running fn. With an id, each child gets it at once; without one, the children
 // are forked first and the parent hosts the rendezvous afterwards (horaGetUniqueId starts its
@@ -127,7 +119,7 @@ std::vector<ProcessResult> forkRanks(const horaUniqueId* given, int n, const Raw
     }
     if (!ok) idError = std::string("horaGetUniqueId: ") + horaGetLastError(nullptr);
   }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opts.hangGuardSeconds * kGuardScale);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opts.hangGuardSeconds * kSanitizerScale);
   bool killedAll = false;
   for (;;) {
     bool pending = false;

@@ -22,6 +22,17 @@ struct ProcessResult {
   bool ok() const;
 };
 
+// Sanitizers slow the ranks down (TSan 5 to 15 times, ASan about 3): guards against hangs, and
+// the short timeouts of tests whose ranks must still get through init and their first calls
+// within them, are multiplied by this.
+#if defined(__SANITIZE_THREAD__)
+constexpr int kSanitizerScale = 6;
+#elif defined(__SANITIZE_ADDRESS__)
+constexpr int kSanitizerScale = 3;
+#else
+constexpr int kSanitizerScale = 1;
+#endif
+
 struct ProcessOptions {
   int timeoutMs = 0;           // horaConfig_t.timeoutMs for every rank (0: default)
   int hangGuardSeconds = 120;  // the parent kills children still alive after this (x3 under ASan, x6 under TSan)

@@ -196,7 +196,7 @@ TEST_CASE("a failed communicator closes its sockets when it fails and not when i
 
 TEST_CASE("a silent (SIGSTOPped) peer: the others fail within the timeout", "[faults]") {
   ProcessOptions opts;
-  opts.timeoutMs = 1500;
+  opts.timeoutMs = 1500 * kSanitizerScale;  // init and the first calls get through it under a sanitizer too
   auto results = runProcesses(3, [](horaComm_t comm, int rank, int) -> std::string {
     std::vector<float> buf(1 << 16, 1.0f);
     for (int i = 0; i < 3; ++i)
@@ -222,7 +222,7 @@ TEST_CASE("a silent (SIGSTOPped) peer: the others fail within the timeout", "[fa
 // stopped rank in a large AllReduce gave about 1,100 characters, the call three times over.
 TEST_CASE("a stopped rank in a large AllReduce: the caller's text is short and names it", "[faults]") {
   ProcessOptions opts;
-  opts.timeoutMs = 1500;
+  opts.timeoutMs = 1500 * kSanitizerScale;
   auto* pid1 = static_cast<std::atomic<int>*>(
       mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   REQUIRE(pid1 != MAP_FAILED);
@@ -339,21 +339,42 @@ TEST_CASE("a same-host peer that failed and exited: its published cause wins ove
   std::atomic<int>& go = shared[4];       // rank 0 is stopped: ranks 1 and 2 call
   std::atomic<int>& resumed = shared[5];  // rank 0 has been continued
   std::atomic<int>& returned = shared[6];  // rank 0's call has returned
-  const int timeoutMs = 1500;
-  // Each state is awaited, never a time; the bound only keeps a broken run from hanging here.
+  // Long enough under a sanitizer for init and for the controller to see rank 0 blocked before
+  // rank 0's call times out; rank 0 stays stopped for twice this.
+  const int timeoutMs = 1500 * kSanitizerScale;
+  // Each state is awaited, never a time; the bound only keeps a broken run from hanging here,
+  // and a state that never came ends the controller with what it awaited (never a kill(0)).
   auto await = [](const std::function<bool()>& cond) {
-    for (int i = 0; i < 120000 && !cond(); ++i) usleep(1000);
+    for (int i = 0; i < 120000; ++i) {
+      if (cond()) return true;
+      usleep(1000);
+    }
+    return cond();
   };
+  std::string controlFailed;
+  std::atomic<bool> started{false};
   std::thread control([&] {
-    await([&] { return pids[0].load() != 0 && calling.load(); });
-    await([&] { return procState(pids[0].load()) == 'S'; });  // blocked in its call
-    kill(pids[0].load(), SIGSTOP);
-    go.store(1);
-    await([&] { return pids[1].load() != 0 && (procState(pids[1].load()) == 'Z' || procState(pids[1].load()) == '?'); });
-    usleep(2 * timeoutMs * 1000);  // rank 0's deadline passes while it is stopped
-    kill(pids[0].load(), SIGCONT);
+    started.store(true);
+    if (!await([&] { return pids[0].load() > 0 && calling.load(); })) {
+      controlFailed = "rank 0 never made its call (did its init fail?)";
+    } else if (!await([&] { return procState(pids[0].load()) == 'S'; })) {  // blocked in its call
+      controlFailed = "rank 0 was never seen blocked in its call";
+    } else {
+      kill(pids[0].load(), SIGSTOP);
+      go.store(1);
+      if (!await([&] { return pids[1].load() > 0 && (procState(pids[1].load()) == 'Z' || procState(pids[1].load()) == '?'); }))
+        controlFailed = "rank 1 never exited";
+      usleep(2 * timeoutMs * 1000);  // rank 0's deadline passes while it is stopped
+      kill(pids[0].load(), SIGCONT);
+    }
+    go.store(1);  // whatever happened, nobody waits for the controller any more
     resumed.store(1);
   });
+  // The ranks are forked once the controller runs and allocates nothing more until they are in
+  // their calls: a fork while its thread was starting could copy a lock of ASan's allocator
+  // held (GCC 12's runtime does not take its locks around fork), and the child's first
+  // allocation then waited forever (seen: rank 0 never joined the rendezvous).
+  while (!started.load()) usleep(1000);
   ProcessOptions opts;
   opts.timeoutMs = timeoutMs;
   auto results = runProcesses(3, [&](horaComm_t comm, int rank, int) -> std::string {
@@ -379,6 +400,7 @@ TEST_CASE("a same-host peer that failed and exited: its published cause wins ove
   control.join();
   munmap(shared, 4096);
   INFO(describe(results));
+  CHECK(controlFailed == "");
   for (const auto& r : results) CHECK(r.ok());
 }
 
