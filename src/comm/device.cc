@@ -159,6 +159,10 @@ struct CommState {
     std::mutex mu;                  // streams, reported
     std::vector<void*> streams;     // the CUDA streams kernels were queued on
     bool reported = false;          // the status's failure became the communicator's
+    // Held through a report, from `reported` to the streams' and the communicator's errors: a
+    // stream's synchronisation that finds the watchdog reporting waits for it to finish, so it
+    // never returns success between the two.
+    std::mutex reportMu;
     // The flight recorder's entries of the calls in flight, with the blocks launched up to and
     // including each (the watchdog finishes them as the status counts their blocks).
     std::deque<std::pair<trace::Entry*, uint64_t>> traced;
@@ -619,6 +623,7 @@ Error statusError(const horaComm* c, const CommState& st, const gpu::Status& s) 
 void reportKernels(horaComm* c, CommState& st) {
   CommState::Kernels& k = st.k;
   if (!k.status || !__atomic_load_n(&k.status->code, __ATOMIC_ACQUIRE)) return;
+  std::lock_guard<std::mutex> report(k.reportMu);
   std::vector<void*> streams;
   {
     std::lock_guard<std::mutex> lock(k.mu);
@@ -683,12 +688,13 @@ void settleKernels(horaComm* c, CommState& st) {
   }
   reportKernels(c, st);
   // A kernel cut short by the host (an abort, the communicator's failure): its calls failed.
-  if (__atomic_load_n(&k.status->abort, __ATOMIC_ACQUIRE) && gpu::sumOf(k.status->cut) &&
-      !k.reported) {
+  if (__atomic_load_n(&k.status->abort, __ATOMIC_ACQUIRE) && gpu::sumOf(k.status->cut)) {
     // The streams learn why: the communicator's error.
+    std::lock_guard<std::mutex> report(k.reportMu);
     std::vector<void*> streams;
     {
       std::lock_guard<std::mutex> g(k.mu);
+      if (k.reported) return;
       k.reported = true;
       streams = k.streams;
     }
