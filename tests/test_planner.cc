@@ -174,6 +174,19 @@ TEST_CASE("planner: the other collectives, alone and in a group", "[planner]") {
   CHECK(chosen(a, oneHost(4, s4), true) == "ring");
   a.kind = Kind::Broadcast;
   CHECK(chosen(a, overTcp(4)) == "chain");
+  // On one host a large Broadcast goes through the root's slots, pipelined (stageBroadcast): the
+  // root's data crosses memory once per reader, where the chain moves it twice per hop. At 2
+  // ranks the chain stays for a slot or less (no pipeline to fill), as measured.
+  ShapeOnlyStage s2(2), s8(8);
+  for (size_t bytes : {size_t(4) << 20, size_t(64) << 20}) {
+    a.count = bytes / 4;
+    CHECK(chosen(a, oneHost(2, s2), true) == "flat");
+    CHECK(chosen(a, oneHost(4, s4), true) == "flat");
+    CHECK(chosen(a, oneHost(8, s8), false) == "flat");  // in a group too
+  }
+  a.count = (64 << 10) / 4;
+  CHECK(chosen(a, oneHost(8, s8), true) == "flat");
+  CHECK(chosen(a, oneHost(2, s2), true) == "chain");
   a.kind = Kind::AllToAll;
   CHECK(chosen(a, overTcp(4)) == "pairwise");
   a.kind = Kind::Barrier;

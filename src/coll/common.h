@@ -71,6 +71,7 @@ struct Reducer {
 
 // Per-algorithm builders (ring.cc, chain.cc, p2p.cc).
 void stageAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void stageBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void stageHierAllReduce(const Args& a, const Topo& t, const Plan& p, const Algorithm& inner,
                         const std::vector<int>& team, int teamIndex, core::Scratch& scratch, core::ProgramBuilder& b);
 void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await);

@@ -98,6 +98,42 @@ void stageAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch&,
   }
 }
 
+// A Broadcast larger than a cell, through the root's slots, pipelined by chunk: the root copies
+// chunk s of its buffer into its in-slot s%2 and posts InReady; every other rank copies it from
+// there straight into its result and posts InFree, which frees the slot for chunk s+2. The
+// root's data crosses memory once into the slot and once per reader, against twice per rank
+// along the chain (into the transport's ring and out of it, at every hop), and no rank forwards
+// anything: all readers copy the same chunk at once, while the root fills the next. Every rank
+// waits for every other's InReady of each chunk (the readers post theirs on arrival), so the
+// call check sees every rank's announcement, as the flat call's does.
+void stageBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch&, core::ProgramBuilder& b) {
+  const int r = t.rank;
+  const size_t E = dataTypeSize(a.dtype), N = a.count;
+  if (N == 0) return;
+  const Slots slots{*t.stage, stageSlotBytes(*t.stage)};
+  const size_t C = std::max<size_t>(1, std::min(slots.C, p.chunkBytes) / E);  // elements per chunk
+  const bool root = r == a.root;
+  const kernels::ReduceSpec copy = Reducer{a, t.nranks}.spec(false, false);
+  for (size_t k = 0; k * C < N; ++k) {
+    const Range chunk{k * C, std::min(N, (k + 1) * C)};
+    const uint64_t s = ++*t.stageSeq;
+    int32_t ready;
+    if (root) {
+      // Into the slot and, out of place, into the root's own result in the same pass.
+      core::Action fill = core::reduceAction(slots.in(r, s), at(a.sendbuf, chunk.begin, E), nullptr, chunk.size(), copy);
+      if (a.sendbuf != a.recvbuf) fill.dst2 = at(a.recvbuf, chunk.begin, E);
+      int32_t in = b.local(fill, core::Deps{waitFor(b, kInFree, s)});
+      ready = b.wait(kInReady, s, core::Deps{b.signal(kInReady, s, core::Deps{in})});
+    } else {
+      int32_t all = b.wait(kInReady, s, core::Deps{b.signal(kInReady, s)});
+      ready = b.local(core::reduceAction(at(a.recvbuf, chunk.begin, E), slots.in(a.root, s), nullptr, chunk.size(), copy),
+                      core::Deps{all});
+    }
+    // Read (or, at the root, nothing to read): the other counters follow, for later chunks.
+    for (Counter c : {kInFree, kOutReady, kOutFree}) b.signal(c, s, core::Deps{ready});
+  }
+}
+
 // The hierarchical AllReduce with its phases within the host through the host's shared stage
 // (hier.cc has the phases; this is the same plan with slots for messages). Per chunk of a slot:
 // copy in, post, wait; reduce this rank's slice of the chunk out of the L in-slots into its
@@ -326,6 +362,15 @@ size_t flatLimit(int nranks) {
   return nranks >= 8 ? size_t(16) << 10 : size_t(32) << 10;
 }
 
+// A lone Broadcast above a cell (or a slot) runs as a program, pipelined through the root's
+// slots (stageBroadcast), as one in a group does; a lone one that fits goes through the cells
+// (or a slot) at once.
+bool pipelinedBroadcast(const Args& a, const Topo& t) {
+  const size_t bytes = a.count * dataTypeSize(a.dtype);
+  return a.kind == Kind::Broadcast && a.count > 0 && t.stage &&
+         (bytes > transport::SharedStage::kCellBytes || bytes > stageSlotBytes(*t.stage));
+}
+
 const char* needsStage(const Topo& t) {
   if (!t.stage) return "it needs every rank in one shared stage (the ranks of one host, with shared memory on)";
   if (t.nranks > kernels::kMaxSources) return "it reduces every rank's slot at once, 16 ranks at most";
@@ -343,6 +388,8 @@ class Flat final : public Algorithm {
   const char* unfit(const Args& a, const Topo& t, bool alone) const override {
     if (const char* why = needsStage(t)) return why;
     if (a.kind == Kind::AllReduce) return nullptr;  // as a program, in chunks of a slot
+    // A Broadcast as a program too (stageBroadcast): one above a cell, or any in a group.
+    if (a.kind == Kind::Broadcast && a.count > 0 && (pipelinedBroadcast(a, t) || !alone)) return nullptr;
     // The others run only at once, through one slot, and where they beat the ring or chain.
     if (!alone) return "it runs this collective only as a lone call, not in a group";
     if (a.kind == Kind::Barrier) return nullptr;
@@ -355,6 +402,16 @@ class Flat final : public Algorithm {
   }
   double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
     if (a.kind == Kind::Barrier) return waitUs(c.stage, t, c);
+    if (pipelinedBroadcast(a, t)) {
+      // A step per chunk and one more, each as long as the longer of the root's copy of a chunk
+      // into its slot (a chunk read, a chunk written) and the readers' copies of the chunk
+      // before it out of the slot (a chunk from the stage, a chunk written), which overlap.
+      const double N = static_cast<double>(a.count * dataTypeSize(a.dtype));
+      const double C = std::min(N, static_cast<double>(t.stage ? stageSlotBytes(*t.stage) : N));
+      const double steps = std::ceil(N / std::max(1.0, C)) + 1;
+      const double root = bytesUs(2 * C, c.memoryGBps, t), reader = bytesUs(C, c.stage.gbps, t) + bytesUs(C, c.memoryGBps, t);
+      return c.base("flat") + steps * (waitUs(c.stage, t, c) + c.factor("flat") * std::max(root, reader));
+    }
     const double N = static_cast<double>(flatInput(a, t)), n = t.nranks;
     const bool blocks = a.kind == Kind::ReduceScatter || a.kind == Kind::AllToAll || a.kind == Kind::Scatter;
     const double perRank = blocks ? N / n : N;
@@ -364,11 +421,12 @@ class Flat final : public Algorithm {
            c.factor("flat") * (bytesUs(2 * N + 2 * out, c.memoryGBps, t) + bytesUs(peers, c.stage.gbps, t));
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
-    stageAllReduce(a, t, p, s, b);
+    if (a.kind == Kind::Broadcast) stageBroadcast(a, t, p, s, b);
+    else stageAllReduce(a, t, p, s, b);
   }
   bool runsNow(const Args& a, const Topo& t) const override {
     if (a.kind == Kind::Barrier) return true;
-    return a.count > 0 && flatInput(a, t) <= stageSlotBytes(*t.stage);
+    return a.count > 0 && flatInput(a, t) <= stageSlotBytes(*t.stage) && !pipelinedBroadcast(a, t);
   }
   void runNow(const Args& a, const Topo& t, const AwaitFn& await) const override { stageFlatNow(a, t, await); }
 };
