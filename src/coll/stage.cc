@@ -403,14 +403,16 @@ class Flat final : public Algorithm {
   double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
     if (a.kind == Kind::Barrier) return waitUs(c.stage, t, c);
     if (pipelinedBroadcast(a, t)) {
-      // A step per chunk and one more, each as long as the longer of the root's copy of a chunk
-      // into its slot (a chunk read, a chunk written) and the readers' copies of the chunk
-      // before it out of the slot (a chunk from the stage, a chunk written), which overlap.
+      // A pipeline of two stages: the root's copy of a chunk into its slot (a chunk read, a
+      // chunk written) beside the readers' copies of the chunk before it out of the slot (a
+      // chunk from the stage, a chunk written). The first fill and the last read stand alone;
+      // between them each step takes the longer of the two. A wait per chunk and one more.
       const double N = static_cast<double>(a.count * dataTypeSize(a.dtype));
       const double C = std::min(N, static_cast<double>(t.stage ? stageSlotBytes(*t.stage) : N));
-      const double steps = std::ceil(N / std::max(1.0, C)) + 1;
+      const double chunks = std::ceil(N / std::max(1.0, C));
       const double root = bytesUs(2 * C, c.memoryGBps, t), reader = bytesUs(C, c.stage.gbps, t) + bytesUs(C, c.memoryGBps, t);
-      return c.base("flat") + steps * (waitUs(c.stage, t, c) + c.factor("flat") * std::max(root, reader));
+      return c.base("flat") + (chunks + 1) * waitUs(c.stage, t, c) +
+             c.factor("flat") * (root + reader + (chunks - 1) * std::max(root, reader));
     }
     const double N = static_cast<double>(flatInput(a, t)), n = t.nranks;
     const bool blocks = a.kind == Kind::ReduceScatter || a.kind == Kind::AllToAll || a.kind == Kind::Scatter;
