@@ -447,7 +447,8 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     if (alone && c->stage && coll::algorithm(plans[i].algo).runsNow(adjusted[i], topoOf(c))) atOnce.push_back(i);
   }
   if (!atOnce.empty()) {
-    std::sort(atOnce.begin(), atOnce.end(), [&](size_t x, size_t y) { return calls[x].first->commId < calls[y].first->commId; });
+    if (atOnce.size() > 1)  // (a lone call, the common case, has nothing to sort)
+      std::sort(atOnce.begin(), atOnce.end(), [&](size_t x, size_t y) { return calls[x].first->commId < calls[y].first->commId; });
     // Several ranks of one communicator in this group (one thread driving them, as with
     // horaCommInitAll): each waits for the others, so they run side by side, a thread each.
     bool sameComm = false;
