@@ -388,6 +388,15 @@ std::unordered_set<const void*>& liveComms() {
   static auto* s = new std::unordered_set<const void*>();  // never destroyed: calls may come at exit
   return *s;
 }
+// Bumped (under gLiveMu) whenever a communicator stops being live: a thread's last handle found
+// live stays so until then, without the lock (a shared lock and a hash lookup were about a tenth
+// of a small call's instructions).
+std::atomic<uint64_t> gLiveGeneration{0};
+struct LastLive {
+  const void* comm;
+  uint64_t generation;
+};
+thread_local LastLive tLastLive{nullptr, 0};
 
 }  // namespace
 
@@ -402,12 +411,22 @@ horaComm::~horaComm() {
   magic = kDead;
   std::unique_lock<std::shared_mutex> lock(gLiveMu);
   liveComms().erase(this);
+  gLiveGeneration.fetch_add(1, std::memory_order_acq_rel);
 }
 
 bool horaComm::isLive(const void* p) noexcept {
   if (!p) return false;
-  std::shared_lock<std::shared_mutex> lock(gLiveMu);
-  return liveComms().count(p) != 0;
+  LastLive& last = tLastLive;
+  const uint64_t generation = gLiveGeneration.load(std::memory_order_acquire);
+  if (last.comm == p && last.generation == generation) return true;
+  bool live;
+  {
+    std::shared_lock<std::shared_mutex> lock(gLiveMu);
+    live = liveComms().count(p) != 0;
+  }
+  // Read before the lock: a communicator gone since then has bumped it, so this entry is stale.
+  if (live) last = LastLive{p, generation};
+  return live;
 }
 
 void horaComm::check() const {
