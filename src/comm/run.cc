@@ -167,11 +167,11 @@ bool compareEarlierCalls(horaComm* c) {
 }
 
 // A lone call whose algorithm runs it at once through the shared stage, without a program.
-// Returns false if the call is not one.
+// Returns false if the call is not one (its callers chose it by the algorithm's runsNow).
 bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const coll::Plan& plan,
                core::Executor& executor, trace::Entry* entry) {
   const coll::Algorithm& algo = coll::algorithm(plan.algo);
-  if (!topo.stage || !algo.runsNow(a, topo)) return false;
+  if (!topo.stage) return false;
   ++c->calls;
   c->nextFrameCall();  // numbered as the same call going through messages would be
   HORA_TRACE(log::kColl, "%s: %s by %s, at once through the shared stage", c->describeCall().c_str(),
