@@ -59,6 +59,50 @@ TEST_CASE("results are bit-identical on every rank", "[threads]") {
   }
 }
 
+// A Broadcast moves bytes: every bit pattern of a type arrives as it left, NaNs with their sign
+// and payload included. The narrow floating types are where a copy through a conversion would
+// show (a reduction of one source keeps a NaN but not its bits), in every way a Broadcast runs:
+// through the cells, pipelined through the root's slots (above a cell, and in a group), out of
+// place (the root's own result written in the same pass as its slot) and in place.
+TEST_CASE("a Broadcast moves every bit pattern of the narrow types unchanged", "[threads]") {
+  for (horaDataType_t dtype : {horaFloat8e4m3, horaFloat8e5m2, horaFloat16, horaBfloat16}) {
+    const size_t esize = dtype == horaFloat8e4m3 || dtype == horaFloat8e5m2 ? 1 : 2;
+    for (int n : {2, 3, 5}) {
+      for (size_t bytes : {size_t(4) << 10, size_t(96) << 10, size_t(1) << 20}) {
+        INFO("dtype " << dtype << ", " << n << " ranks, " << bytes << " bytes");
+        const size_t count = bytes / esize;
+        auto failures = runThreads(n, [&](horaComm_t comm, int rank, int nranks) -> std::string {
+          // Every byte value, shifted by the root, so that each call's data differs.
+          auto pattern = [&](int root, size_t i) { return static_cast<uint8_t>((i * 7 + static_cast<size_t>(root)) & 0xff); };
+          std::vector<uint8_t> in(bytes), out(bytes), other(bytes), otherOut(bytes);
+          for (int root = 0; root < nranks; ++root) {
+            for (size_t i = 0; i < bytes; ++i) in[i] = other[i] = rank == root ? pattern(root, i) : 0x55;
+            std::fill(out.begin(), out.end(), 0);
+            if (horaBroadcast(in.data(), out.data(), count, dtype, root, comm, nullptr) != horaSuccess)
+              return std::string("out of place: ") + horaGetLastError(comm);
+            if (horaBroadcast(in.data(), in.data(), count, dtype, root, comm, nullptr) != horaSuccess)
+              return std::string("in place: ") + horaGetLastError(comm);
+            // In a group of two (a program, whatever the size).
+            horaGroupStart();
+            horaBroadcast(other.data(), otherOut.data(), count, dtype, root, comm, nullptr);
+            horaBroadcast(other.data(), other.data(), count, dtype, root, comm, nullptr);
+            if (horaGroupEnd() != horaSuccess) return std::string("group: ") + horaGetLastError(comm);
+            for (size_t i = 0; i < bytes; ++i)
+              if (out[i] != pattern(root, i) || in[i] != pattern(root, i) || otherOut[i] != pattern(root, i) ||
+                  other[i] != pattern(root, i))
+                return "root " + std::to_string(root) + ", byte " + std::to_string(i) + ": want " +
+                       std::to_string(pattern(root, i)) + ", got " + std::to_string(out[i]) + " (out of place), " +
+                       std::to_string(in[i]) + " (in place), " + std::to_string(otherOut[i]) + " and " +
+                       std::to_string(other[i]) + " (in a group)";
+          }
+          return "";
+        });
+        CHECK(joinAll(failures) == "");
+      }
+    }
+  }
+}
+
 TEST_CASE("send/recv: rings, pairs and self inside groups", "[threads][p2p]") {
   for (int n : {1, 2, 3, 8}) {
     auto failures = runThreads(n, [](horaComm_t comm, int rank, int nranks) -> std::string {

@@ -13,8 +13,12 @@ void runOnCpu(const Action& a, const Program& p) {
     kernels::reduce(dsts, ndst, p.srcLists.data() + a.srcList, static_cast<int>(a.nsrcList), a.count, s);
     return;
   }
-  if (!a.src1 && !s.premulFirst && !s.divide && !a.dst2) {
-    if (a.dst != a.src0) memcpy(a.dst, a.src0, a.count * dataTypeSize(s.dtype));
+  // A copy, to one place or two: the bytes as they are (a reduction of one source would pass
+  // the narrow types through their conversions, which keep a NaN but not its bits).
+  if (!a.src1 && !s.premulFirst && !s.divide) {
+    const size_t bytes = a.count * dataTypeSize(s.dtype);
+    if (a.dst != a.src0) memcpy(a.dst, a.src0, bytes);
+    if (a.dst2 && a.dst2 != a.src0) memcpy(a.dst2, a.src0, bytes);
     return;
   }
   const void* srcs[2] = {a.src0, a.src1};

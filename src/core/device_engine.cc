@@ -26,8 +26,11 @@ void DeviceEngine::post(const Action& a, const Program& p, transport::Cookie coo
     const void* pair[2] = {a.src0, a.src1};
     const void* const* srcs = a.nsrcList ? p.srcLists.data() + a.srcList : pair;
     const int nsrc = a.nsrcList ? static_cast<int>(a.nsrcList) : a.src1 ? 2 : 1;
-    if (!a.nsrcList && !a.src1 && !s.premulFirst && !s.divide && !a.dst2) {
-      if (a.dst != a.src0) cuda::copyAsync(a.dst, a.src0, a.count * dataTypeSize(s.dtype), stream_);
+    if (!a.nsrcList && !a.src1 && !s.premulFirst && !s.divide) {
+      // A copy, to one place or two, bit for bit (see runOnCpu).
+      const size_t bytes = a.count * dataTypeSize(s.dtype);
+      if (a.dst != a.src0) cuda::copyAsync(a.dst, a.src0, bytes, stream_);
+      if (a.dst2 && a.dst2 != a.src0) cuda::copyAsync(a.dst2, a.src0, bytes, stream_);
     } else {
       cuda::reduceAsync(dsts, a.dst2 ? 2 : 1, srcs, nsrc, a.count, s, stream_);
     }
