@@ -119,7 +119,8 @@ void stageBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch&,
     const uint64_t s = ++*t.stageSeq;
     int32_t ready;
     if (root) {
-      // Into the slot and, out of place, into the root's own result in the same pass.
+      // Into the slot and, out of place, into the root's own result while the chunk is in cache
+      // (two copies of the bytes: core::runOnCpu).
       core::Action fill = core::reduceAction(slots.in(r, s), at(a.sendbuf, chunk.begin, E), nullptr, chunk.size(), copy);
       if (a.sendbuf != a.recvbuf) fill.dst2 = at(a.recvbuf, chunk.begin, E);
       int32_t in = b.local(fill, core::Deps{waitFor(b, kInFree, s)});
