@@ -158,7 +158,7 @@ Connection::Connection(std::unique_ptr<QueuePairs> qps, const PeerEnd& peer, std
   for (int s = 0; s < kRecvSlots; ++s) postRecvSlot(s);
   for (int i = 1; i < nqps_; ++i)
     for (int k = 0; k < kMaxCts + 4; ++k) postRecvData(i);
-  lastHeard_ = Clock::now();
+  lastHeard_ = lastAcked_ = Clock::now();
 }
 
 Connection::Slabs::~Slabs() {
@@ -313,7 +313,13 @@ bool Connection::startWrites(SendOp& op, const Cts& cts) {
     default: failWire("a malformed CTS: " + why);
   }
   const int k = stripesFor(op.bytes);
-  const uint64_t maxWr = std::min<uint64_t>(dev_->maxMsgBytes() ? dev_->maxMsgBytes() : (uint64_t(1) << 30), uint64_t(1) << 30);
+  // Writes of at most kWriteBytes (more only where a stripe would need over a quarter of its send
+  // queue), so that a live peer acknowledges something every few milliseconds: a silent send
+  // queue with a probe in it then means a dead peer (armWakeup).
+  const uint64_t devMax = std::min<uint64_t>(dev_->maxMsgBytes() ? dev_->maxMsgBytes() : (uint64_t(1) << 30), uint64_t(1) << 30);
+  const uint64_t stripeBytes = (op.bytes + static_cast<size_t>(k) - 1) / static_cast<size_t>(k);
+  const uint64_t perQueue = static_cast<uint64_t>(std::max(1, q_->sqDepth_ / 4));
+  const uint64_t maxWr = std::min<uint64_t>(devMax, std::max<uint64_t>(kWriteBytes, (stripeBytes + perQueue - 1) / perQueue));
   // Room in every send queue for the whole message, or wait.
   int total = 0;
   for (int i = 0; i < k; ++i) {
@@ -559,10 +565,12 @@ void Connection::handle(const ibv_wc& wc) {
       onData(ntohl(wc.imm_data));
       break;
     case kSendSlot:
+      lastAcked_ = Clock::now();
       --sqUsed_[0];
       freeSendSlots_.push_back(static_cast<int>(wrValue(wc.wr_id)));
       break;
     case kWrite: {
+      lastAcked_ = Clock::now();
       --sqUsed_[static_cast<size_t>(qp)];
       SendOp* op = sendAt(wrValue(wc.wr_id));
       if (op && op->ctsSeen && --op->writesLeft == 0) {
@@ -577,7 +585,7 @@ void Connection::handle(const ibv_wc& wc) {
     case kProbe:
       --sqUsed_[0];
       probing_ = false;
-      lastHeard_ = Clock::now();
+      lastHeard_ = lastAcked_ = Clock::now();
       break;
     default: failWire("a completion of unknown origin");
   }
@@ -623,12 +631,14 @@ bool Connection::armWakeup() {
   if (!stash_.empty() || !done_.empty()) return false;
   // Waiting and nothing heard for a while: make sure the peer is still there.
   const Clock::time_point now = Clock::now();
-  // A probe alone in its send queue that neither completes nor fails: the peer's queue pair
-  // neither answers nor is refused (a dead process's queue pair can linger, unanswering, where
-  // the retry count alone would never end).
-  if (probing_ && sqUsed_[0] == 1 && now - probeSince_ >= kProbeDead)
-    fail(Errc::Remote, "%s does not answer: an 8-byte RDMA write to it has not completed in %lld s (its process is "
-         "gone, or its device or the link between went down)", peer_.c_str(),
+  // A probe that neither completes nor fails while nothing else in the send queues completes
+  // either: the peer's queue pair neither answers nor is refused (a dead process's queue pair can
+  // linger, unanswering, where the retry count alone would never end). Writes ahead of the probe
+  // are at most a few MiB each (startWrites), so a live peer acknowledges one well within
+  // kProbeDead.
+  if (probing_ && now - probeSince_ >= kProbeDead && now - lastAcked_ >= kProbeDead)
+    fail(Errc::Remote, "%s does not answer: an 8-byte RDMA write to it has not completed in %lld s, nor anything "
+         "sent before it (its process is gone, or its device or the link between went down)", peer_.c_str(),
          static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(now - probeSince_).count()));
   if (!probing_ && now - lastHeard_ >= kProbeAfter && sqUsed_[0] < q_->sqDepth_) {
     ibv_sge sge{reinterpret_cast<uintptr_t>(sendSlab_.data()) + static_cast<size_t>(kSendSlots) * kSlotBytes, 8,

@@ -25,7 +25,9 @@
 // fails the connection naming the peer. A side that waits without hearing from the peer for
 // kProbeAfter writes 8 bytes into the peer's landing word: a peer whose process died no longer
 // answers, and the write fails within the retry budget (about half a second), or is refused;
-// one that stays unanswered for kProbeDead with nothing ahead of it fails the connection too.
+// one that stays unanswered for kProbeDead while nothing else sent completes either (a large
+// message goes as writes of at most kWriteBytes, so a live peer acknowledges one every few
+// milliseconds) fails the connection too.
 #pragma once
 #include <infiniband/verbs.h>
 
@@ -92,6 +94,7 @@ class Connection final : public transport::Connection {
   static constexpr size_t kMinStripe = size_t(64) << 10;
   static constexpr std::chrono::milliseconds kProbeAfter{1000};
   static constexpr std::chrono::milliseconds kProbeDead{5000};
+  static constexpr size_t kWriteBytes = size_t(8) << 20;  // the largest RDMA write (see startWrites)
 
   // Brings the queue pairs to RTS towards the peer's; posts the receive slots.
   Connection(std::unique_ptr<QueuePairs> qps, const PeerEnd& peer, std::string peerName);
@@ -201,7 +204,9 @@ class Connection final : public transport::Connection {
   unsigned unacked_ = 0;  // completion events not yet acknowledged
   bool armed_ = false;
   bool probing_ = false;
-  std::chrono::steady_clock::time_point lastHeard_, probeSince_;
+  // lastHeard_: the last receive or probe completion; lastAcked_: the last completion of anything
+  // this side sent (the peer's device acknowledged it).
+  std::chrono::steady_clock::time_point lastHeard_, lastAcked_, probeSince_;
   std::chrono::steady_clock::time_point flushUntil_{};
   bool closed_ = false;
   std::string closedReason_;
