@@ -35,27 +35,20 @@ std::vector<Recorder*>& registry() {
   return *all;
 }
 
-constexpr uint64_t kCudaStream = 1, kHostStream = 2, kOnDevice = 4;
+using detail::isP2p;
+using detail::kCudaStream;
+using detail::kHostStream;
+using detail::kOnDevice;
+using detail::packShape;
+using detail::packWho;
+using detail::rootOrPeer;
+using detail::versionOf;
 
-uint64_t packShape(const coll::Args& a, const coll::Plan* p, uint64_t flags, size_t group) {
-  const uint64_t algo = p ? static_cast<uint64_t>(p->algo) + 1 : 0, inner = p ? static_cast<uint64_t>(p->inner) + 1 : 0;
-  return static_cast<uint64_t>(a.kind) | static_cast<uint64_t>(a.dtype) << 8 | static_cast<uint64_t>(a.op) << 16 |
-         algo << 24 | inner << 32 | flags << 40 | std::min<uint64_t>(group, 0xffff) << 48;
-}
-
-bool isP2p(coll::Kind k) { return k == coll::Kind::Send || k == coll::Kind::Recv; }
 bool isRooted(coll::Kind k) {
   return k == coll::Kind::Broadcast || k == coll::Kind::Reduce || k == coll::Kind::Gather || k == coll::Kind::Scatter;
 }
 bool hasOp(coll::Kind k) {
   return k == coll::Kind::AllReduce || k == coll::Kind::Reduce || k == coll::Kind::ReduceScatter;
-}
-
-int64_t rootOrPeer(const coll::Args& a) { return isP2p(a.kind) ? a.peer : isRooted(a.kind) ? a.root : -1; }
-// The root or peer in the low 32 bits, the chunk's bytes in the high ones.
-int64_t packWho(const coll::Args& a, const coll::Plan* p) {
-  return static_cast<int64_t>((static_cast<uint64_t>(rootOrPeer(a)) & 0xffffffffu) |
-                              static_cast<uint64_t>(std::min<size_t>(p ? p->chunkBytes : 0, UINT32_MAX)) << 32);
 }
 
 // The identity of a call as a queued entry holds it, to find that entry when the call starts.
@@ -95,9 +88,9 @@ WallClock wallClock() {
   return c;
 }
 
-// Opens an entry's identity for writing (a reader that sees an odd version reads again).
-void open(Entry* e) {
-  e->version.store(e->version.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+// Opens an entry's identity for writing with the odd version v.
+void open(Entry* e, uint32_t v) {
+  e->version.store(v, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
 }
 
@@ -113,12 +106,14 @@ Recorder::Recorder(int capacity, int rank, int nranks, std::string name)
     queuedAt_.reset(new Queued[slots]);
     mask_ = slots - 1;
     keep_ = static_cast<uint64_t>(capacity);
+    clockUser(true);
   }
   std::lock_guard<std::mutex> lock(registryMu());
   registry().push_back(this);
 }
 
 Recorder::~Recorder() {
+  if (keep_) clockUser(false);
   std::lock_guard<std::mutex> lock(registryMu());
   std::vector<Recorder*>& all = registry();
   for (size_t i = 0; i < all.size(); ++i)
@@ -151,23 +146,13 @@ void Recorder::aborted() {
   }
 }
 
-Entry* Recorder::take(bool alone) {
-  // A call that starts with no queued call pending takes its slot without a locked
-  // instruction (a fifth of the recorder's cost on a small call): only a call queued on a
-  // stream at that very moment, by another thread, could take the same slot, and then one of
-  // the two entries is garbled (every field is an atomic: nothing worse).
-  uint64_t n;
-  if (alone) {
-    n = next_.load(std::memory_order_relaxed);
-    next_.store(n + 1, std::memory_order_relaxed);
-  } else {
-    n = next_.fetch_add(1, std::memory_order_relaxed);
-  }
+Entry* Recorder::take() {
+  const uint64_t n = next_.fetch_add(1, std::memory_order_relaxed);
   Entry* e = &ring_[n & mask_];
   // A queued entry that never started (its stream's work failed first) leaves the count here.
   if (e->state.load(std::memory_order_relaxed) == static_cast<uint8_t>(State::Queued))
     queued_.fetch_sub(1, std::memory_order_relaxed);
-  open(e);
+  open(e, versionOf(n + 1, 1));
   e->seq.store(n + 1, std::memory_order_relaxed);
   return e;
 }
@@ -176,7 +161,7 @@ Entry* Recorder::queued(const coll::Args& a, const void* stream, bool cuda) {
   if (!keep_) return nullptr;
   // Counted first: a call that starts from now on takes its slot by a locked instruction.
   const int before = queued_.fetch_add(1);
-  Entry* e = take(false);
+  Entry* e = take();
   e->call.store(isP2p(a.kind) ? 0 : calls_.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   e->count.store(a.count, std::memory_order_relaxed);
   e->shape.store(packShape(a, nullptr, cuda ? kCudaStream : kHostStream, 1), std::memory_order_relaxed);
@@ -187,7 +172,7 @@ Entry* Recorder::queued(const coll::Args& a, const void* stream, bool cuda) {
   e->started.store(0, std::memory_order_relaxed);
   e->ended.store(0, std::memory_order_relaxed);
   e->state.store(static_cast<uint8_t>(State::Queued), std::memory_order_relaxed);
-  close(e);
+  close(e, versionOf(e->seq.load(std::memory_order_relaxed), 2));
   if (before == 0) firstQueued_.store(e->seq.load(std::memory_order_relaxed), std::memory_order_relaxed);
   return e;
 }
@@ -207,51 +192,44 @@ Entry* Recorder::startOnDevice(const coll::Args& a) {
 
 Entry* Recorder::start(const coll::Args& a, const coll::Plan* p, size_t group) {
   if (!keep_) return nullptr;
+  if (queued_.load(std::memory_order_relaxed) == 0) return startAlone(a, p, group);
+  // Not before it was queued (which read the counter): the counter, not the coarse clock.
   const uint64_t now = ticks();
   Entry* e = nullptr;
-  if (queued_.load(std::memory_order_relaxed) > 0) {
-    // The oldest queued entry of this call (streams run their calls in the order they came).
-    const uint64_t end = next_.load(std::memory_order_relaxed);
-    uint64_t from = firstQueued_.load(std::memory_order_relaxed);
-    if (end > mask_ + 1 && from < end - mask_) from = end - mask_;
-    for (uint64_t s = std::max<uint64_t>(from, 1); s <= end && !e; ++s) {
-      Entry* x = &ring_[(s - 1) & mask_];
-      uint8_t queued = static_cast<uint8_t>(State::Queued);
-      if (x->seq.load(std::memory_order_relaxed) != s || x->state.load(std::memory_order_relaxed) != queued ||
-          !sameCall(*x, a) || !x->state.compare_exchange_strong(queued, static_cast<uint8_t>(State::Started)))
-        continue;
-      e = x;
-      queued_.fetch_sub(1, std::memory_order_relaxed);
-      if (s == from) firstQueued_.store(s + 1, std::memory_order_relaxed);
-      open(e);
-      e->shape.store(packShape(a, p, e->shape.load(std::memory_order_relaxed) >> 40 & 0xff, group),
-                     std::memory_order_relaxed);
-      e->rootPeer.store(packWho(a, p), std::memory_order_relaxed);
-    }
+  uint32_t closed = 0;  // the version that closes the entry
+  // The oldest queued entry of this call (streams run their calls in the order they came).
+  const uint64_t end = next_.load(std::memory_order_relaxed);
+  uint64_t from = firstQueued_.load(std::memory_order_relaxed);
+  if (end > mask_ + 1 && from < end - mask_) from = end - mask_;
+  for (uint64_t s = std::max<uint64_t>(from, 1); s <= end && !e; ++s) {
+    Entry* x = &ring_[(s - 1) & mask_];
+    uint8_t queued = static_cast<uint8_t>(State::Queued);
+    if (x->seq.load(std::memory_order_relaxed) != s || x->state.load(std::memory_order_relaxed) != queued ||
+        !sameCall(*x, a) || !x->state.compare_exchange_strong(queued, static_cast<uint8_t>(State::Started)))
+      continue;
+    e = x;
+    queued_.fetch_sub(1, std::memory_order_relaxed);
+    if (s == from) firstQueued_.store(s + 1, std::memory_order_relaxed);
+    open(e, versionOf(s, 3));
+    closed = versionOf(s, 4);
+    e->shape.store(packShape(a, p, e->shape.load(std::memory_order_relaxed) >> 40 & 0xff, group),
+                   std::memory_order_relaxed);
+    e->rootPeer.store(packWho(a, p), std::memory_order_relaxed);
   }
   if (!e) {
-    const bool alone = queued_.load(std::memory_order_relaxed) == 0;
-    e = take(alone);
-    uint64_t call = 0;  // numbered as the slot is taken, alone without a locked instruction
-    if (!isP2p(a.kind) && alone) {
-      call = calls_.load(std::memory_order_relaxed) + 1;
-      calls_.store(call, std::memory_order_relaxed);
-    } else if (!isP2p(a.kind)) {
-      call = calls_.fetch_add(1, std::memory_order_relaxed) + 1;
-    }
-    e->call.store(call, std::memory_order_relaxed);
+    // Taken by a locked instruction: another thread may queue a call at the same moment.
+    e = take();
+    closed = versionOf(e->seq.load(std::memory_order_relaxed), 2);
+    e->call.store(isP2p(a.kind) ? 0 : calls_.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     e->count.store(a.count, std::memory_order_relaxed);
     e->shape.store(packShape(a, p, 0, group), std::memory_order_relaxed);
     e->rootPeer.store(packWho(a, p), std::memory_order_relaxed);
   }
   e->started.store(now, std::memory_order_relaxed);
-  e->ended.store(0, std::memory_order_relaxed);
-  e->timeEnd.store(a.count * dataTypeSize(a.dtype) >= (64u << 10), std::memory_order_relaxed);
-  mark_.clear();
-  mark_.sinceUs.store(0, std::memory_order_relaxed);
-  mark_.stageWaits.store(0, std::memory_order_relaxed);
+  lastTicks_.store(now, std::memory_order_relaxed);
+  resetMark();
   e->state.store(static_cast<uint8_t>(State::Started), std::memory_order_relaxed);
-  close(e);
+  close(e, closed);
   return e;
 }
 
@@ -306,7 +284,8 @@ std::string entryJson(const Entry& e, const Queued& q, const core::WaitMark* mar
   }
   const uint8_t state = e.state.load(std::memory_order_acquire);
   const int64_t startedUs = wall(e.started.load(std::memory_order_relaxed));
-  const int64_t endedUs = wall(e.ended.load(std::memory_order_relaxed));
+  const bool over = state == static_cast<uint8_t>(State::Done) || state == static_cast<uint8_t>(State::Failed);
+  const int64_t endedUs = over ? wall(e.ended.load(std::memory_order_relaxed)) : 0;
   const auto kind = static_cast<coll::Kind>(shape & 0xff);
   const auto dtype = static_cast<DataType>(shape >> 8 & 0xff);
   const auto op = static_cast<RedOp>(shape >> 16 & 0xff);

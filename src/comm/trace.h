@@ -2,10 +2,12 @@
 // each asked for, how it was planned, where it stands and when), so that a hang or a failure can
 // be explained after the fact, on every rank, by hora-inspect.
 //
-// Writing is the calling thread's alone and costs a few stores: a slot is taken with one atomic
-// increment, its fields are atomics written relaxed inside a sequence lock (a reader that sees
-// the count change, or odd, reads again), and nothing is allocated. The executor writes what a
-// blocked call waits for into the call's entry (core/wait_mark.h) when it starts to block.
+// Writing is the calling thread's alone and costs a few stores: with no call queued on a stream,
+// a slot is taken and stamped without a locked instruction or a clock reading (the start comes
+// from a coarse clock, trace_clock.h), its fields are atomics written relaxed inside a sequence
+// lock (a reader that sees the version change, or odd, reads again), and nothing is allocated.
+// The executor writes what a blocked call waits for into the call's entry (core/wait_mark.h)
+// when it starts to block.
 //
 // Reading is the dump's: JSON, one file per process (hora-dump.<host>.<pid>.json in
 // HORA_DUMP_DIR, default the working directory), with every live communicator of the process;
@@ -20,31 +22,14 @@
 #include <string>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <x86intrin.h>
-#endif
-#include <ctime>
-
 #include "base/error.h"
 #include "coll/collective.h"
+#include "comm/trace_clock.h"
 #include "core/wait_mark.h"
 
 namespace hora::trace {
 
 enum class State : uint8_t { Empty = 0, Queued = 1, Started = 2, Done = 3, Failed = 4 };
-
-// The entries' clock, read twice per call: the time-stamp counter where there is one (a few
-// nanoseconds; a system call's clock costs several times that, a few percent of a small call),
-// else the monotonic clock in nanoseconds. A dump turns it into wall-clock time (wallOf).
-inline uint64_t ticks() {
-#if defined(__x86_64__)
-  return __rdtsc();
-#else
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
-#endif
-}
 
 // One call: one cache line, the only memory a small call's record touches besides its
 // communicator's wait mark. Its identity (seq to rootPeer) is written under `version` (odd while
@@ -52,21 +37,57 @@ inline uint64_t ticks() {
 struct alignas(64) Entry {
   std::atomic<uint32_t> version{0};
   std::atomic<uint8_t> state{0};
-  std::atomic<uint8_t> timeEnd{0};  // finish() reads the clock (a large call)
   std::atomic<uint64_t> seq{0};    // this rank's calls on the communicator, from 1 (0: empty)
   std::atomic<uint64_t> call{0};   // the collective's number, the same on every rank (0: send/recv)
   std::atomic<uint64_t> count{0};
   // kind | dtype << 8 | op << 16 | algorithm << 24 | inner algorithm << 32 | flags << 40 | group << 48;
-  // flags: queued on a host or a CUDA stream (then Queued holds when, and on which stream)
+  // flags (detail::k*): queued on a host or a CUDA stream (then Queued holds when, and on which
+  // stream), run by the device, its end read from the clock
   std::atomic<uint64_t> shape{0};
   std::atomic<int64_t> rootPeer{-1};   // root or peer (-1: none) | chunk bytes << 32
-  std::atomic<uint64_t> started{0}, ended{0};  // ticks(); 0: not yet
+  // ticks(); started from coarseTicks() when the call starts with no call queued; ended only
+  // once the state is done or failed (a started entry keeps its slot's previous end)
+  std::atomic<uint64_t> started{0}, ended{0};
 };
 // What only a queued call has, beside its entry.
 struct Queued {
   std::atomic<uint64_t> at{0};  // ticks()
   std::atomic<uint64_t> stream{0};
 };
+
+namespace detail {
+
+constexpr uint64_t kCudaStream = 1, kHostStream = 2, kOnDevice = 4, kTimeEnd = 8;  // Entry::shape's flags
+
+inline bool isP2p(coll::Kind k) { return k == coll::Kind::Send || k == coll::Kind::Recv; }
+inline int64_t rootOrPeer(const coll::Args& a) {
+  return isP2p(a.kind) ? a.peer
+         : a.kind == coll::Kind::Broadcast || a.kind == coll::Kind::Reduce || a.kind == coll::Kind::Gather ||
+                 a.kind == coll::Kind::Scatter
+             ? a.root
+             : -1;
+}
+// Entry::shape. The end of a call that moves 64 KiB or more is read from the clock (kTimeEnd).
+inline uint64_t packShape(const coll::Args& a, const coll::Plan* p, uint64_t flags, size_t group) {
+  const uint64_t algo = p ? static_cast<uint64_t>(p->algo) + 1 : 0, inner = p ? static_cast<uint64_t>(p->inner) + 1 : 0;
+  if (a.count * dataTypeSize(a.dtype) >= (64u << 10)) flags |= kTimeEnd;
+  return static_cast<uint64_t>(a.kind) | static_cast<uint64_t>(a.dtype) << 8 | static_cast<uint64_t>(a.op) << 16 |
+         algo << 24 | inner << 32 | flags << 40 | (group < 0xffff ? group : 0xffff) << 48;
+}
+// Entry::rootPeer: the root or peer in the low 32 bits, the chunk's bytes in the high ones.
+inline int64_t packWho(const coll::Args& a, const coll::Plan* p) {
+  const uint64_t chunk = p ? p->chunkBytes : 0;
+  return static_cast<int64_t>((static_cast<uint64_t>(rootOrPeer(a)) & 0xffffffffu) |
+                              (chunk < UINT32_MAX ? chunk : UINT32_MAX) << 32);
+}
+// An entry's version, from its seq (s): 4s + 1 while its identity is written as the slot is
+// taken, 4s + 2 once written, 4s + 3 and 4s + 4 while and once a queued call's start rewrites
+// it. Odd: being written (a reader reads again). A slot's versions only grow (its next entry's
+// seq is at least s + 1), so the writer stores them without reading the slot first, and without
+// a locked instruction (one would wait for the slot's cache line).
+constexpr uint32_t versionOf(uint64_t seq, uint32_t phase) { return static_cast<uint32_t>(seq * 4 + phase); }
+
+}  // namespace detail
 
 // The ranks of the communicator, as a dump names them.
 struct PeerId {
@@ -91,7 +112,10 @@ class Recorder {
   void dropQueued(Entry* e);
   // A call that starts now (the one that queued(), if it was queued): its entry, or null when
   // the recorder is off. `group`: the calls run together (1 alone).
-  Entry* start(const coll::Args& a, const coll::Plan& p, size_t group) { return start(a, &p, group); }
+  Entry* start(const coll::Args& a, const coll::Plan& p, size_t group) {
+    if (!keep_) return nullptr;
+    return queued_.load(std::memory_order_relaxed) > 0 ? start(a, &p, group) : startAlone(a, &p, group);
+  }
   // A call the device runs itself (a device-initiated collective's kernel, comm/device.cc): it
   // starts as it is queued on its stream, and finish() is called once its kernel has returned.
   Entry* startOnDevice(const coll::Args& a);
@@ -101,9 +125,12 @@ class Recorder {
   // on the smallest calls (where it would be a percent of the call).
   void finish(Entry* e, bool ok) {
     if (!e || e->state.load(std::memory_order_relaxed) != static_cast<uint8_t>(State::Started)) return;
-    e->ended.store(e->timeEnd.load(std::memory_order_relaxed) || mark_.sinceUs.load(std::memory_order_relaxed)
-                       ? ticks() : e->started.load(std::memory_order_relaxed),
-                   std::memory_order_relaxed);
+    uint64_t end = e->started.load(std::memory_order_relaxed);
+    if ((e->shape.load(std::memory_order_relaxed) >> 40 & detail::kTimeEnd) || mark_.sinceUs.load(std::memory_order_relaxed)) {
+      end = ticks();
+      lastTicks_.store(end, std::memory_order_relaxed);
+    }
+    e->ended.store(end, std::memory_order_relaxed);
     e->state.store(static_cast<uint8_t>(ok ? State::Done : State::Failed), std::memory_order_release);
   }
   // The communicator's state, as dumps say it.
@@ -122,9 +149,46 @@ class Recorder {
   core::WaitMark* mark() { return keep_ ? &mark_ : nullptr; }
 
  private:
+  // A call that starts while calls are queued (or one the device runs): finds its queued
+  // entry, or takes a slot by a locked instruction.
   Entry* start(const coll::Args& a, const coll::Plan* p, size_t group);
-  Entry* take(bool alone);  // the next slot, its identity open for writing
-  static void close(Entry* e) { e->version.fetch_add(1, std::memory_order_release); }
+  // A call that starts with no call queued, the usual case: plain stores into the next slot,
+  // stamped from the coarse clock (trace_clock.h). Another thread that queues a call at this very
+  // moment could take the same slot, and then one of the two entries is garbled (every field is
+  // an atomic: nothing worse).
+  Entry* startAlone(const coll::Args& a, const coll::Plan* p, size_t group) {
+    const uint64_t n = next_.load(std::memory_order_relaxed);
+    next_.store(n + 1, std::memory_order_relaxed);
+    Entry* e = &ring_[n & mask_];
+    __builtin_prefetch(&ring_[(n + 1) & mask_], 1);  // the next call's slot, into this core's cache
+    e->version.store(detail::versionOf(n + 1, 1), std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    e->seq.store(n + 1, std::memory_order_relaxed);
+    uint64_t call = 0;
+    if (!detail::isP2p(a.kind)) {
+      call = calls_.load(std::memory_order_relaxed) + 1;
+      calls_.store(call, std::memory_order_relaxed);
+    }
+    e->call.store(call, std::memory_order_relaxed);
+    e->count.store(a.count, std::memory_order_relaxed);
+    e->shape.store(detail::packShape(a, p, 0, group), std::memory_order_relaxed);
+    e->rootPeer.store(detail::packWho(a, p), std::memory_order_relaxed);
+    const uint64_t coarse = coarseTicks(), last = lastTicks_.load(std::memory_order_relaxed);
+    e->started.store(coarse > last ? coarse : last, std::memory_order_relaxed);
+    resetMark();
+    e->state.store(static_cast<uint8_t>(State::Started), std::memory_order_relaxed);
+    close(e, detail::versionOf(n + 1, 2));
+    return e;
+  }
+  // The wait mark of a call that starts: stored only where it is not reset already.
+  void resetMark() {
+    if (mark_.what.load(std::memory_order_relaxed) != core::WaitMark::None) mark_.clear();
+    if (mark_.sinceUs.load(std::memory_order_relaxed)) mark_.sinceUs.store(0, std::memory_order_relaxed);
+    if (mark_.stageWaits.load(std::memory_order_relaxed)) mark_.stageWaits.store(0, std::memory_order_relaxed);
+  }
+  Entry* take();  // the next slot, by a locked instruction, its identity open for writing
+  // Closes an entry's identity with the even version v (trace.cc: versionOf).
+  static void close(Entry* e, uint32_t v) { e->version.store(v, std::memory_order_release); }
 
   const int rank_, nranks_;
   const std::string name_;
@@ -135,6 +199,8 @@ class Recorder {
   uint64_t keep_ = 0;    // capacity: the entries a dump shows
   std::atomic<uint64_t> next_{0};  // entries taken so far
   std::atomic<uint64_t> calls_{0};  // collectives numbered so far
+  // The latest ticks() read by this recorder (a start from the coarse clock is never earlier).
+  std::atomic<uint64_t> lastTicks_{0};
   std::atomic<int> queued_{0};      // entries queued and not yet started
   std::atomic<uint64_t> firstQueued_{0};  // no queued entry is older than this one
   std::atomic<int> state_{0};       // 0 initialising, 1 ready, 2 failed, 3 aborted
