@@ -1,5 +1,6 @@
 // hora-soak's two halves: the random calls with their checks (hora_soak.cc), and --chaos
-// (hora_soak_chaos.cc), which runs rounds of those calls on ranks it kills, stops and resumes.
+// (hora_soak_chaos*.cc, hora_soak_hosts.cc), which runs rounds of those calls on ranks it kills,
+// stops and resumes, and with --hosts on network-namespace hosts whose cables it cuts.
 #pragma once
 
 #include <cstddef>
