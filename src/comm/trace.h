@@ -160,7 +160,7 @@ class Recorder {
     const uint64_t n = next_.load(std::memory_order_relaxed);
     next_.store(n + 1, std::memory_order_relaxed);
     Entry* e = &ring_[n & mask_];
-    __builtin_prefetch(&ring_[(n + 1) & mask_], 1);  // the next call's slot, into this core's cache
+    __builtin_prefetch(e + 1, 1);  // the next call's slot into this core's cache (past the end once a lap: harmless)
     e->version.store(detail::versionOf(n + 1, 1), std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
     e->seq.store(n + 1, std::memory_order_relaxed);
@@ -184,7 +184,7 @@ class Recorder {
   void resetMark() {
     if (mark_.what.load(std::memory_order_relaxed) != core::WaitMark::None) mark_.clear();
     if (mark_.sinceUs.load(std::memory_order_relaxed)) mark_.sinceUs.store(0, std::memory_order_relaxed);
-    if (mark_.stageWaits.load(std::memory_order_relaxed)) mark_.stageWaits.store(0, std::memory_order_relaxed);
+    mark_.stageWaits.store(0, std::memory_order_relaxed);  // counted by every wait on the stage
   }
   Entry* take();  // the next slot, by a locked instruction, its identity open for writing
   // Closes an entry's identity with the even version v (trace.cc: versionOf).

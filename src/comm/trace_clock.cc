@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <ctime>
 
 #include "base/log.h"
 
@@ -26,6 +27,9 @@ struct Ticker {
   std::condition_variable users;
   std::atomic<int> live{0};  // recorders that record
   bool runs = false;         // the thread runs in this process
+  std::atomic<uint64_t> wakeups{0};
+  std::atomic<bool> hasClock{false};
+  clockid_t cpu{};           // the thread's CPU-time clock, once hasClock
 };
 std::atomic<Ticker*> gTicker{nullptr};
 
@@ -52,17 +56,29 @@ void tickLoop(Ticker* t) {
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, nullptr);  // the process's signals go to its own threads
+  if (pthread_getcpuclockid(pthread_self(), &t->cpu) == 0) t->hasClock.store(true);
   for (;;) {
     if (t->live.load(std::memory_order_relaxed) == 0) {
       std::unique_lock<std::mutex> lock(t->mu);
       t->users.wait(lock, [t] { return t->live.load(std::memory_order_relaxed) > 0; });
     }
     gCoarse.ticks.store(ticks(), std::memory_order_relaxed);
+    t->wakeups.fetch_add(1, std::memory_order_relaxed);
     std::this_thread::sleep_for(std::chrono::microseconds(kCoarseTickUs));
   }
 }
 
 }  // namespace
+
+ClockCost clockCost() {
+  Ticker& t = ticker();
+  ClockCost c;
+  c.wakeups = t.wakeups.load(std::memory_order_relaxed);
+  timespec ts{};
+  if (t.hasClock.load() && clock_gettime(t.cpu, &ts) == 0)
+    c.cpuNs = static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+  return c;
+}
 
 void clockUser(bool joins) {
   Ticker& t = ticker();

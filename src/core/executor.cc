@@ -249,7 +249,7 @@ void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int onl
       timeout = holdFor(timeout);
     }
   }
-  if (mark) mark->clear();
+  if (mark && mark->what.load(std::memory_order_relaxed) != WaitMark::None) mark->clear();  // marked: it blocked
   if (check) checkCall(job, only);
 }
 

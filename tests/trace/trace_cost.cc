@@ -2,7 +2,8 @@
 // in batches that alternate, within one run and on one communicator, between the recorder kept
 // as configured (HORA_TRACE_CALLS, 2000 by default) and one that records nothing (as with
 // HORA_TRACE_CALLS=0), in the order on, off, off, on, ... so that a drift of the machine's speed
-// weighs on both alike. Prints the median time per call of each and the difference.
+// weighs on both alike. Prints the median time per call of each and the difference, and what the
+// recorder's clock thread (comm/trace_clock.h), which runs on both sides, cost over the batches.
 //
 //   trace_cost [-n CALLS_PER_BATCH] [-b BATCHES]     (defaults: 20000 and 40)
 //
@@ -60,6 +61,10 @@ int main(int argc, char** argv) {
       if (horaAllReduce(x, x, 2, horaFloat, horaSum, comm, nullptr) != horaSuccess) return "allreduce failed";
     std::vector<double> on, without;
     uint64_t recorded = 0;
+    // The clock thread runs on both sides (the communicator's recorder lives on while it is
+    // swapped out): what it costs is counted apart, as a share of a core over the batches.
+    const hora::trace::ClockCost clock0 = hora::trace::clockCost();
+    const auto wall0 = std::chrono::steady_clock::now();
     for (int b = 0; b < batches; ++b) {
       const bool recording = (b % 4 == 0 || b % 4 == 3);  // on, off, off, on
       if (!recording) std::swap(comm->trace, off);
@@ -71,6 +76,8 @@ int main(int argc, char** argv) {
       (recording ? on : without).push_back(us);
       if (recording) recorded += static_cast<uint64_t>(calls);
     }
+    const hora::trace::ClockCost clock1 = hora::trace::clockCost();
+    const double wallS = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
     if (comm->trace->recorded() < recorded) return "the recorder did not record every call of its batches";
     if (off->recorded() != 0) return "the switched-off recorder recorded calls";
     if (rank == 0) {
@@ -79,6 +86,11 @@ int main(int argc, char** argv) {
       printf("  recorder on (%d calls kept): median %.3f us per call\n", kept, a);
       printf("  recorder off:                median %.3f us per call\n", b);
       printf("  cost: %+.1f ns per call (%+.2f%%)\n", (a - b) * 1000, b > 0 ? (a - b) / b * 100 : 0.0);
+      const uint64_t wakes = clock1.wakeups - clock0.wakeups;
+      const double cpuUs = static_cast<double>(clock1.cpuNs - clock0.cpuNs) / 1000;
+      printf("  the clock thread, on both sides: %.0f wakeups a second, %.1f us of CPU each: %.2f%% of a core\n",
+             wallS > 0 ? static_cast<double>(wakes) / wallS : 0.0, wakes ? cpuUs / static_cast<double>(wakes) : 0.0,
+             wallS > 0 ? cpuUs / (wallS * 1e6) * 100 : 0.0);
       fflush(stdout);
     }
     return "";
