@@ -44,7 +44,7 @@ struct alignas(64) Entry {
   // flags (detail::k*): queued on a host or a CUDA stream (then Queued holds when, and on which
   // stream), run by the device, its end read from the clock
   std::atomic<uint64_t> shape{0};
-  std::atomic<int64_t> rootPeer{-1};   // root or peer (-1: none) | chunk bytes << 32
+  std::atomic<int64_t> rootPeer{-1};   // root or peer (detail::rootOrPeer) | chunk bytes << 32
   // ticks(); started from coarseTicks() when the call starts with no call queued; ended only
   // once the state is done or failed (a started entry keeps its slot's previous end)
   std::atomic<uint64_t> started{0}, ended{0};
@@ -60,17 +60,14 @@ namespace detail {
 constexpr uint64_t kCudaStream = 1, kHostStream = 2, kOnDevice = 4, kTimeEnd = 8;  // Entry::shape's flags
 
 inline bool isP2p(coll::Kind k) { return k == coll::Kind::Send || k == coll::Kind::Recv; }
-inline int64_t rootOrPeer(const coll::Args& a) {
-  return isP2p(a.kind) ? a.peer
-         : a.kind == coll::Kind::Broadcast || a.kind == coll::Kind::Reduce || a.kind == coll::Kind::Gather ||
-                 a.kind == coll::Kind::Scatter
-             ? a.root
-             : -1;
-}
-// Entry::shape. The end of a call that moves 64 KiB or more is read from the clock (kTimeEnd).
+// The peer of a send or receive, else the root (a dump says it only for a rooted collective).
+inline int64_t rootOrPeer(const coll::Args& a) { return isP2p(a.kind) ? a.peer : a.root; }
+// Entry::shape. The end of a call of 8192 elements or more (64 KiB of 8-byte ones, 8 KiB of
+// bytes: a few microseconds at least) is read from the clock (kTimeEnd); counting elements
+// rather than bytes spares a small call the multiplication.
 inline uint64_t packShape(const coll::Args& a, const coll::Plan* p, uint64_t flags, size_t group) {
   const uint64_t algo = p ? static_cast<uint64_t>(p->algo) + 1 : 0, inner = p ? static_cast<uint64_t>(p->inner) + 1 : 0;
-  if (a.count * dataTypeSize(a.dtype) >= (64u << 10)) flags |= kTimeEnd;
+  if (a.count >= 8192) flags |= kTimeEnd;
   return static_cast<uint64_t>(a.kind) | static_cast<uint64_t>(a.dtype) << 8 | static_cast<uint64_t>(a.op) << 16 |
          algo << 24 | inner << 32 | flags << 40 | (group < 0xffff ? group : 0xffff) << 48;
 }
@@ -119,8 +116,8 @@ class Recorder {
   // A call the device runs itself (a device-initiated collective's kernel, comm/device.cc): it
   // starts as it is queued on its stream, and finish() is called once its kernel has returned.
   Entry* startOnDevice(const coll::Args& a);
-  // The end is read from the clock for a call that moved 64 KiB or more, or had to block: one
-  // that finished without blocking took about as long as a wait spins (well under a
+  // The end is read from the clock for a call of 8192 elements or more, or one that had to
+  // block: one that finished without blocking took about as long as a wait spins (well under a
   // millisecond), and ends at its start as far as the record says, which saves a clock reading
   // on the smallest calls (where it would be a percent of the call).
   void finish(Entry* e, bool ok) {
