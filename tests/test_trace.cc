@@ -19,6 +19,7 @@
 
 #include "../tools/hora_inspect.h"
 #include "base/log.h"
+#include "comm/trace_clock.h"
 #include "harness.h"
 
 using namespace hora::test;
@@ -132,6 +133,35 @@ TEST_CASE("horaCommDump writes the communicator's calls", "[trace]") {
   CHECK(report.find("last completed: #4 on ranks 0, 1") != std::string::npos);
   CHECK(report.find("rank 0 last finished #4 and is in no call") != std::string::npos);
   CHECK(report.find("mismatch") == std::string::npos);
+}
+
+TEST_CASE("the recorder's coarse clock parks when no call starts, and the next start reads the counter", "[trace]") {
+  namespace tr = hora::trace;
+  tr::clockUser();  // this process's clock thread (no communicator of this process starts calls)
+  auto stateIs = [](uint32_t want) {
+    // Eventually, whatever the scheduling: up to a minute.
+    for (int i = 0; i < 60000 && tr::gCoarse.state.load() != want; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return tr::gCoarse.state.load() == want;
+  };
+  REQUIRE(stateIs(tr::kCoarseParked));  // a tick went by with no start
+  const uint64_t parkedAt = tr::clockCost().wakeups;
+  std::this_thread::sleep_for(std::chrono::microseconds(3 * tr::kCoarseTickUs));
+  CHECK(tr::clockCost().wakeups == parkedAt);  // parked: no wakeups while no call starts
+  // The first start after the pause reads the counter itself: never the reading from before it.
+  const uint64_t before = tr::ticks();
+  const uint64_t start = tr::coarseTicks();
+  CHECK(start >= before);
+  CHECK(tr::gCoarse.ticks.load() >= before);
+  // ... and the thread ticks again.
+  for (int i = 0; i < 60000 && tr::clockCost().wakeups == parkedAt; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(tr::clockCost().wakeups > parkedAt);
+  // While calls start, a start is the last tick's reading: never later than the counter.
+  for (int i = 0; i < 100; ++i) {
+    const uint64_t c = tr::coarseTicks();
+    CHECK(c <= tr::ticks());
+    CHECK(tr::gCoarse.state.load() != tr::kCoarseOff);
+  }
+  REQUIRE(stateIs(tr::kCoarseParked));  // and it parks again
 }
 
 TEST_CASE("calls on a host stream are recorded as queued, then run", "[trace]") {

@@ -106,14 +106,13 @@ Recorder::Recorder(int capacity, int rank, int nranks, std::string name)
     queuedAt_.reset(new Queued[slots]);
     mask_ = slots - 1;
     keep_ = static_cast<uint64_t>(capacity);
-    clockUser(true);
+    clockUser();
   }
   std::lock_guard<std::mutex> lock(registryMu());
   registry().push_back(this);
 }
 
 Recorder::~Recorder() {
-  if (keep_) clockUser(false);
   std::lock_guard<std::mutex> lock(registryMu());
   std::vector<Recorder*>& all = registry();
   for (size_t i = 0; i < all.size(); ++i)

@@ -29,20 +29,34 @@ inline uint64_t ticks() {
 // How often the clock thread reads ticks() into the coarse clock: a start is stamped at most
 // this much early, plus however late the thread is scheduled on a loaded machine. Each wakeup
 // costs the process about 13 us of CPU on the 2-core VM: every 10 ms that is 0.13% of a core
-// (every millisecond it was 1.2%, more than the recorder's whole cost on a small call).
+// while calls are made (every millisecond it was 1.2%, more than the recorder's whole cost on a
+// small call). A tick in which no call started parks the thread until the next start, so an
+// idle process (between bursts of calls, or holding a communicator it does not use) has no
+// wakeups at all.
 constexpr long kCoarseTickUs = 10000;
+
+// The coarse clock's state. Off: no clock thread (it could not start, or this is a child of
+// fork that has made no recorder yet): every start reads the counter. Idle: the thread ticks and
+// no call has started since its last tick. Used: a call has started since. Parked: the thread
+// sleeps; the next start reads the counter, stores it, and wakes the thread.
+enum CoarseState : uint32_t { kCoarseOff = 0, kCoarseIdle = 1, kCoarseUsed = 2, kCoarseParked = 3 };
 
 struct alignas(64) CoarseClock {
   std::atomic<uint64_t> ticks{0};
-  std::atomic<bool> runs{false};  // the clock thread ticks in this process
+  std::atomic<uint32_t> state{kCoarseOff};
 };
 extern CoarseClock gCoarse;
 
-// ticks() as of the clock thread's last tick (never later than ticks() now), or ticks() itself
-// where the thread does not run (it could not start, or this is a child of fork that has made
-// no recorder yet).
+// The start of a call where the clock is not simply in use: marks it used, or reads the counter
+// (and wakes a parked thread), in trace_clock.cc.
+uint64_t coarseTicksSlow();
+
+// ticks() as of the clock thread's last tick (never later than ticks() now, at most a tick and
+// the thread's scheduling earlier), or ticks() itself where the thread is parked or does not run.
+// Costs two loads where calls come at least once a tick.
 inline uint64_t coarseTicks() {
-  return gCoarse.runs.load(std::memory_order_relaxed) ? gCoarse.ticks.load(std::memory_order_relaxed) : ticks();
+  if (gCoarse.state.load(std::memory_order_acquire) == kCoarseUsed) return gCoarse.ticks.load(std::memory_order_relaxed);
+  return coarseTicksSlow();
 }
 
 // What the clock thread of this process has cost so far: its wakeups and its CPU time (0 where
@@ -54,8 +68,8 @@ struct ClockCost {
 };
 ClockCost clockCost();
 
-// A recorder that records is made (the clock thread runs while one lives; it starts in this
-// process if it does not run here yet, as after a fork), or goes.
-void clockUser(bool joins);
+// A recorder that records is made: the clock thread starts in this process if it does not run
+// here yet (the first recorder, or the first after a fork).
+void clockUser();
 
 }  // namespace hora::trace
