@@ -8,14 +8,6 @@
 
 namespace hora {
 
-static inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 milliseconds Waiter::remaining(Clock::time_point now) const {
   auto left = std::chrono::duration_cast<milliseconds>(last_ + timeout_ - now);
   return left.count() > 0 ? left : milliseconds(0);
@@ -34,13 +26,9 @@ void Waiter::check() {
          static_cast<long long>(timeout_.count()), what_().c_str());
 }
 
-void Waiter::idle(const Block& block) {
-  // Spinning: one pause per round (a pause is up to ~60 cycles on recent x86; more per round
-  // would delay noticing the peer), and the clock read once every 64 rounds.
-  if (idle_ && spinFor_.count() > 0 && (++spins_ & 63) != 0) {
-    cpuRelax();
-    return;
-  }
+// Spinning (idle() inline): one pause per round (a pause is up to ~60 cycles on recent x86; more
+// per round would delay noticing the peer), and the clock read here once every 64 rounds.
+void Waiter::backOff(const Block& block) {
   const Clock::time_point now = Clock::now();
   if (progressed_) {
     progressed_ = false;
@@ -53,7 +41,7 @@ void Waiter::idle(const Block& block) {
   }
   const auto idleFor = now - idleSince_;
   if (idleFor < spinFor_) {
-    cpuRelax();
+    relax();
     return;
   }
   check();

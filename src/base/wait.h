@@ -50,8 +50,18 @@ class Waiter {
     progressed_ = true;
   }
 
-  // Nothing advanced: back off once, then check the abort flag and the deadline.
-  void idle(const Block& block);
+  // Nothing advanced: back off once, then check the abort flag and the deadline. `block` is
+  // any callable taking the milliseconds it may block; a spinning round (most rounds of a short
+  // wait) is inline and neither calls nor wraps it, and the rest pass it by reference, so a
+  // lambda that captures a whole frame never costs an allocation per round.
+  template <typename F>
+  void idle(F&& block) {
+    if (idle_ && spinFor_.count() > 0 && (++spins_ & 63) != 0) {
+      relax();
+      return;
+    }
+    backOff(Block(std::ref(block)));
+  }
   // As idle() with nothing to block on: sleeps briefly instead.
   void idle();
 
@@ -62,6 +72,14 @@ class Waiter {
 
  private:
   milliseconds remaining(Clock::time_point now) const;
+  void backOff(const Block& block);  // idle() past a spinning round
+  static void relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
 
   milliseconds timeout_;
   const std::atomic<bool>* abort_;
