@@ -221,9 +221,14 @@ struct horaComm {
   // the collectives and size classes whose choice has been explained at INFO (kind << 8 | log2),
   std::vector<uint32_t> explained;
   // and the plans of recent calls, by (collective, bytes, alone): a repeated call is planned once.
+  // With each plan, what the run needs to know of it that depends on no more than the key: a lone
+  // call (alone) that its algorithm runs at once through the shared stage, and one that compares
+  // its call with the other ranks' later (coll::stageChecksLater).
   struct CachedPlan {
     uint64_t key = 0;  // 0: empty
     hora::coll::Plan plan;
+    bool runsNow = false;
+    bool checksLater = false;
   };
   std::array<CachedPlan, 64> planCache{};
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/tls.h"
 #include "coll/algorithm.h"
 
 namespace hora::group {
@@ -16,7 +17,7 @@ struct State {
   Calls one = Calls(1);
   std::vector<std::pair<horaComm*, std::function<void()>>> inits;  // communicators to make at the end
 };
-thread_local State tState;
+State& state() { return PerThread<State>::get(); }  // base/tls.h
 
 // Queues calls by `enqueue`, each first in its communicator's flight recorder (the entry starts
 // when the call runs, or fails here if queueing fails). streams: each call's, or one for all.
@@ -75,14 +76,14 @@ bool runInits(std::vector<std::pair<horaComm*, std::function<void()>>>& inits) {
 }
 }  // namespace
 
-void start() { ++tState.depth; }
+void start() { ++state().depth; }
 
-bool active() { return tState.depth > 0; }
+bool active() { return state().depth > 0; }
 
-void addInit(horaComm* comm, std::function<void()> init) { tState.inits.emplace_back(comm, std::move(init)); }
+void addInit(horaComm* comm, std::function<void()> init) { state().inits.emplace_back(comm, std::move(init)); }
 
 bool end() {
-  State& t = tState;
+  State& t = state();
   if (t.depth == 0) fail(Errc::InvalidUsage, "horaGroupEnd without a matching horaGroupStart");
   if (--t.depth > 0) return false;
   bool pending = false;
@@ -122,7 +123,7 @@ bool end() {
 }
 
 double simulateEnd() {
-  State& t = tState;
+  State& t = state();
   if (t.depth == 0) fail(Errc::InvalidUsage, "horaGroupSimulateEnd without a matching horaGroupStart");
   if (t.depth > 1) fail(Errc::InvalidUsage, "horaGroupSimulateEnd ends only the outermost group (%d are open)", t.depth);
   if (!t.inits.empty())
@@ -159,7 +160,7 @@ double simulateEnd() {
 }
 
 void submit(horaComm* comm, const coll::Args& a, device::StreamRef ref, const char* fn) {
-  State& t = tState;  // one lookup of the thread's state (a call in a shared library)
+  State& t = state();  // one lookup of the thread's state
   HostStream* stream = ref.host;
   if (t.depth > 0) {
     comm->check();

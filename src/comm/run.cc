@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "base/tls.h"
 #include "base/wait.h"
 #include "comm/comm.h"
 #include "core/executor.h"
@@ -63,16 +64,11 @@ struct ThreadState {
   std::vector<size_t> atOnce;
   std::vector<Traced> traced;  // by call
 };
-thread_local ThreadState tState;
-// The thread's state through a call the compiler cannot see into: GCC treats the address of a
-// thread_local of a shared library as cheap to compute again, and did, with a __tls_get_addr
-// call at each use in runCalls (22 per call, a tenth of a small call's instructions); an opaque
-// pointer is kept instead.
-__attribute__((noinline)) ThreadState& threadState() {
-  ThreadState* ts = &tState;
-  asm("" : "+r"(ts));
-  return *ts;
-}
+// The thread's state, behind one load from the thread pointer (base/tls.h). (GCC treats the
+// address of a thread_local of a shared library as cheap to compute again, and did, with a
+// __tls_get_addr call at each use in runCalls: 22 per call, a tenth of a small call's
+// instructions.)
+ThreadState& threadState() { return PerThread<ThreadState>::get(); }
 
 const coll::Topo& topoOf(horaComm* c) { return c->shape; }
 
@@ -93,23 +89,20 @@ core::Job jobOf(horaComm* c, const core::Program* program, trace::Entry* entry) 
 
 // The plan of a call, explained at INFO the first time a communicator makes one for its
 // collective and size class (a power of two), and logged at TRACE every time.
-coll::Plan planOf(horaComm* c, const coll::Args& a, const coll::Topo& topo, bool alone) {
-  if (a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv) {
-    coll::Plan p;
-    p.algo = coll::Algo::P2P;
-    p.chunkBytes = c->planner.chunkBytes;
-    return p;
-  }
+// The plan of a collective (not send or receive), cached.
+const horaComm::CachedPlan& planned(horaComm* c, const coll::Args& a, const coll::Topo& topo, bool alone) {
   // Every prediction depends on the collective, its bytes and whether it is alone (the rest is
   // the communicator's): the last plan of each is kept.
   const uint64_t bytes = a.count * dataTypeSize(a.dtype);
   const uint64_t key = (static_cast<uint64_t>(a.kind) << 57 | static_cast<uint64_t>(alone) << 56 | bytes) + 1;
   horaComm::CachedPlan& slot = c->planCache[(key ^ key >> 17 ^ key >> 31) % c->planCache.size()];
-  if (slot.key == key && bytes < (uint64_t(1) << 56)) return slot.plan;
+  if (slot.key == key && bytes < (uint64_t(1) << 56)) return slot;
   coll::Choice why;
   const coll::Plan p = coll::plan(a, topo, c->planner, alone, &why);
   slot.key = key;
   slot.plan = p;
+  slot.runsNow = alone && topo.stage && coll::algorithm(p.algo).runsNow(a, topo);
+  slot.checksLater = coll::stageChecksLater(a, topo);
   if (log::enabled(log::Level::Info, log::kColl)) {
     uint32_t cls = 0;
     while ((uint64_t(1) << cls) < bytes) ++cls;
@@ -119,7 +112,17 @@ coll::Plan planOf(horaComm* c, const coll::Args& a, const coll::Topo& topo, bool
       HORA_INFO(log::kColl, "%s", coll::explain(a, topo, p, why).c_str());
     }
   }
-  return p;
+  return slot;
+}
+
+coll::Plan planOf(horaComm* c, const coll::Args& a, const coll::Topo& topo, bool alone) {
+  if (a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv) {
+    coll::Plan p;
+    p.algo = coll::Algo::P2P;
+    p.chunkBytes = c->planner.chunkBytes;
+    return p;
+  }
+  return planned(c, a, topo, alone).plan;
 }
 
 // How many calls a rank may leave uncompared with its predecessor's before it waits for it: so
@@ -169,7 +172,7 @@ bool compareEarlierCalls(horaComm* c) {
 // A lone call whose algorithm runs it at once through the shared stage, without a program.
 // Returns false if the call is not one (its callers chose it by the algorithm's runsNow).
 bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const coll::Plan& plan,
-               core::Executor& executor, trace::Entry* entry) {
+               core::Executor& executor, trace::Entry* entry, bool later) {
   const coll::Algorithm& algo = coll::algorithm(plan.algo);
   if (!topo.stage) return false;
   ++c->calls;
@@ -181,7 +184,6 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const c
   j.callTag = coll::makeTag(a);
   // A call this rank may leave before every rank has compared it: pending from now on, said
   // before the call is announced (horaCommFinalize's peers look at both).
-  const bool later = coll::stageChecksLater(a, topo);
   if (later) {
     c->comparedLater = true;
     if (!c->uncheckedFrom) {
@@ -226,7 +228,8 @@ void runAtOnceTogether(const std::vector<std::pair<horaComm*, coll::Args>>& call
       try {
         core::Executor executor;
         log::RankScope scope(calls[i].first->rank);
-        if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor, traced[i].entry))
+        if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor, traced[i].entry,
+                       coll::stageChecksLater(adjusted[i], topoOf(calls[i].first))))
           fail(Errc::Internal, "a shared-stage plan did not run at once");
       } catch (...) {
         errors[k] = std::current_exception();
@@ -237,14 +240,47 @@ void runAtOnceTogether(const std::vector<std::pair<horaComm*, coll::Args>>& call
     if (e) std::rethrow_exception(e);
 }
 
-// Marks c as in use by this thread's call (released by the guard), after checking its state.
-void claim(horaComm* c, BusyGuard& guard) {
+// Marks c as in use by this thread's call, after checking its state.
+void take(horaComm* c) {
   c->check();
   if (c->busy.exchange(true))
     fail(Errc::InvalidUsage, "the communicator of rank %d is in use by another thread (a communicator serves one "
          "thread at a time)", c->rank);
-  guard.comms.push_back(c);
   c->scratch.reset();
+}
+
+// take(), released by the guard.
+void claim(horaComm* c, BusyGuard& guard) {
+  take(c);
+  guard.comms.push_back(c);
+}
+
+// A lone collective that runs at once through the shared stage (most small calls among the
+// ranks of one host): the steps runCalls takes for it, without a group's bookkeeping (its
+// vectors, its loops over calls, its guards). Returns false, having done nothing, where the call
+// is not one.
+bool runLone(horaComm* c, const coll::Args& a) {
+  if (!c->stage || a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv) return false;
+  const coll::Topo& topo = topoOf(c);
+  take(c);
+  struct Release {
+    horaComm* c;
+    ~Release() { c->busy.store(false); }
+  } release{c};
+  const horaComm::CachedPlan& cached = planned(c, a, topo, true);
+  if (!cached.runsNow) return false;  // released: runCalls takes it again
+  const coll::Plan plan = cached.plan;
+  const bool later = cached.checksLater;
+  struct Finish {
+    trace::Recorder* recorder;
+    trace::Entry* entry;
+    bool ok = false;
+    ~Finish() { recorder->finish(entry, ok); }
+  } finish{c->trace.get(), c->trace->start(a, plan, 1)};
+  if (!runAtOnce(c, a, topo, plan, threadState().executor, finish.entry, later))
+    fail(Errc::Internal, "a shared-stage plan did not run at once");
+  finish.ok = true;
+  return true;
 }
 }  // namespace
 
@@ -390,6 +426,7 @@ void awaitEarlierCalls(horaComm* c, bool everyone) {
 }
 
 void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
+  if (calls.size() == 1 && runLone(calls[0].first, calls[0].second)) return;
   ThreadState& ts = threadState();
   core::Executor& executor = ts.executor;
   std::vector<core::Program>& programs = ts.programs;
@@ -458,7 +495,8 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
       runAtOnceTogether(calls, adjusted, plans, atOnce, traced);
     } else {
       for (size_t i : atOnce) {
-        if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor, traced[i].entry))
+        if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor, traced[i].entry,
+                       coll::stageChecksLater(adjusted[i], topoOf(calls[i].first))))
           fail(Errc::Internal, "a shared-stage plan did not run at once");
       }
     }
