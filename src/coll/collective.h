@@ -122,8 +122,21 @@ struct Topo {
 // For an algorithm that runs a lone call at once through the shared stage (algorithm.h):
 // await(counter, value, only, check) waits until every member of the stage (or only member
 // `only`, if not -1) has set the counter to at least value, and then (with check) compares the
-// call with theirs.
-using AwaitFn = std::function<void(int counter, uint64_t value, int only, bool check)>;
+// call with theirs. A reference to the caller's callable (two words, no allocation, no manager),
+// valid for the call it is passed to: it is made and used on every small call.
+class AwaitFn {
+ public:
+  template <class F>
+  AwaitFn(F& f)  // NOLINT: made from the caller's lambda, implicitly
+      : obj_(&f), call_([](void* o, int counter, uint64_t value, int only, bool check) {
+          (*static_cast<F*>(o))(counter, value, only, check);
+        }) {}
+  void operator()(int counter, uint64_t value, int only, bool check) const { call_(obj_, counter, value, only, check); }
+
+ private:
+  void* obj_;
+  void (*call_)(void*, int, uint64_t, int, bool);
+};
 
 // Appends this rank's ops for `a`, by the plan's algorithm, to `out` and sets its tag.
 void build(const Args& a, const Topo& t, const Plan& plan, core::Scratch& scratch, core::Program& out);

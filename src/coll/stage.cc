@@ -281,7 +281,10 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
     t.stage->wakeAll();
     return;
   }
-  t.stage->wakeAll();
+  // Through the cells nobody waits for this post (a Broadcast's or Scatter's readers wait for
+  // the root's alone, a Reduce's or Gather's root is the one that reads): the wake is the one
+  // after the reading, for a rank waiting to rewrite a cell.
+  if (!cells) t.stage->wakeAll();
   // Through the slots, every rank waits for every other's post, the root of a Broadcast or
   // Scatter and the ranks of a Reduce or Gather that only give too: each post follows its rank's
   // announcement of the call, so each rank compares its call with every other's before it

@@ -197,15 +197,10 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const c
     // Compared in batches (each a read of the predecessor's announcements), and before any call
     // that reads no cell.
     if (c->uncheckedFrom && (!later || c->uncheckedTo - c->uncheckedFrom >= kCompareBatch)) compareEarlierCalls(c);
-    // One pointer captured: std::function keeps it without allocating.
-    struct Ctx {
-      core::Executor& executor;
-      const core::Job& job;
-      horaComm* c;
-    } ctx{executor, j, c};
-    algo.runNow(a, topo, [x = &ctx](int counter, uint64_t value, int only, bool check) {
-      x->executor.awaitCounter(x->job, counter, value, only, check, x->c->opts.timeout, x->c->spinFor);
-    });
+    auto await = [&](int counter, uint64_t value, int only, bool check) {
+      executor.awaitCounter(j, counter, value, only, check, c->opts.timeout, c->spinFor);
+    };
+    algo.runNow(a, topo, await);
     // Never further behind than the announcements are kept: compare, waiting if need be.
     if (later && c->uncheckedFrom && c->uncheckedTo - c->uncheckedFrom >= kUncheckedMost)
       awaitEarlierCalls(c, false);
