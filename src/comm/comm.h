@@ -248,6 +248,8 @@ namespace hora {
 
 // Runs the calls (possibly on several communicators) together, as one group.
 void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls);
+// runCalls of one call, without a vector where it runs at once through the shared stage.
+void runOne(horaComm* c, const coll::Args& a);
 // Compares the calls this rank left unchecked (horaComm::uncheckedFrom) with its predecessor's
 // on the stage, as far as the predecessor has announced them; throws a mismatch. The await
 // form waits (up to the communicator's timeout) until every one is compared and, with

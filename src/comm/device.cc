@@ -1065,6 +1065,13 @@ void runSync(const Calls& calls) {
   execute(*p, nullptr);
 }
 
+void runSyncOne(horaComm* c, const coll::Args& a) {
+  if (!a.scalarAt && !cuda::usable()) return hora::runOne(c, a);
+  thread_local Calls one(1);
+  one[0] = {c, a};
+  runSync(one);
+}
+
 void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& streams) {
   std::vector<void*> distinct;
   for (void* s : streams)

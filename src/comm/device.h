@@ -46,6 +46,9 @@ StreamRef resolve(const void* handle);
 // Runs the calls now on this thread (the synchronous path): as device-initiated kernels where
 // they fit, else staging device buffers through host memory.
 void runSync(const Calls& calls);
+// runSync of one call (the common call outside a group, without a vector of calls where its
+// buffers are host memory).
+void runSyncOne(horaComm* c, const coll::Args& a);
 
 // Reads the PreMulSum scalars the calls keep in memory (horaScalarDevice) into their Args, in
 // `stream`'s order where the memory is the device's (null: the legacy default stream).

@@ -14,7 +14,6 @@ struct State {
   HostStream* stream = nullptr;  // the host stream the held calls name (all the same)
   std::vector<void*> cudaStreams;  // or the CUDA stream of each held call (empty for host groups)
   bool named = false;            // whether any call has been held yet
-  Calls one = Calls(1);
   std::vector<std::pair<horaComm*, std::function<void()>>> inits;  // communicators to make at the end
 };
 State& state() { return PerThread<State>::get(); }  // base/tls.h
@@ -188,8 +187,8 @@ void submit(horaComm* comm, const coll::Args& a, device::StreamRef ref, const ch
     queue(Calls{{comm, a}}, {stream}, false, [&] { stream->enqueue(fn, Calls{{comm, a}}); });
     return;
   }
-  t.one[0] = {comm, a};
-  runNow(t.one);
+  awaitStreamWork(comm);
+  device::runSyncOne(comm, a);
 }
 
 }  // namespace hora::group

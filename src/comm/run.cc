@@ -63,6 +63,7 @@ struct ThreadState {
   std::vector<coll::Plan> plans;
   std::vector<size_t> atOnce;
   std::vector<Traced> traced;  // by call
+  std::vector<std::pair<horaComm*, coll::Args>> one;  // runOne's call, where it goes to runCalls
 };
 // The thread's state, behind one load from the thread pointer (base/tls.h). (GCC treats the
 // address of a thread_local of a shared library as cheap to compute again, and did, with a
@@ -418,6 +419,14 @@ void awaitEarlierCalls(horaComm* c, bool everyone) {
       throw first;
     }
   }
+}
+
+void runOne(horaComm* c, const coll::Args& a) {
+  if (runLone(c, a)) return;
+  ThreadState& ts = threadState();
+  ts.one.resize(1);
+  ts.one[0] = {c, a};
+  runCalls(ts.one);
 }
 
 void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
