@@ -150,6 +150,7 @@ std::shared_ptr<World> Endpoint::connectAll(std::vector<int> localRanks, const s
     peer.name = p.name;
     peer.segment = Segment::attach(std::move(segment), wd.nlocal, static_cast<uint32_t>(it - wd.localRanks.begin()),
                                    opts_.ringBytes, opts_.stageBytes, p.name);
+    peer.segment.populateFor();
     peer.process = ProcessRef(cred.pid);
     HORA_INFO(log::kNet, "%s: shared memory (pid %d, %s)", p.name.c_str(), cred.pid,
               peer.process.pidfd() >= 0 ? "pidfd" : "pid and start time");

@@ -24,6 +24,17 @@ size_t roundUp(size_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 size_t ctlOffset() { return roundUp(sizeof(Header)); }
 size_t ringOffset(uint32_t nlocal) { return roundUp(ctlOffset() + nlocal * sizeof(RingCtl)); }
 
+// Allocates and maps [p, p + bytes) of a shared mapping now rather than at first touch, where
+// the kernel can (MADV_POPULATE_WRITE, Linux 5.14); elsewhere the pages fault in as used.
+void populate(void* p, size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  (void)madvise(p, bytes, MADV_POPULATE_WRITE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 }  // namespace
 
 size_t Segment::sizeFor(uint32_t nlocal, uint64_t ringBytes, uint64_t stageBytes) {
@@ -75,12 +86,16 @@ Segment Segment::create(uint32_t nlocal, uint32_t localIndex, uint64_t ringBytes
     fail(Errc::System, "sizing a shared segment of %zu bytes: %s", s.size_, errnoText(errno).c_str());
   if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
     fail(Errc::System, "sealing a shared segment: %s", errnoText(errno).c_str());
-  // MAP_POPULATE: the pages are allocated and mapped now, not one fault at a time on the
-  // first pass of each ring (which added a microsecond to each of the first thousand 8 KiB
-  // messages).
-  void* p = mmap(nullptr, s.size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  // The rings are allocated as they are first used: a host of n ranks has n * n of them (at 64
+  // ranks, 4 GiB of rings of 1 MiB, most of which no algorithm uses), and allocating and
+  // mapping every one at init made horaCommInitRank grow as n^3 (24 s at 64 ranks as threads
+  // with every peer's segment populated too). The header, the ring controls, the stage and the
+  // cells, which every call uses, are allocated and mapped now (populate()). A ring's first
+  // pass costs its page faults (about a microsecond per 8 KiB message, once).
+  void* p = mmap(nullptr, s.size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) fail(Errc::System, "mapping a shared segment of %zu bytes: %s", s.size_, errnoText(errno).c_str());
   s.base_ = static_cast<uint8_t*>(p);
+  populate(s.base_, ringOffset(nlocal));
   Header* h = new (s.base_) Header();
   h->magic = kSegmentMagic;
   h->version = kSegmentVersion;
@@ -89,6 +104,7 @@ Segment Segment::create(uint32_t nlocal, uint32_t localIndex, uint64_t ringBytes
   h->ringBytes = ringBytes;
   h->stageBytes = stageBytes;
   for (uint32_t j = 0; j < nlocal; ++j) new (s.ctl(j)) RingCtl();
+  populate(s.stage(), roundUp(stageBytes) + kCells * kCellBytes);
   return s;
 }
 
@@ -103,7 +119,11 @@ Segment Segment::attach(Fd fd, uint32_t nlocal, uint32_t localIndex, uint64_t ri
   if (fstat(fd.get(), &st) != 0 || static_cast<size_t>(st.st_size) != s.size_)
     fail(Errc::Remote, "%s sent a shared segment of %lld bytes, expected %zu", who.c_str(),
          static_cast<long long>(st.st_size), s.size_);
-  void* p = mmap(nullptr, s.size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
+  // Not populated whole: a peer's segment holds a ring for every rank of the host, of which this
+  // rank reads one (populating every peer's whole segment cost each rank n segments of n rings:
+  // at 64 ranks as threads of one process, most of 24 s in horaCommInitRank). The header and
+  // the ring controls are mapped now (populateFor), the rest as calls first touch it.
+  void* p = mmap(nullptr, s.size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) fail(Errc::System, "mapping the shared segment of %s: %s", who.c_str(), errnoText(errno).c_str());
   s.base_ = static_cast<uint8_t*>(p);
   s.fd_ = std::move(fd);
@@ -113,5 +133,7 @@ Segment Segment::attach(Fd fd, uint32_t nlocal, uint32_t localIndex, uint64_t ri
     fail(Errc::Remote, "%s sent a shared segment whose header does not match this job's layout", who.c_str());
   return s;
 }
+
+void Segment::populateFor() const { populate(base_, ringOffset(header()->nlocal)); }
 
 }  // namespace hora::shm
