@@ -123,6 +123,26 @@ def check_hosts(tmp):
               "netns-agent: ssh's options passed over, the host is a namespace")
 
 
+def check_init_compare():
+    """init-compare reads every rank's line and keeps the slowest rank's value of each column;
+    a missing rank is no result; its arguments are checked."""
+    loader = importlib.machinery.SourceFileLoader("init_compare", os.path.join(HERE, "init-compare"))
+    spec = importlib.util.spec_from_loader("init_compare", loader)
+    ic = importlib.util.module_from_spec(spec)
+    loader.exec_module(ic)
+    lines = ["[1] init rank 1 of 2: main 14 us, init 175 us, first allreduce 72.5 us, from launch 189 us",
+             "init rank 0 of 2: main 28 us, init 160 us, first allreduce 2734.2 us, from launch 191 us"]
+    got = ic.parse_ranks(["noise\n" + lines[0], lines[1] + "\n"], 2)
+    check(got == {"main": 28, "init": 175, "first": 2734.2, "launch": 191}, "init-compare: the slowest rank's times")
+    check(ic.parse_ranks([lines[1]], 2) is None, "init-compare: a rank without its line")
+    check(ic.THREADS.search("init 64 ranks as threads: horaCommInitRank 601 us at the slowest, 574 us the median")
+          is not None, "init-compare: init_perf -N's summary")
+    a = ic.parse_args(["--hosts", "4x2", "-r", "2", "-o", "/nonexistent"])
+    check(a.hosts_rpr == (4, 2) and a.ns == [8] and a.r == 2, "init-compare: --hosts")
+    check(refused(ic, ["--hosts", "4"]) and refused(ic, ["--cluster", "x"]) and refused(ic, ["-r", "0"]),
+          "init-compare: bad arguments refused")
+
+
 def main():
     tool = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
@@ -163,6 +183,7 @@ def main():
         check(lines[3].split("|")[5].strip() == "-", "table: a size a peer lacks")
 
         check_hosts(tmp)
+        check_init_compare()
 
         try:
             import matplotlib  # noqa: F401
