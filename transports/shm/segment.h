@@ -98,8 +98,9 @@ class Segment {
   Header* header() const { return reinterpret_cast<Header*>(base_); }
   RingCtl* ctl(uint32_t receiver) const;
   uint8_t* ring(uint32_t receiver) const;
-  // A peer's segment, attached: maps now the header and the ring controls, which every message
-  // reads (attach() leaves every page to fault in).
+  // A peer's segment, attached: maps now the header, the ring controls and (on a host of up to
+  // 16 ranks) the stage and cells, which calls read (attach() leaves every page to fault in;
+  // the rings fault in as they are first used).
   void populateFor() const;
   uint8_t* stage() const;
   uint8_t* cells() const;  // after the stage: kCells of kCellBytes
