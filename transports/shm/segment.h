@@ -99,8 +99,8 @@ class Segment {
   RingCtl* ctl(uint32_t receiver) const;
   uint8_t* ring(uint32_t receiver) const;
   // A peer's segment, attached: maps now the header, the ring controls and (on a host of up to
-  // 16 ranks) the stage and cells, which calls read (attach() leaves every page to fault in;
-  // the rings fault in as they are first used).
+  // 16 ranks) the first page of each slot and cell, which small calls read (attach() leaves
+  // every page to fault in; the rest faults in as it is first used).
   void populateFor() const;
   uint8_t* stage() const;
   uint8_t* cells() const;  // after the stage: kCells of kCellBytes
