@@ -88,9 +88,9 @@ core::Job jobOf(horaComm* c, const core::Program* program, trace::Entry* entry) 
   return j;
 }
 
-// The plan of a call, explained at INFO the first time a communicator makes one for its
-// collective and size class (a power of two), and logged at TRACE every time.
-// The plan of a collective (not send or receive), cached.
+// The plan of a collective (not a send or receive), cached with what running it needs to know
+// of it, and explained at INFO the first time a communicator makes one for its collective and
+// size class (a power of two).
 const horaComm::CachedPlan& planned(horaComm* c, const coll::Args& a, const coll::Topo& topo, bool alone) {
   // Every prediction depends on the collective, its bytes and whether it is alone (the rest is
   // the communicator's): the last plan of each is kept.
@@ -116,6 +116,7 @@ const horaComm::CachedPlan& planned(horaComm* c, const coll::Args& a, const coll
   return slot;
 }
 
+// The plan of any call: a send or receive's is point-to-point.
 coll::Plan planOf(horaComm* c, const coll::Args& a, const coll::Topo& topo, bool alone) {
   if (a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv) {
     coll::Plan p;
