@@ -27,6 +27,10 @@ BUS_FACTORS = {
 }
 
 
+# Collectives whose call takes one rank's block of an n-block vector (the size is the vector's).
+BLOCK_COLLECTIVES = ("allgather", "reducescatter", "gather", "scatter")
+
+
 def bus_factor(collective, nranks):
     return BUS_FACTORS.get(collective, lambda n: 1.0)(nranks)
 
@@ -137,8 +141,9 @@ def _peer_doc(library, header):
         "nranks": nranks,
         "mode": "processes",
         "dtype": "float",
-        "op": "sum" if collective == "allreduce" else "none",
-        "root": 0 if collective == "broadcast" else -1,  # the peers' broadcast is from rank 0
+        "op": "sum" if collective in ("allreduce", "reduce", "reducescatter") else "none",
+        # the peers' rooted collectives are from (or to) rank 0
+        "root": 0 if collective in ("broadcast", "reduce", "gather", "scatter") else -1,
         "params": {},
         "rows": [],
     }
@@ -159,8 +164,8 @@ def parse_anchors(text):
             # size count type redop time_us algbw busbw #wrong
             if len(f) == 8 and f[0].isdigit() and f[1].isdigit():
                 size, count, time_us = int(f[0]), int(f[1]), finite(f[4])
-                if doc["collective"] == "allgather":
-                    count //= doc["nranks"]  # the peers print the gathered total; the call takes a block
+                if doc["collective"] in BLOCK_COLLECTIVES:
+                    count //= doc["nranks"]  # the peers print the whole vector; the call takes a block
                 # Bandwidths again from size and time: the text rounds them to 1 MB/s.
                 algbw = size / time_us / 1e3 if time_us else finite(f[5])
                 busbw = algbw * bus_factor(doc["collective"], doc["nranks"]) if algbw is not None else None

@@ -36,6 +36,29 @@ A notice of mpirun, 1 2 3 4 5 6 7
          504          126  float   none        41.83    0.012    0.008      1
 """
 
+# perf/mpi_coll's output (Open MPI's side of the collectives the anchors do not time).
+MPI_COLL_TEXT = """## ompi-vader
+# peer: mpi-reducescatter  nranks: 3
+#       size        count   type  redop      time_us    algbw    busbw #wrong
+         252           63  float    sum        13.56    0.019    0.012      0
+## ompi-vader
+# peer: mpi-reduce  nranks: 3
+#       size        count   type  redop      time_us    algbw    busbw #wrong
+         256           64  float    sum         1.36    0.188    0.188      0
+"""
+
+
+def check_mpi_coll():
+    rs, red = hperf.parse_anchors(MPI_COLL_TEXT)
+    check(rs["collective"] == "reducescatter" and rs["op"] == "sum" and rs["root"] == -1 and
+          rs["rows"][0]["count"] == 21 and rs["rows"][0]["size"] == 252, "mpi_coll: a ReduceScatter's block")
+    check(red["collective"] == "reduce" and red["op"] == "sum" and red["root"] == 0 and red["rows"][0]["count"] == 64,
+          "mpi_coll: a Reduce's buffer")
+    compare = load_compare()
+    for coll in ("reduce", "reducescatter", "gather", "scatter"):
+        check(not refused(compare, ["-c", coll, "-p", "ompi-vader ompi-tcp"]), f"compare: {coll} beside Open MPI")
+        check(not refused(compare, ["--hosts", "2x1", "-c", coll]), f"compare --hosts: {coll} beside Open MPI")
+
 
 def check(cond, what):
     if not cond:
@@ -184,6 +207,7 @@ def main():
 
         check_hosts(tmp)
         check_init_compare()
+        check_mpi_coll()
 
         try:
             import matplotlib  # noqa: F401
