@@ -23,6 +23,7 @@
 #include "core/program.h"
 #include "kernels/cpu/reduce.h"
 #include "transports/tcp/connection.h"
+#include "stub_stage.h"
 #include "unit_coll.h"
 #include "unit_net.h"
 
@@ -486,4 +487,99 @@ TEST_CASE("mismatched calls across ranks fail instead of hanging", "[mismatch]")
   }
   // Only a guard against hangs (the timeout above is 300 ms).
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30));
+}
+
+// =================================================================================================
+// Fetch: a stage member's published buffer, read where it lies
+// =================================================================================================
+
+namespace {
+// A stage of two members whose reads and writes of a member's memory are plain copies in this
+// process.
+struct ReadingStage : test::StubStage {
+  Access access = Access::Kernel;
+  mutable int readsDone = 0, writesDone = 0;
+  ReadingStage() : StubStage(2, 4096) { name = "rank 1 (test, pid 1)"; }
+  Access memberAccess() const override { return access; }
+  void readMember(int, uint64_t from, void* dst, size_t bytes) const override {
+    memcpy(dst, reinterpret_cast<const void*>(static_cast<uintptr_t>(from)), bytes);
+    ++readsDone;
+  }
+  void writeMember(int, uint64_t to, const void* src, size_t bytes) const override {
+    memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(to)), src, bytes);
+    ++writesDone;
+  }
+};
+
+// Runs one Fetch (or Put) of `want` bytes at `offset` of chunk 7 of member 1, which published
+// `pub`.
+std::string fetchOnce(ReadingStage& st, const transport::SharedStage::Published& pub, void* dst, size_t want,
+                      size_t offset = 0, bool put = false) {
+  core::Program prog;
+  core::ProgramBuilder pb(prog);
+  const core::ProgramBuilder::Remote member{1, &pub, 7, offset, want};
+  if (put) pb.put(member, dst, want - offset);
+  else pb.fetch(member, dst, want - offset);
+  std::vector<transport::Connection*> none(2, nullptr);
+  core::Job j;
+  j.program = &prog;
+  j.conns = none.data();
+  j.nranks = 2;
+  j.stage = &st;
+  core::Executor ex;
+  try {
+    ex.run({j}, kRunTimeout);
+    return "";
+  } catch (const Error& e) {
+    return std::string(e.code() == Errc::Remote ? "remote: " : e.code() == Errc::Internal ? "internal: " : "other: ") +
+           e.what();
+  }
+}
+}  // namespace
+
+TEST_CASE("executor: a Fetch reads what the member published, and refuses a word that does not match", "[exec]") {
+  ReadingStage st;
+  std::vector<uint8_t> theirs(1000), mine(1000, 0);
+  for (size_t i = 0; i < theirs.size(); ++i) theirs[i] = static_cast<uint8_t>(i * 7 + 1);
+  const uint64_t at = reinterpret_cast<uintptr_t>(theirs.data());
+  SECTION("the published buffer is read into the result") {
+    CHECK(fetchOnce(st, {7, at, 1000, 0}, mine.data(), 1000) == "");
+    CHECK(mine == theirs);
+    CHECK(st.readsDone == 1);
+  }
+  SECTION("less the tail the member puts itself") {
+    CHECK(fetchOnce(st, {7, at, 1000, 400}, mine.data(), 1000) == "");
+    CHECK(std::equal(mine.begin(), mine.begin() + 600, theirs.begin()));
+    CHECK(std::all_of(mine.begin() + 600, mine.end(), [](uint8_t v) { return v == 0; }));
+  }
+  SECTION("a Put writes its part at its offset") {
+    std::vector<uint8_t> part(300, 0xAB);
+    CHECK(fetchOnce(st, {7, at, 1000, 0}, part.data(), 1000, 700, true) == "");
+    CHECK(st.writesDone == 1);
+    CHECK(std::all_of(theirs.begin() + 700, theirs.end(), [](uint8_t v) { return v == 0xAB; }));
+    CHECK(theirs[699] == static_cast<uint8_t>(699 * 7 + 1));
+  }
+  SECTION("another length: rejected, nothing read") {
+    const std::string e = fetchOnce(st, {7, at, 4000, 0}, mine.data(), 1000);
+    CHECK(e.rfind("remote: ", 0) == 0);
+    CHECK(e.find("rank 1 (test, pid 1) published 4000 bytes of chunk 7 for this rank to read") != std::string::npos);
+    CHECK(e.find("where it expects 1000 bytes of chunk 7") != std::string::npos);
+    CHECK(st.readsDone == 0);
+  }
+  SECTION("another chunk (a stale or rewritten word): rejected") {
+    const std::string e = fetchOnce(st, {6, at, 1000, 0}, mine.data(), 1000);
+    CHECK(e.find("published 1000 bytes of chunk 6") != std::string::npos);
+    CHECK(st.readsDone == 0);
+  }
+  SECTION("a tail larger than the buffer: rejected") {
+    const std::string e = fetchOnce(st, {7, at, 1000, 1001}, mine.data(), 1000);
+    CHECK(e.rfind("remote: ", 0) == 0);
+    CHECK(st.readsDone == 0);
+  }
+  SECTION("a stage that cannot reach its members: the program is refused") {
+    st.access = transport::SharedStage::Access::None;
+    const std::string e = fetchOnce(st, {7, at, 1000, 0}, mine.data(), 1000);
+    CHECK(e.rfind("internal: ", 0) == 0);
+    CHECK(st.readsDone == 0);
+  }
 }

@@ -28,6 +28,7 @@
 #include "comm/bootstrap.h"
 #include "comm/comm.h"
 #include "harness.h"
+#include "transports/shm/world.h"
 
 using namespace hora::test;
 
@@ -852,4 +853,73 @@ TEST_CASE("horaCommAbort from another thread stops a blocked call", "[faults]") 
   CHECK(peerText.find("rank 0 (") != std::string::npos);
   CHECK(peerText.find("was aborted") != std::string::npos);
   CHECK(horaCommDestroy(comms[1]) == horaSuccess);
+}
+
+// The single copy's reads and writes of a peer's memory (shm::World::readMember and writeMember,
+// process_vm_readv and process_vm_writev): what the peer's memory holds; an address it does not
+// map (a published word that is not a buffer of its own) is that peer's error, not a crash; and
+// once its process is gone, it is said to be gone.
+TEST_CASE("reading and writing a peer's memory: its bytes, an address it does not map, its process gone",
+          "[faults][singlecopy]") {
+  int toParent[2], toChild[2];
+  REQUIRE(pipe(toParent) == 0);
+  REQUIRE(pipe(toChild) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    static uint8_t data[100000];
+    for (size_t i = 0; i < sizeof data; ++i) data[i] = static_cast<uint8_t>(i % 241);
+    const uint64_t at = reinterpret_cast<uintptr_t>(data);
+    char c;
+    _exit(write(toParent[1], &at, sizeof at) == sizeof at && read(toChild[0], &c, 1) >= 0 ? 0 : 1);
+  }
+  uint64_t at = 0;
+  REQUIRE(read(toParent[0], &at, sizeof at) == sizeof at);
+  hora::shm::World w;
+  w.nlocal = 2;
+  w.localIndex = 0;
+  w.peers.resize(2);
+  w.peers[1].name = "rank 1 (test, pid " + std::to_string(child) + ")";
+  w.peers[1].process = hora::ProcessRef(child);
+  std::vector<uint8_t> got(100000, 0);
+  auto readErr = [&](uint64_t from, size_t bytes) -> std::string {
+    try {
+      w.readMember(1, from, got.data(), bytes);
+      return "";
+    } catch (const hora::Error& e) {
+      return std::string(e.code() == hora::Errc::Remote ? "remote: " : "other: ") + e.what();
+    }
+  };
+  CHECK(readErr(at, got.size()) == "");
+  bool same = true;
+  for (size_t i = 0; i < got.size(); ++i) same &= got[i] == static_cast<uint8_t>(i % 241);
+  CHECK(same);
+  // A write lands in its memory, and reads back.
+  std::vector<uint8_t> mark(5000, 0x5A);
+  w.writeMember(1, at + 1000, mark.data(), mark.size());
+  CHECK(readErr(at, got.size()) == "");
+  CHECK((got[999] == static_cast<uint8_t>(999 % 241) && got[1000] == 0x5A && got[5999] == 0x5A &&
+         got[6000] == static_cast<uint8_t>(6000 % 241)));
+  std::string e = readErr(16, 4096);  // nothing is mapped at 16
+  CHECK(e.rfind("remote: " + w.peers[1].name + " published a buffer that this rank cannot read", 0) == 0);
+  try {
+    w.writeMember(1, 16, mark.data(), mark.size());
+    FAIL("a write to an address it does not map succeeded");
+  } catch (const hora::Error& x) {
+    CHECK(std::string(x.what()).find("published a buffer that this rank cannot write") != std::string::npos);
+  }
+  e = readErr(at + 99000, 8192);  // runs past its buffer, and maybe its mapping
+  CHECK((e.empty() || e.find("cannot read") != std::string::npos));
+  REQUIRE(write(toChild[1], "x", 1) == 1);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  e = readErr(at, 64);
+  CHECK(e.rfind("remote: " + w.peers[1].name + " exited or crashed", 0) == 0);
+  try {
+    w.writeMember(1, at, mark.data(), 64);
+    FAIL("a write to a process that is gone succeeded");
+  } catch (const hora::Error& x) {
+    CHECK(std::string(x.what()).find("exited or crashed (its process is gone); while writing its buffer") != std::string::npos);
+  }
+  for (int fd : {toParent[0], toParent[1], toChild[0], toChild[1]}) close(fd);
 }

@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "coll/planner.h"
+#include "stub_stage.h"
 
 using namespace hora;
 using namespace hora::coll;
@@ -12,31 +13,7 @@ using namespace hora::coll;
 namespace {
 
 // A shared stage that is only a shape: the planner reads its size and region.
-struct ShapeOnlyStage : transport::SharedStage {
-  int n;
-  std::vector<int> members;
-  std::string name = "rank ?";
-  explicit ShapeOnlyStage(int n) : n(n) {
-    for (int i = 0; i < n; ++i) members.push_back(i);
-    map(std::vector<uint8_t*>(static_cast<size_t>(n)), std::vector<std::atomic<uint64_t>*>(static_cast<size_t>(n)),
-        4 * 512 * 1024, 0);
-  }
-  int size() const override { return n; }
-  int index() const override { return 0; }
-  const std::vector<int>& ranks() const override { return members; }
-  const std::string& memberName(int) const override { return name; }
-  void wakeAll() const override {}
-  std::string arm(int, Errc*, std::vector<pollfd>&) const override { return ""; }
-  void disarm() const override {}
-  void announce(uint64_t, uint64_t) const override {}
-  int mismatch(uint64_t, uint64_t, uint64_t*, int) const override { return -1; }
-  bool announced(int, uint64_t, uint64_t*) const override { return false; }
-  uint64_t lastCall(int) const override { return 0; }
-  void publishUnchecked(uint64_t) const override {}
-  uint64_t checkedThrough(int) const override { return 0; }
-  bool closed(int) const override { return false; }
-  void markFailed(const std::string&, Errc) const override {}
-};
+using ShapeOnlyStage = test::StubStage;
 
 Topo oneHost(int n, const ShapeOnlyStage& st) {
   Topo t;

@@ -42,6 +42,7 @@ struct Settings {
   SockAddr bindAddr;         // where socket transports listen (its port is 0: any)
   int socketsPerPeer = 1;    // HORA_NSOCKS_PERPEER
   size_t chunkBytes = 512 * 1024;  // HORA_CHUNK_BYTES: pipeline chunk and stage slot
+  bool shmSingleCopy = true;       // HORA_SHM_SINGLE_COPY
   std::string ibHca;               // HORA_IB_HCA (a device and port filter)
   // The filter came from NCCL_IB_HCA: one that leaves no port turns ib off with a note, as
   // NCCL falls back to sockets, instead of failing as HORA_IB_HCA does.

@@ -16,7 +16,9 @@
 //     Broadcast's root, a Reduce's senders, ...) put their data in the cell of their sequence
 //     number, so that a rank that only gives may run up to kCells calls ahead of its readers;
 //   - the history of the owner's last kHistory announcements, so that a member that ran ahead
-//     can still be compared (announced()).
+//     can still be compared (announced());
+//   - where the transport can, a way to read a member's own memory (readMember: the single
+//     copy of a large Broadcast, src/coll/stage.cc).
 //
 // Waiting: a member that finds nothing to do calls arm() before it blocks in poll() on the
 // descriptors arm() added, then disarm() after; a member that posts calls wakeAll() afterwards
@@ -105,6 +107,35 @@ class SharedStage {
   // Publishes why this rank failed, and the code of that cause (once; the first wins), before
   // its links close.
   virtual void markFailed(const std::string& why, Errc code) const = 0;
+
+  // The single copy: a member reads another's buffer where it lies, in the other's process,
+  // instead of the other copying it into its region first (and may write into another's buffer
+  // likewise). memberAccess: whether every member may read and write every other's memory, and
+  // how: Direct where the members are threads of one process (a memcpy), Kernel where they are
+  // processes between which the kernel allows cross-memory access (process_vm_readv and
+  // process_vm_writev, which pin the pages they copy: a system call and a page-table walk per
+  // copy). Agreed by the members when the stage is set up, so that it is the same on every one
+  // of them.
+  enum class Access : uint8_t { None, Direct, Kernel };
+  virtual Access memberAccess() const { return Access::None; }
+  // Copies `bytes` from member's memory at `from`, an address in its process, to dst (read), or
+  // from src to member's memory at `to` (write). Throws Errc::Remote naming the member where it
+  // cannot: its process is gone, or the address is not one it maps (what it published was not
+  // a buffer of its own).
+  virtual void readMember(int member, uint64_t from, void* dst, size_t bytes) const {
+    (void)from, (void)dst, (void)bytes;
+    fail(Errc::Internal, "the shared stage cannot read %s's memory", memberName(member).c_str());
+  }
+  virtual void writeMember(int member, uint64_t to, const void* src, size_t bytes) const {
+    (void)to, (void)src, (void)bytes;
+    fail(Errc::Internal, "the shared stage cannot write %s's memory", memberName(member).c_str());
+  }
+  // What a member publishes in its region for the others to read or write: `bytes` at
+  // `address` in its process, for chunk `chunk` of the stage's sequence; of which it writes the
+  // last `put` bytes into the reader's buffer itself (a reader reads the rest).
+  struct Published {
+    uint64_t chunk, address, bytes, put;
+  };
 
  protected:
   // For the implementation, once its members' memory is mapped: each member's region and

@@ -8,7 +8,8 @@
 //   InFree    the chunk whose in-slots I have read         OutFree   ... whose out-slots I have read
 //
 // Chunks are numbered by one sequence shared by every call on the host (Topo::stageSeq), and
-// chunk s uses slots s%2, so chunk s+1 fills the other slots while chunk s is still being read.
+// chunk s uses slots s%2, so chunk s+1 fills the other slots while chunk s is still being read
+// (a single copy of a Broadcast only a word in the in-slot: stageBroadcast).
 //
 // Flat (small buffers, one chunk): copy my input in, post InReady, wait for everyone's, then
 // reduce all n inputs straight out of the n in-slots, in rank order, into my result. One wait:
@@ -39,6 +40,32 @@ struct Slots {
   uint8_t* in(int rank, uint64_t s) const { return st.region(rank) + (s % 2) * C; }
   uint8_t* out(int rank, uint64_t s) const { return st.region(rank) + (2 + s % 2) * C; }
 };
+
+// Whether a Broadcast reads the root's buffer where it lies (stageBroadcast). Measured with
+// broadcast_perf -a 3 on 2 cores, against the cells (up to 32 KiB, where the root runs ahead of
+// its readers) and the slots' pipeline: threads of one process from 64 KiB (at 2 ranks, 1 MiB
+// in 24 us against 112; 4 MiB at 4 ranks in 346 us against 815, at 8 in 1108 against 1794);
+// processes at 2 ranks from 16 KiB (32 KiB in 6.0 us against 12-16, 1 MiB in 80 against 500),
+// but not at more, whose readers contend in the kernel for the root's pages (4 MiB at 4 ranks:
+// 1453 us against 924).
+// At 2 processes the root of an in-place single-copy Broadcast writes half of it into the
+// reader's result itself (stageBroadcast): the kernel's copy runs at about 12 GB/s on a core
+// (broadcast_perf -a 3, 2 ranks on 2 cores: 4 MiB in 158-163 us against 365-378 alone, 64 KiB
+// in 5.3 against 8.1). Threads copy at memory speed on one core (4 MiB in 93 us alone, 103-106
+// split), so they do not split.
+bool splitBroadcast(const Args& a, const Topo& t) {
+  return t.nranks == 2 && a.sendbuf == a.recvbuf && t.stage->memberAccess() == transport::SharedStage::Access::Kernel;
+}
+bool singleCopyBroadcast(const Args& a, const Topo& t) {
+  using Access = transport::SharedStage::Access;
+  if (a.kind != Kind::Broadcast || !t.stage) return false;
+  const size_t bytes = a.count * dataTypeSize(a.dtype);
+  switch (t.stage->memberAccess()) {
+    case Access::Direct: return bytes >= (size_t(64) << 10);
+    case Access::Kernel: return t.nranks == 2 && bytes >= (size_t(16) << 10);
+    default: return false;
+  }
+}
 
 // Waiting for a counter to reach s-2 or less is waiting for nothing.
 int32_t waitFor(core::ProgramBuilder& b, Counter c, uint64_t s, core::Deps d = {}) {
@@ -106,11 +133,64 @@ void stageAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch&,
 // anything: all readers copy the same chunk at once, while the root fills the next. Every rank
 // waits for every other's InReady of each chunk (the readers post theirs on arrival), so the
 // call check sees every rank's announcement, as the flat call's does.
-void stageBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch&, core::ProgramBuilder& b) {
+//
+// The single copy, where the stage can reach its members' memory (memberAccess) and the call
+// is large enough (singleCopyBroadcast): the root publishes where its buffer lies, in its
+// in-slot of one chunk number, and every reader copies the buffer from there into its result
+// itself, in one pass (threads of one process: a memcpy; processes: process_vm_readv), all
+// readers at once; the root then waits until every reader has, so that its buffer is not
+// changed while read. At 2 processes, in place, the root writes the second half into the
+// reader's result itself (its address in the reader's word) while the reader reads the first.
+// The root's data crosses memory once per reader and never into a slot, and a reader needs
+// nothing of the root between the start and the end of its copy: a root (or reader)
+// descheduled meanwhile costs nothing, where the slots' pipeline meets at every chunk.
+void stageBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, core::ProgramBuilder& b) {
   const int r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;
   const Slots slots{*t.stage, stageSlotBytes(*t.stage)};
+  if (singleCopyBroadcast(a, t)) {
+    using Published = transport::SharedStage::Published;
+    const uint64_t s = ++*t.stageSeq;
+    const uint64_t bytes = N * E;
+    kernels::ReduceSpec raw;
+    raw.dtype = DataType::Uint8;
+    // Each rank's word, in its in-slot of the chunk: the root's says where its buffer is and
+    // what it puts itself, a reader's where its result is.
+    auto publish = [&](const void* buf, uint64_t put) {
+      auto* mine = static_cast<Published*>(scratch.get(sizeof(Published)));
+      *mine = Published{s, reinterpret_cast<uintptr_t>(buf), bytes, put};
+      return b.local(core::reduceAction(slots.in(r, s), mine, nullptr, sizeof(Published), raw),
+                     core::Deps{waitFor(b, kInFree, s)});
+    };
+    if (r == a.root) {
+      // At 2 processes the root, in place, writes the second half into the reader's result itself
+      // while the reader reads the first: two cores copy, where one would (the root's own copy
+      // out of place is as large as the reader's, so then it puts nothing).
+      const uint64_t putBytes = splitBroadcast(a, t) ? (bytes / 2) & ~uint64_t(4095) : 0;
+      int32_t in = publish(a.sendbuf, putBytes);
+      if (a.sendbuf != a.recvbuf) b.local(core::reduceAction(a.recvbuf, a.sendbuf, nullptr, bytes, raw));
+      int32_t all = b.wait(kInReady, s, core::Deps{b.signal(kInReady, s, core::Deps{in})});
+      int32_t put = all;
+      if (putBytes) {
+        const core::ProgramBuilder::Remote reader{1 - r, slots.in(1 - r, s), s, bytes - putBytes, bytes};
+        put = b.put(reader, at(a.sendbuf, bytes - putBytes, 1), putBytes, core::Deps{all});
+      }
+      b.signal(kOutReady, s, core::Deps{put});
+      // The readers' words are read (a Put reads its word first): they may rewrite them.
+      int32_t read = b.wait(kInFree, s, core::Deps{b.signal(kInFree, s, core::Deps{put})});
+      b.signal(kOutFree, s, core::Deps{read});
+    } else {
+      int32_t all = b.wait(kInReady, s, core::Deps{b.signal(kInReady, s, core::Deps{publish(a.recvbuf, 0)})});
+      const core::ProgramBuilder::Remote root{a.root, slots.in(a.root, s), s, 0, bytes};
+      int32_t read = b.fetch(root, a.recvbuf, bytes, core::Deps{all});
+      b.signal(kInFree, s, core::Deps{read});
+      // The root's part, where it puts one, is in once it posts.
+      int32_t whole = b.wait(kOutReady, s, core::Deps{b.signal(kOutReady, s, core::Deps{read})});
+      b.signal(kOutFree, s, core::Deps{whole});
+    }
+    return;
+  }
   const size_t C = std::max<size_t>(1, std::min(slots.C, p.chunkBytes) / E);  // elements per chunk
   const bool root = r == a.root;
   const kernels::ReduceSpec copy = Reducer{a, t.nranks}.spec(false, false);
@@ -372,7 +452,7 @@ size_t flatLimit(int nranks) {
 bool pipelinedBroadcast(const Args& a, const Topo& t) {
   const size_t bytes = a.count * dataTypeSize(a.dtype);
   return a.kind == Kind::Broadcast && a.count > 0 && t.stage &&
-         (bytes > transport::SharedStage::kCellBytes || bytes > stageSlotBytes(*t.stage));
+         (bytes > transport::SharedStage::kCellBytes || bytes > stageSlotBytes(*t.stage) || singleCopyBroadcast(a, t));
 }
 
 const char* needsStage(const Topo& t) {
@@ -406,6 +486,13 @@ class Flat final : public Algorithm {
   }
   double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
     if (a.kind == Kind::Barrier) return waitUs(c.stage, t, c);
+    if (singleCopyBroadcast(a, t)) {
+      // Every reader reads the root's buffer (from another core: the stage's rate) and writes
+      // it into its result, all at once; two waits.
+      const double N = static_cast<double>(a.count * dataTypeSize(a.dtype));
+      return c.base("flat") + 2 * waitUs(c.stage, t, c) +
+             c.factor("flat") * (bytesUs(N, c.stage.gbps, t) + bytesUs(N, c.memoryGBps, t));
+    }
     if (pipelinedBroadcast(a, t)) {
       // A pipeline of two stages: the root's copy of a chunk into its slot (a chunk read, a
       // chunk written) beside the readers' copies of the chunk before it out of the slot (a

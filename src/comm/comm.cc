@@ -62,6 +62,7 @@ transport::Settings transportSettings(const Config& cfg, int rank, int nranks, c
   ts.bindAddr = bindAddr;
   ts.socketsPerPeer = cfg.nsocksPerPeer;
   ts.chunkBytes = cfg.chunkBytes;
+  ts.shmSingleCopy = cfg.shmSingleCopy;
   ts.ibHca = cfg.ibHca;
   ts.ibHcaLenient = cfg.ncclSource.count("HORA_IB_HCA") != 0;
   ts.ibGidIndex = cfg.ibGidIndex;

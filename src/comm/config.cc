@@ -92,6 +92,11 @@ const Variable kVariables[] = {
      "time); ^X excludes X; the list must leave one",
      "transports to use; HORA_DEBUG=INFO prints each rank's links", "NCCL_IB_DISABLE,NCCL_SHM_DISABLE,NCCL_NET",
      "NCCL_IB_DISABLE (not 0) leaves out ib, NCCL_SHM_DISABLE=1 shm; NCCL_NET=IB leaves out tcp (ignored in a build without ib), NCCL_NET=Socket ib; other networks ignored"},
+    {"HORA_SHM_SINGLE_COPY", Topic::Transports, "0 or 1", "1", "0 or 1",
+     "1: a large Broadcast between the ranks of one host is read by each rank straight from the root's buffer "
+     "(threads of one process; processes through process_vm_readv, where the kernel allows it, which is probed at "
+     "init and agreed by the host's ranks); 0: through the root's slots of the shared stage. HORA_DEBUG=INFO says "
+     "which, and why"},
     {"HORA_SOCKET_IFNAME", Topic::Transports, "list", "(the route to the rendezvous)",
      "comma list of interface name prefixes, =exact names, ^excluded ones",
      "interfaces for TCP", "NCCL_SOCKET_IFNAME",
@@ -450,6 +455,11 @@ Config parseConfig(const EnvLookup& env) {
     const std::string b = trimBlanks(*v);
     if (b != "0" && b != "1") bad("HORA_HIER_STAGE", *v, "0 or 1");
     c.hierStage = b == "1";
+  }
+  if (auto v = env("HORA_SHM_SINGLE_COPY")) {
+    const std::string b = trimBlanks(*v);
+    if (b != "0" && b != "1") bad("HORA_SHM_SINGLE_COPY", *v, "0 or 1");
+    c.shmSingleCopy = b == "1";
   }
   if (auto v = env("HORA_CALL_CHECK")) {
     const std::string b = trimBlanks(*v);

@@ -36,6 +36,7 @@ struct Config {
   int ibQpsPerPeer = 1;   // HORA_IB_QPS_PER_PEER
   size_t chunkBytes = 512 * 1024;
   bool hierStage = true;  // HORA_HIER_STAGE
+  bool shmSingleCopy = true;  // HORA_SHM_SINGLE_COPY
   bool callCheck = true;  // HORA_CALL_CHECK
   std::string kernelIsa = "auto";
   std::string cuda = "auto";  // HORA_CUDA: auto, off, emulate

@@ -57,6 +57,32 @@ void Executor::complete(uint32_t g) {
   ++ndone_;
 }
 
+void Executor::copyRemote(uint32_t g) {
+  const Job& job = jobs_->at(refs_[g].job);
+  const Op& o = op(g);
+  // The member's word, read once (its wait has ordered it before this read) and checked before
+  // it is used: it must describe the very chunk and length this rank expects.
+  transport::SharedStage::Published seen;
+  memcpy(&seen, o.action.src0, sizeof seen);
+  const std::string& who = job.stage->memberName(o.peer);
+  if (seen.chunk != o.value || seen.bytes != o.total || seen.put > seen.bytes || o.offset > o.total ||
+      o.bytes > o.total - o.offset)
+    fail(Errc::Remote, "%s published %llu bytes of chunk %llu for this rank to %s, where it expects %llu bytes of chunk %llu%s",
+         who.c_str(), static_cast<unsigned long long>(seen.bytes), static_cast<unsigned long long>(seen.chunk),
+         o.kind == OpKind::Fetch ? "read" : "write", static_cast<unsigned long long>(o.total),
+         static_cast<unsigned long long>(o.value), callOf(job).c_str());
+  // A Fetch leaves the tail that the member writes into this rank's buffer itself.
+  const uint64_t end = o.kind == OpKind::Fetch ? std::min(o.offset + o.bytes, o.total - seen.put) : o.offset + o.bytes;
+  if (end <= o.offset) return;
+  try {
+    if (o.kind == OpKind::Fetch) job.stage->readMember(o.peer, seen.address + o.offset, o.buf, end - o.offset);
+    else job.stage->writeMember(o.peer, seen.address + o.offset, o.buf, end - o.offset);
+  } catch (const Error& e) {
+    throwPublishedCause(&job);  // a member that failed first says why
+    throw Error(e.code(), std::string(e.what()) + callOf(job));
+  }
+}
+
 // " in AllReduce(count 1024, float, sum) (call #3 on rank 1 of 4)": a job's call, for texts.
 std::string Executor::callOf(const Job& j) {
   const uint64_t tag = j.program ? j.program->tag : j.callTag;
@@ -430,6 +456,13 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
         locals_.push_back(g);
         continue;
       }
+      if (o.kind == OpKind::Fetch || o.kind == OpKind::Put) {
+        if (!jobs[j].stage || jobs[j].stage->memberAccess() == transport::SharedStage::Access::None || o.peer < 0 ||
+            o.peer >= jobs[j].stage->size())
+          fail(Errc::Internal, "a program reads a stage member's memory where the stage cannot");
+        locals_.push_back(g);  // run as it becomes ready, as an action on this thread
+        continue;
+      }
       if (o.kind == OpKind::Signal || o.kind == OpKind::Wait) {
         if (!jobs[j].stage || o.counter < 0 || o.counter >= transport::SharedStage::kCounters)
           fail(Errc::Internal, "a program uses shared-stage counters it does not have");
@@ -504,7 +537,13 @@ void Executor::loop(const std::vector<Job>& jobs, milliseconds timeout, std::chr
         ++i;
         continue;
       }
-      engineOf(g).post(op(g).action, *jobs_->at(refs_[g].job).program, g);
+      if (op(g).kind == OpKind::Fetch || op(g).kind == OpKind::Put) {
+        copyRemote(g);
+        done_[g] = 1;
+        ++ndone_;
+      } else {
+        engineOf(g).post(op(g).action, *jobs_->at(refs_[g].job).program, g);
+      }
       locals_[i] = locals_.back();
       locals_.pop_back();
       moved = true;

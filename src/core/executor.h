@@ -90,6 +90,7 @@ class Executor {
   void throwPublishedCause(const Job* only = nullptr);
   const Op& op(uint32_t g) const { return jobs_->at(refs_[g].job).program->ops[refs_[g].op]; }
   bool ready(uint32_t g) const;
+  void copyRemote(uint32_t g);  // a Fetch or Put op, now, on this thread
   void complete(uint32_t g);
   ComputeEngine& engineOf(uint32_t g) const;
   bool drainEngines();  // completes the ops of finished actions; returns whether there were any

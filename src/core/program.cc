@@ -71,6 +71,28 @@ Op make(OpKind kind, Deps d) {
 }
 }  // namespace
 
+namespace {
+Op remote(OpKind kind, const ProgramBuilder::Remote& r, const void* buf, size_t bytes, Deps d) {
+  Op op = make(kind, d);
+  op.peer = r.member;
+  op.buf = const_cast<void*>(buf);
+  op.bytes = bytes;
+  op.value = r.chunk;
+  op.offset = r.offset;
+  op.total = r.total;
+  op.action.src0 = r.published;
+  return op;
+}
+}  // namespace
+
+int32_t ProgramBuilder::fetch(const Remote& from, void* buf, size_t bytes, Deps d) {
+  return add(remote(OpKind::Fetch, from, buf, bytes, d));
+}
+
+int32_t ProgramBuilder::put(const Remote& to, const void* buf, size_t bytes, Deps d) {
+  return add(remote(OpKind::Put, to, buf, bytes, d));
+}
+
 int32_t ProgramBuilder::send(int peer, const void* buf, size_t bytes, Deps d) {
   Op op = make(OpKind::Send, d);
   op.peer = peer;

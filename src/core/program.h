@@ -9,6 +9,13 @@
 //                                        (transports/stage.h)
 //   Wait   counter, value                until every member of the stage, this rank included,
 //                                        has set that counter to at least value
+//   Fetch  member, buffer, bytes, value  copies into buffer `bytes` at `offset` of the buffer
+//                                        that stage member published in its region (at
+//                                        action.src0) for chunk `value`, read where it lies in
+//                                        its memory (SharedStage::readMember: the single copy),
+//                                        less the tail that the member said it puts itself
+//   Put    member, buffer, bytes, value  the other way: writes `bytes` of buffer there
+//                                        (SharedStage::writeMember)
 //
 // Every op is asynchronous: the executor posts it once its (up to two, or a list of)
 // dependencies have completed, tests it, and completes it; a send or receive is carried by a
@@ -27,7 +34,7 @@
 
 namespace hora::core {
 
-enum class OpKind : uint8_t { Send, Recv, Local, Signal, Wait };
+enum class OpKind : uint8_t { Send, Recv, Local, Signal, Wait, Fetch, Put };
 
 // dst = src0 (+) src1 (or a copy / scaling of src0 when src1 is null), per kernels::reduce;
 // with nsrcList > 0 the sources are instead Program::srcLists[srcList .. srcList+nsrcList).
@@ -46,11 +53,13 @@ struct Action {
 
 struct Op {
   OpKind kind;
-  int32_t peer = -1;     // Send, Recv: the rank
+  int32_t peer = -1;     // Send, Recv: the rank; Fetch, Put: the stage member
   int32_t counter = -1;  // Signal, Wait: the stage's counter
-  void* buf = nullptr;   // Send, Recv
-  size_t bytes = 0;      // Send, Recv: the message's length
-  uint64_t value = 0;    // Signal, Wait: the counter's value
+  void* buf = nullptr;   // Send, Recv, Fetch, Put
+  size_t bytes = 0;      // Send, Recv: the message's length; Fetch, Put: what to copy
+  uint64_t value = 0;    // Signal, Wait: the counter's value; Fetch, Put: the chunk
+  // Fetch, Put: where in the member's published buffer, and the length it must have published.
+  uint64_t offset = 0, total = 0;
   int32_t dep[2] = {-1, -1};
   uint32_t depList = 0, ndepList = 0;  // more dependencies: Program::depLists[depList ..]
   Action action;
@@ -99,6 +108,16 @@ class ProgramBuilder {
   int32_t local(const Action& a, Deps d = {});
   int32_t signal(int counter, uint64_t value, Deps d = {});
   int32_t wait(int counter, uint64_t value, Deps d = {});
+  // The part [offset, offset + bytes) of the buffer of `total` bytes that stage member `member`
+  // published at `published` (a transport::SharedStage::Published in its region) for chunk
+  // `chunk`: read into buf (fetch), or written from buf (put).
+  struct Remote {
+    int member;
+    const void* published;
+    uint64_t chunk, offset, total;
+  };
+  int32_t fetch(const Remote& from, void* buf, size_t bytes, Deps d = {});
+  int32_t put(const Remote& to, const void* buf, size_t bytes, Deps d = {});
   // A local op that depends on every op in deps and reduces every buffer in srcs.
   int32_t localAll(Action a, const std::vector<int32_t>& deps, const std::vector<const void*>& srcs);
   // Appends `sub`, a program built for a team of ranks numbered 0..k-1 among themselves, with

@@ -37,6 +37,7 @@ PH = "\x00"  # a placeholder
 # Internal-only messages: never shown unless the library or the rendezvous protocol has a bug
 # (or a peer that is not Hora speaks to it). Each is the normalized message, with why.
 ALLOWED = {
+    "a program reads a stage member's memory where the stage cannot": "the planner chooses the single copy only where the stage can read its members (coll/stage.cc): a bug of this library",
     "call #\x00 of the communicator is no longer in this rank's history": "a rank keeps more announcements than it ever leaves uncompared (run.cc's static_assert): a bug of this library",
     "bootstrap round of \x00 bytes exceeds \x00": "a rendezvous round larger than the protocol allows: a bug of this library",
     "\x00 is not in the table of variables": "config.cc asked for a row it does not have: a bug of this library",

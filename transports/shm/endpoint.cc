@@ -2,6 +2,7 @@
 
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,6 +91,67 @@ void recvDescriptors(int link, int expectRank, Fd* segment, Fd* doorbell, Waiter
   }
 }
 
+// The single copy's agreement: a word per peer, its magic and whether the sender may read
+// the memory of every rank of the host.
+constexpr uint32_t kCanReadMagic = 0x44414552;  // "READ"
+struct CanRead {
+  uint32_t magic;
+  uint32_t ok;
+};
+
+void sendCanRead(int link, bool ok, Waiter& w, const std::string& who) {
+  const CanRead word{kCanReadMagic, ok ? 1u : 0u};
+  for (;;) {
+    const ssize_t n = ::send(link, &word, sizeof word, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n == static_cast<ssize_t>(sizeof word)) return;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      fail(Errc::Remote, "sending the shared-memory agreement to %s: %s", who.c_str(), errnoText(errno).c_str());
+    if (n >= 0) fail(Errc::Remote, "sending the shared-memory agreement to %s: short write", who.c_str());
+    w.idle([&](milliseconds most) {
+      pollfd p{link, POLLOUT, 0};
+      pollFor(&p, 1, static_cast<int>(most.count()));
+    });
+  }
+}
+
+bool recvCanRead(int link, Waiter& w, const std::string& who) {
+  for (;;) {
+    CanRead word{};
+    const ssize_t n = ::recv(link, &word, sizeof word, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      w.idle([&](milliseconds most) {
+        pollfd p{link, POLLIN, 0};
+        pollFor(&p, 1, static_cast<int>(most.count()));
+      });
+      continue;
+    }
+    if (n == 0) fail(Errc::Remote, "%s closed the link before the shared-memory agreement", who.c_str());
+    if (n < 0) fail(Errc::Remote, "receiving the shared-memory agreement from %s: %s", who.c_str(), errnoText(errno).c_str());
+    if (n != static_cast<ssize_t>(sizeof word) || word.magic != kCanReadMagic || word.ok > 1)
+      fail(Errc::Remote, "%s sent a malformed shared-memory agreement (%zd bytes)", who.c_str(), n);
+    return word.ok == 1;
+  }
+}
+
+// Whether this rank may read and write peer's memory through the kernel: it reads the probe
+// word of the peer's segment at the peer's own address of it, compares it with the word as
+// mapped here, and writes it back there (the same value: every rank of the host may be doing
+// the same). "" if it may, else why not.
+std::string probeAccess(const Peer& peer) {
+  const Header* h = peer.segment.header();
+  uint64_t got = 0;
+  iovec local{&got, sizeof got};
+  iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(h->ownAddress + offsetof(Header, probe))), sizeof got};
+  ssize_t n = process_vm_readv(peer.process.pid(), &local, 1, &remote, 1, 0);
+  if (n < 0) return format("reading %s's memory: %s", peer.name.c_str(), errnoText(errno).c_str());
+  if (n != static_cast<ssize_t>(sizeof got) || got != h->probe)
+    return format("%s's memory, read through the kernel, is not what its segment holds", peer.name.c_str());
+  n = process_vm_writev(peer.process.pid(), &local, 1, &remote, 1, 0);
+  if (n < 0) return format("writing %s's memory: %s", peer.name.c_str(), errnoText(errno).c_str());
+  if (n != static_cast<ssize_t>(sizeof got)) return format("writing %s's memory: a short write", peer.name.c_str());
+  return std::string();
+}
+
 }  // namespace
 
 Endpoint::Endpoint(const Secret& secret, uint64_t commId, int rank, int nranks, Options opts)
@@ -152,9 +214,30 @@ std::shared_ptr<World> Endpoint::connectAll(std::vector<int> localRanks, const s
                                    opts_.ringBytes, opts_.stageBytes, p.name);
     peer.segment.populateFor();
     peer.process = ProcessRef(cred.pid);
+    peer.sameProcess = cred.pid == getpid();
     HORA_INFO(log::kNet, "%s: shared memory (pid %d, %s)", p.name.c_str(), cred.pid,
               peer.process.pidfd() >= 0 ? "pidfd" : "pid and start time");
   }
+  // The single copy: on where every rank may read every other's memory (threads of one process
+  // may; processes may where the kernel allows one to read the other, as it does between
+  // processes of one user, unless a security module or a seccomp filter forbids it).
+  std::string whyNot = opts_.singleCopy ? "" : "HORA_SHM_SINGLE_COPY=0 on this rank";
+  for (size_t i = 0; i < wd.peers.size() && whyNot.empty(); ++i)
+    if (i != wd.localIndex && !wd.peers[i].sameProcess) whyNot = probeAccess(wd.peers[i]);
+  bool all = whyNot.empty();
+  for (const LocalPeer& p : peers) sendCanRead(links[static_cast<size_t>(p.rank)][0].get(), all, w, p.name);
+  for (const LocalPeer& p : peers)
+    if (!recvCanRead(links[static_cast<size_t>(p.rank)][0].get(), w, p.name) && all) {
+      all = false;
+      whyNot = p.name + " cannot read and write every rank's memory";
+    }
+  const bool oneProcess =
+      std::all_of(wd.peers.begin(), wd.peers.end(), [&](const Peer& p) { return &p == &wd.peers[wd.localIndex] || p.sameProcess; });
+  wd.access = !all ? World::Access::None : oneProcess ? World::Access::Direct : World::Access::Kernel;
+  if (wd.nlocal > 1)
+    HORA_INFO(log::kNet, "single copy between the ranks of this host: %s",
+              !all ? ("off (" + whyNot + ")").c_str()
+                   : oneProcess ? "on (threads of one process)" : "on (process_vm_readv and process_vm_writev)");
   wd.mapStage();
   return world_;
 }

@@ -2,7 +2,10 @@
 // listen on an abstract Unix socket (published through the bootstrap), then open one
 // authenticated link per local peer (base/mesh.h) and swap segment and doorbell descriptors
 // over it (SCM_RIGHTS). The peer's pid comes from the kernel (SO_PEERCRED), not from the peer.
-// The links close afterwards: from then on only memory and doorbells are used.
+// Over the same links the ranks then agree whether each may read every other's memory (the
+// single copy, World::readMember): each probes every peer and says whether it could, and the
+// single copy is on where all could. The links close afterwards: from then on only memory and
+// doorbells are used.
 #pragma once
 #include <functional>
 #include <memory>
@@ -20,6 +23,7 @@ struct Options {
   uint64_t ringBytes = 1 << 20;
   uint64_t stageBytes = 2 << 20;
   milliseconds handshakeTimeout{30000};
+  bool singleCopy = true;  // HORA_SHM_SINGLE_COPY: offer to read peers' buffers (World::readMember)
 };
 
 struct LocalPeer {

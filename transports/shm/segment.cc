@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/handshake.h"
 
 namespace hora::shm {
 
@@ -103,6 +104,8 @@ Segment Segment::create(uint32_t nlocal, uint32_t localIndex, uint64_t ringBytes
   h->localIndex = localIndex;
   h->ringBytes = ringBytes;
   h->stageBytes = stageBytes;
+  h->ownAddress = reinterpret_cast<uintptr_t>(h);
+  randomBytes(&h->probe, sizeof h->probe);
   for (uint32_t j = 0; j < nlocal; ++j) new (s.ctl(j)) RingCtl();
   populate(s.stage(), roundUp(stageBytes) + kCells * kCellBytes);
   return s;

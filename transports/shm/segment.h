@@ -5,7 +5,7 @@
 //
 // Layout of rank r's segment (L = ranks on this host, r's local index i):
 //
-//   Header       magic, version, L, i, sizes; the owner's `sleeping` flag (it is blocked in
+//   Header       magic, version, L, i, sizes; the single copy's probe; the owner's `sleeping` flag (it is blocked in
 //                poll and wants its doorbell rung); counters for the direct algorithms
 //   RingCtl[L]   for each local receiver j: head (bytes r has published to j), tail (bytes j
 //                has consumed; written by j), closed flags of both ends
@@ -25,7 +25,7 @@
 namespace hora::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x474553414d524f48ull;  // "HORAMSEG"
-inline constexpr uint32_t kSegmentVersion = 4;
+inline constexpr uint32_t kSegmentVersion = 5;
 inline constexpr int kCounters = 4;
 
 // Why the owner failed (World::markFailed), for ranks that wait on its counters rather than
@@ -53,6 +53,11 @@ struct alignas(64) Header {
   uint32_t pad;
   uint64_t ringBytes;
   uint64_t stageBytes;
+  // For the single copy (World::readMember): where the owner maps this header, and a random
+  // word that a peer reads at that address through the kernel (process_vm_readv) and compares
+  // with what it sees here, to learn whether it may read the owner's memory.
+  uint64_t ownAddress;
+  uint64_t probe;
   alignas(64) std::atomic<uint32_t> sleeping;  // the owner is (about to be) blocked in poll
   // Written by the owner only, and on one cache line: a rank that has just read a peer's
   // counter reads its announcement for free.

@@ -27,6 +27,7 @@ class ShmTransport final : public transport::Transport {
     o.ringBytes = kRingBytes;
     o.stageBytes = 4 * s.chunkBytes;  // four slots of a chunk (src/coll/stage.cc)
     o.handshakeTimeout = s.handshakeTimeout;
+    o.singleCopy = s.shmSingleCopy;
     endpoint_ = std::make_unique<Endpoint>(s.secret, s.commId, s.rank, s.nranks, o);
   }
 

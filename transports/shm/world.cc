@@ -1,5 +1,6 @@
 #include "transports/shm/world.h"
 
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,6 +50,49 @@ void World::markFailed(const std::string& why, Errc code) const {
   memcpy(f.text, why.data(), n);
   f.text[n] = '\0';
   f.failed.store(static_cast<uint32_t>(code == Errc::Success ? Errc::Remote : code), std::memory_order_release);
+}
+
+namespace {
+// Copies between this process and peer's (process_vm_readv or process_vm_writev: `read` says
+// which way), the whole of it, or throws naming the peer.
+void copyWith(const Peer& p, bool read, uint64_t remoteAt, void* local, size_t bytes) {
+  auto* l = static_cast<uint8_t*>(local);
+  while (bytes) {
+    iovec mine{l, bytes};
+    iovec theirs{reinterpret_cast<void*>(static_cast<uintptr_t>(remoteAt)), bytes};
+    const ssize_t n = read ? process_vm_readv(p.process.pid(), &mine, 1, &theirs, 1, 0)
+                           : process_vm_writev(p.process.pid(), &mine, 1, &theirs, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = n < 0 ? errno : EFAULT;
+      if (e == ESRCH || !p.process.alive())
+        fail(Errc::Remote, "%s exited or crashed (its process is gone); while %s its buffer", p.name.c_str(),
+             read ? "reading" : "writing");
+      fail(Errc::Remote, "%s published a buffer that this rank cannot %s (%zu bytes at 0x%llx): %s", p.name.c_str(),
+           read ? "read" : "write", bytes, static_cast<unsigned long long>(remoteAt), errnoText(e).c_str());
+    }
+    l += n;
+    remoteAt += static_cast<uint64_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
+}
+}  // namespace
+
+// A rank of this process publishes its own buffer's address: the program's own pointer.
+void World::readMember(int member, uint64_t from, void* dst, size_t bytes) const {
+  const Peer& p = peers[static_cast<size_t>(member)];
+  if (static_cast<uint32_t>(member) == localIndex || p.sameProcess)
+    memcpy(dst, reinterpret_cast<const void*>(static_cast<uintptr_t>(from)), bytes);
+  else
+    copyWith(p, true, from, dst, bytes);
+}
+
+void World::writeMember(int member, uint64_t to, const void* src, size_t bytes) const {
+  const Peer& p = peers[static_cast<size_t>(member)];
+  if (static_cast<uint32_t>(member) == localIndex || p.sameProcess)
+    memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(to)), src, bytes);
+  else
+    copyWith(p, false, to, const_cast<void*>(src), bytes);
 }
 
 void World::mapStage() {

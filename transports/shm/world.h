@@ -27,6 +27,7 @@ struct Peer {
   Segment segment;
   Fd doorbell;
   ProcessRef process;  // by pidfd, or pid and start time
+  bool sameProcess = false;  // a rank of this very process (ranks as threads)
 };
 
 class World final : public transport::SharedStage {
@@ -63,6 +64,10 @@ class World final : public transport::SharedStage {
   uint64_t checkedThrough(int member) const override;
   bool closed(int member) const override;
   void markFailed(const std::string& why, Errc code) const override;
+  Access memberAccess() const override { return access; }
+  void readMember(int member, uint64_t from, void* dst, size_t bytes) const override;
+  void writeMember(int member, uint64_t to, const void* src, size_t bytes) const override;
+  Access access = Access::None;  // agreed by the host's ranks (Endpoint::connectAll)
 
   // The text a peer published, printable and bounded, or "" if it has not failed.
   std::string failureOf(uint32_t peer, Errc* code) const;
