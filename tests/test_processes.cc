@@ -5,6 +5,7 @@
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -19,6 +20,7 @@
 #include "collective_check.h"
 #include "comm/comm.h"
 #include "harness.h"
+#include "transports/shm/world.h"
 
 using namespace hora::test;
 
@@ -334,4 +336,48 @@ TEST_CASE("the root killed during single-copy Broadcasts: the reader fails namin
     if (r.rank == 0) CHECK((WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL));
     else CHECK(r.ok());
   }
+}
+
+// ---- Shared-memory rings: mapped whole by their first message of a page or more --------------
+
+namespace {
+// Pages of [p, p + bytes) resident in memory (mincore), out of all of them.
+size_t residentPages(const void* p, size_t bytes, size_t* total) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  *total = (bytes + page - 1) / page;
+  std::vector<unsigned char> v(*total);
+  if (mincore(const_cast<void*>(p), bytes, v.data()) != 0) return 0;
+  return static_cast<size_t>(std::count_if(v.begin(), v.end(), [](unsigned char c) { return (c & 1) != 0; }));
+}
+}  // namespace
+
+// A ring is allocated as it is first written (a host's n^2 rings are mostly never used); the
+// first message of a page or more through it maps it whole at once, on both sides, rather than a
+// page fault at a time in the calls that follow. Small messages leave the rest unmapped.
+TEST_CASE("a shared-memory ring is mapped whole by its first large message, not by small ones", "[shmwarm]") {
+  auto results = runProcesses(2, [](horaComm_t comm, int rank, int) -> std::string {
+    auto* world = dynamic_cast<const hora::shm::World*>(comm->stage.get());
+    if (!world) return "no shared-memory stage";
+    const uint32_t peer = 1 - static_cast<uint32_t>(rank);
+    // Rank 0 sends: its own ring to rank 1; rank 1 receives: rank 0's ring to it.
+    const uint8_t* ring = rank == 0 ? world->own.ring(peer) : world->peers[peer].segment.ring(world->localIndex);
+    const size_t bytes = static_cast<size_t>(world->own.ringBytes());
+    std::vector<uint8_t> buf(size_t(64) << 10, static_cast<uint8_t>(rank + 1));
+    auto exchange = [&](size_t n) {
+      return rank == 0 ? horaSend(buf.data(), n, horaUint8, 1, comm, nullptr)
+                       : horaRecv(buf.data(), n, horaUint8, 0, comm, nullptr);
+    };
+    size_t total = 0;
+    if (exchange(100) != horaSuccess) return std::string("a small message failed: ") + horaGetLastError(comm);
+    const size_t small = residentPages(ring, bytes, &total);
+    if (small >= total) return "a small message mapped the whole ring (" + std::to_string(small) + " pages)";
+    if (exchange(buf.size()) != horaSuccess) return std::string("a large message failed: ") + horaGetLastError(comm);
+    const size_t large = residentPages(ring, bytes, &total);
+    if (large != total) return "after a 64 KiB message " + std::to_string(large) + " of " + std::to_string(total) + " pages";
+    for (uint8_t v : buf)
+      if (v != 1) return "wrong data";
+    return "";
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
 }

@@ -69,6 +69,10 @@ class Connection final : public transport::Connection {
   uint64_t sendSeq_ = 0, recvSeq_ = 0;
   bool headerOk_ = false;  // the head receive's header has been read and checked
   bool closed_ = false;
+  // Whether this rank has mapped each ring whole (warm()): at the first message of kWarmBytes
+  // or more in that direction.
+  bool outWarm_ = false, inWarm_ = false;
+  void warm(const void* ring, bool* done, bool write);
 };
 
 }  // namespace hora::shm

@@ -25,18 +25,17 @@ size_t roundUp(size_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 size_t ctlOffset() { return roundUp(sizeof(Header)); }
 size_t ringOffset(uint32_t nlocal) { return roundUp(ctlOffset() + nlocal * sizeof(RingCtl)); }
 
-// Allocates and maps [p, p + bytes) of a shared mapping now rather than at first touch, where
-// the kernel can (MADV_POPULATE_WRITE, Linux 5.14); elsewhere the pages fault in as used.
-void populate(void* p, size_t bytes) {
-#ifdef MADV_POPULATE_WRITE
-  (void)madvise(p, bytes, MADV_POPULATE_WRITE);
+}  // namespace
+
+void populate(const void* p, size_t bytes, bool write) {
+#if defined(MADV_POPULATE_WRITE) && defined(MADV_POPULATE_READ)
+  (void)madvise(const_cast<void*>(p), bytes, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
 #else
   (void)p;
   (void)bytes;
+  (void)write;
 #endif
 }
-
-}  // namespace
 
 size_t Segment::sizeFor(uint32_t nlocal, uint64_t ringBytes, uint64_t stageBytes) {
   return ringOffset(nlocal) + nlocal * roundUp(ringBytes) + roundUp(stageBytes) + kCells * kCellBytes;
@@ -91,8 +90,9 @@ Segment Segment::create(uint32_t nlocal, uint32_t localIndex, uint64_t ringBytes
   // ranks, 4 GiB of rings of 1 MiB, most of which no algorithm uses), and allocating and
   // mapping every one at init made horaCommInitRank grow as n^3 (24 s at 64 ranks as threads
   // with every peer's segment populated too). The header, the ring controls, the stage and the
-  // cells, which every call uses, are allocated and mapped now (populate()). A ring's first
-  // pass costs its page faults (about a microsecond per 8 KiB message, once).
+  // cells, which every call uses, are allocated and mapped now (populate()). A ring is mapped
+  // whole by the first message of a page or more through it (Connection::warm); smaller ones
+  // fault in the pages they touch (about a microsecond each, once).
   void* p = mmap(nullptr, s.size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) fail(Errc::System, "mapping a shared segment of %zu bytes: %s", s.size_, errnoText(errno).c_str());
   s.base_ = static_cast<uint8_t*>(p);
