@@ -222,6 +222,15 @@ void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int onl
   const transport::SharedStage& st = *job.stage;
   WaitMark* const mark = job.mark;
   if (mark) mark->stageWaits.store(mark->stageWaits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (!st.reached(counter, value, only)) blockOnCounter(job, counter, value, only, timeout, spinFor);
+  if (mark && mark->what.load(std::memory_order_relaxed) != WaitMark::None) mark->clear();  // marked: it blocked
+  if (check) checkCall(job, only);
+}
+
+void Executor::blockOnCounter(const Job& job, int counter, uint64_t value, int only, milliseconds timeout,
+                              std::chrono::microseconds spinFor) {
+  const transport::SharedStage& st = *job.stage;
+  WaitMark* const mark = job.mark;
   // A timeout while the members behind run is held back once, for at most another timeout:
   // one of them may be waiting on the rank that really stopped, and will say so (its failure
   // text, read by arm()). A member that is stopped or gone is named at once.
@@ -275,8 +284,6 @@ void Executor::awaitCounter(const Job& job, int counter, uint64_t value, int onl
       timeout = holdFor(timeout);
     }
   }
-  if (mark && mark->what.load(std::memory_order_relaxed) != WaitMark::None) mark->clear();  // marked: it blocked
-  if (check) checkCall(job, only);
 }
 
 void Executor::checkCall(const Job& j, int only) {

@@ -90,6 +90,10 @@ class Executor {
   void throwPublishedCause(const Job* only = nullptr);
   const Op& op(uint32_t g) const { return jobs_->at(refs_[g].job).program->ops[refs_[g].op]; }
   bool ready(uint32_t g) const;
+  // awaitCounter's wait, once the counter is found short (out of line: the common call finds it
+  // reached and pays for none of it).
+  void blockOnCounter(const Job& job, int counter, uint64_t value, int only, milliseconds timeout,
+                      std::chrono::microseconds spinFor);
   void copyRemote(uint32_t g);  // a Fetch or Put op, now, on this thread
   void complete(uint32_t g);
   ComputeEngine& engineOf(uint32_t g) const;
