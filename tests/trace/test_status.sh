@@ -62,7 +62,7 @@ status)
   done
   [ $seen = 1 ] || fail "--status never saw ranks 0-2 waiting for rank 3"
   expect "$WORK/status.txt" '^communicator [0-9a-f]{16}: 4 ranks; dumps of ranks 0-3'
-  expect "$WORK/status.txt" '^  rank 3 last finished #3 and is in no call \(pid [0-9]+, state S \(sleeping\)\)$'
+  expect "$WORK/status.txt" '^  rank 3 last finished #3 and is in no call \(pid [0-9]+, state (S \(sleeping\)|R \(running\))\)$'
   expect "$WORK/status.txt" '^  last completed: #3 on ranks 0-3$'
   # The only job: found without its pid; and as JSON.
   "$HR" --status --json >"$WORK/status-json.txt" 2>"$WORK/status.err" || fail "--status --json failed"
@@ -96,7 +96,9 @@ timeout)
   expect "$WORK/err" '^hora-run: timeout after 20 s; stopping all ranks$'
   expect "$WORK/err" "^hora-run: the ranks' calls, as hora-inspect reports them:$"
   expect "$WORK/err" '^  AllReduce #4 \(2 float, sum.*\): rank 0 waits at step [0-9]+ for rank 1'
-  expect "$WORK/err" '^  rank 1 last finished #3 and is in no call \(pid [0-9]+, state S \(sleeping\)\)$'
+  # The SIGUSR1 that asks rank 1 for its dump runs its handler on the thread asleep in open(), which
+  # then may still be runnable (R) when its state is read on a loaded machine (once in CI).
+  expect "$WORK/err" '^  rank 1 last finished #3 and is in no call \(pid [0-9]+, state (S \(sleeping\)|R \(running\))\)$'
   ;;
 *) fail "unknown case" ;;
 esac
