@@ -10,16 +10,17 @@
 // The rooted collectives use root 0; Gather's and Scatter's big buffer (nranks blocks) is the
 // root's only, the other ranks pass NULL for it. A rank of a rooted collective that does not hear
 // from the culprit in the data's messages (a Scatter's non-roots, say) learns of the fault only
-// through the call's agreement round, and must fail all the same.
+// through the call check, and must fail all the same.
 // Every survivor (for wrongcoll/wrongroot every rank, the culprit included) must return the
 // cause's code (kill/exit: horaRemoteError, stop: horaTimeout, wrong*: horaInvalidUsage) with a
 // text that names the culprit ("rank 2 (host, pid P)") or says "mismatched", within a deadline
 // that only real detection can meet, and a following call must fail too. A small rooted call
-// over shared memory goes through the stage's cells, where a rank that does not need the culprit
-// (a Broadcast's root, a reader of a live root, a Reduce's sender) may finish it, with a right
-// result: that rank hears of the fault through a later call instead, within a bounded number of
-// calls (it compares its calls with its neighbour's within kUncheckedMost calls, src/comm/run.cc,
-// and rewrites a cell only once every rank has read it, kCells calls on), and that call must
+// over shared memory goes through the stage's cells, and a rooted call over TCP checks the
+// ranks' calls later (src/comm/call_check.h): a rank that does not need the culprit (a
+// Broadcast's root, a reader of a live root, a Reduce's sender) may finish it, with a right
+// result. That rank hears of the fault through a later call instead, within a bounded number of
+// calls (it compares its calls with its neighbour's within a window of calls, and through the
+// stage rewrites a cell only once every rank has read it, kCells calls on), and that call must
 // fail with the cause's code and text, and the one after it too. The ranks meet
 // (through the shared records) after the good calls, and again once every survivor's faulty
 // call has returned, so that no rank running ahead or leaving early changes what another finds.
@@ -234,13 +235,23 @@ const char* transportsEnv() {
   return t && *t ? t : "default";
 }
 
-// Whether the cell's faulty call may go through the stage's cells (above).
-constexpr int kFollowMost = 2 * 64 + 8;  // calls after the faulty one, at most, until one fails
-bool throughCells(Coll c, size_t n) {
+// Whether a rank may finish the cell's faulty call without the culprit and hear of the fault
+// later (above): a small rooted call through the stage's cells, and any rooted call whose check
+// goes over the links (no stage holds every rank: HORA_TRANSPORTS without shm), where a rank
+// compares its calls with its neighbour's within the link's window (256 calls over TCP, taken
+// in batches of 16). Each rank may run a window ahead of its predecessor, so a rank that needs
+// no other (a Reduce's leaf, whose sends the kernel buffers) may be that many calls ahead of the
+// rank that finds the fault for each rank between them in the ring: it hears at a later call
+// once they have failed, or when its window runs out.
+const int kFollowMost = kRanks * (256 + 16) + 8;  // calls after the faulty one, at most, until one fails
+bool throughStage() {
   const std::string t = transportsEnv();
+  return t == "default" || t.find("shm") != std::string::npos;
+}
+bool checkedLater(Coll c, size_t n) {
   const char* check = getenv("HORA_CALL_CHECK");
-  return hasRoot(c) && n == kSmall && (t == "default" || t.find("shm") != std::string::npos) &&
-         !(check && std::string(check) == "0");
+  if (!hasRoot(c) || (check && std::string(check) == "0")) return false;
+  return !throughStage() || n == kSmall;
 }
 
 bool selected(const std::string& cell) {
@@ -304,7 +315,7 @@ void runCell(Fault fault, Coll coll, size_t n, const char* sizeName) {
     me.code = r;
     me.ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     copyText(me.text, sizeof me.text, horaGetLastError(comm));
-    const bool finished = r == horaSuccess && (rank != kCulprit || wrong) && throughCells(coll, n);
+    const bool finished = r == horaSuccess && (rank != kCulprit || wrong) && checkedLater(coll, n);
     if (finished) {  // it must be right
       const std::string bad = checkResult(coll, 2, rank, n, recv);
       if (!bad.empty()) appendText(me.good, sizeof me.good, "the faulty call succeeded with a wrong result: " + bad);
@@ -313,7 +324,12 @@ void runCell(Fault fault, Coll coll, size_t n, const char* sizeName) {
     // Linger until every other survivor's faulty call has returned too: a rank that went on
     // (its next call failing, destroying its communicator, exiting) would hand the others a
     // second failure to find, and could unblock or rename the cause for a rank still waiting.
-    const auto lingerEnd = std::chrono::steady_clock::now() + std::chrono::seconds(150);
+    // Not after a mismatch whose check goes over the links: there a rank that finished the call
+    // finds the mismatch at its next calls, and a rank still waiting in it (on a rank that sent
+    // its data elsewhere) hears of it from them; held back, they would find it only once the
+    // waiting rank timed out.
+    const bool goOn = finished && wrong && !throughStage();
+    const auto lingerEnd = std::chrono::steady_clock::now() + std::chrono::seconds(goOn ? 0 : 150);
     for (int p = 0; p < nranks; ++p) {
       if (p == rank || (!wrong && p == kCulprit)) continue;
       while (__atomic_load_n(&recs[p].done, __ATOMIC_ACQUIRE) == 0 && std::chrono::steady_clock::now() < lingerEnd)

@@ -738,6 +738,30 @@ TEST_CASE("a mismatched call fails on every rank, the root and count 0 included"
   }
 }
 
+// A Broadcast's root returns once its data and its call check are out (src/comm/call_check.h):
+// when another rank's call differs, the root hears of it at a later call, within the call
+// check's window (256 calls over TCP, 48 through the stage's cells), and so does every rank:
+// each fails with the mismatch, none with a timeout.
+TEST_CASE("a root that only gives hears of a mismatch within a window of calls", "[faults]") {
+  constexpr int kBad = 10, kCalls = 400, kWindow = 256 + 16;
+  auto failures = runThreads(3, [](horaComm_t comm, int rank, int) -> std::string {
+    std::vector<float> a(64, 1.0f);
+    for (int k = 0; k < kCalls; ++k) {
+      const size_t count = k == kBad && rank == 2 ? 63 : 64;
+      const horaResult_t r = horaBroadcast(a.data(), a.data(), count, horaFloat, 0, comm, nullptr);
+      if (r == horaSuccess) continue;
+      const std::string text = horaGetLastError(comm);
+      const std::string at = "call " + std::to_string(k) + " returned " + horaGetErrorString(r) + ": " + text;
+      if (k < kBad) return "a call before the mismatch failed: " + at;
+      if (r != horaInvalidUsage || text.find("mismatched") == std::string::npos) return at;
+      if (k > kBad + kWindow) return "heard of the mismatch too late: " + at;
+      return "";
+    }
+    return "no call failed after the mismatched one";
+  });
+  CHECK(joinAll(failures) == "");
+}
+
 // The agreement of a Broadcast or a Reduce runs after the communicator's other jobs of the
 // group, so a group that holds a send/recv before the collective on one rank and after it on
 // the other (each link's messages are matched in order) still runs, with the right data.

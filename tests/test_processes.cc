@@ -140,6 +140,17 @@ TEST_CASE("a collective grouped with a send/recv of some ranks plans alike every
   }
 }
 
+namespace {
+// What a rank of a long run of calls says of call k: its failure, its wrong result, or "".
+std::string verdict(int k, horaResult_t r, horaComm_t comm, const std::string& what, size_t count, int root) {
+  if (r != horaSuccess) return "call " + std::to_string(k) + " failed: " + horaGetLastError(comm);
+  if (!what.empty())
+    return "call " + std::to_string(k) + " (count " + std::to_string(count) + ", root " + std::to_string(root) +
+           "): wrong " + what;
+  return "";
+}
+}  // namespace
+
 // Small rooted calls through the shared stage's cells: a rank that only gives runs ahead of its
 // readers (up to a cell per call), so many calls are in flight at once. Every result is checked:
 // Broadcasts, Reduces, Gathers and Scatters with the root moving, sizes from 1 element to a whole
@@ -200,9 +211,83 @@ TEST_CASE("small rooted calls run ahead through the cells, every result right", 
             break;
           }
         }
-        if (r != horaSuccess) return "call " + std::to_string(k) + " failed: " + horaGetLastError(comm);
-        if (!what.empty()) return "call " + std::to_string(k) + " (count " + std::to_string(count) + ", root " +
-                                  std::to_string(root) + "): wrong " + what;
+        if (const std::string v = verdict(k, r, comm, what, count, root); !v.empty()) return v;
+      }
+      if (horaCommFinalize(comm) != horaSuccess) return std::string("finalize failed: ") + horaGetLastError(comm);
+      return "";
+    });
+    INFO("nranks " << n << "\n" << describe(results));
+    for (const auto& r : results) CHECK(r.ok());
+  }
+}
+
+// The call checks over the links (src/comm/call_check.h) travel beside the calls' own messages:
+// held back, sent before anything later to the successor, received before anything later from
+// the predecessor, or in batches once old. A long mix of rooted calls (whose checks wait),
+// calls that move nothing (whose checks go at once), groups of a rooted call with a send to the
+// successor and a receive from the predecessor, and AllReduces, every result checked, then a
+// finalize that receives what is left. Over TCP (collectives-processes-tcp) every call checks
+// this way; over shared memory the larger ones do.
+TEST_CASE("call checks keep their place among the calls' messages", "[processes][callcheck]") {
+  for (int n : {2, 3, 4}) {
+    auto results = runProcesses(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
+      const int succ = (rank + 1) % nranks, pred = (rank + nranks - 1) % nranks;
+      std::vector<float> buf(20000), sum(20000), msg(16), got(16);
+      for (int k = 0; k < 700; ++k) {
+        const int root = (k / 5) % nranks;
+        const size_t count = k % 50 == 49 ? 20000 : 1 + static_cast<size_t>(k * 37) % 256;
+        auto value = [&](int who, size_t i) { return static_cast<float>((k * 13 + who * 5 + static_cast<int>(i % 89)) % 1000); };
+        horaResult_t r = horaSuccess;
+        std::string what;
+        switch (k % 6) {
+          case 0:
+          case 1:
+          case 2: {  // a Broadcast
+            for (size_t i = 0; i < count; ++i) buf[i] = rank == root ? value(root, i) : -1.0f;
+            r = horaBroadcast(buf.data(), buf.data(), count, horaFloat, root, comm, nullptr);
+            for (size_t i = 0; r == horaSuccess && i < count && what.empty(); ++i)
+              if (buf[i] != value(root, i)) what = "Broadcast element " + std::to_string(i);
+            break;
+          }
+          case 3: {  // a group: a Broadcast, a send to the successor, a receive from the predecessor
+            for (size_t i = 0; i < count; ++i) buf[i] = rank == root ? value(root, i) : -1.0f;
+            for (size_t i = 0; i < msg.size(); ++i) msg[i] = value(rank, i + 1000);
+            std::fill(got.begin(), got.end(), -1.0f);
+            horaGroupStart();
+            horaBroadcast(buf.data(), buf.data(), count, horaFloat, root, comm, nullptr);
+            horaSend(msg.data(), msg.size(), horaFloat, succ, comm, nullptr);
+            horaRecv(got.data(), got.size(), horaFloat, pred, comm, nullptr);
+            r = horaGroupEnd();
+            for (size_t i = 0; r == horaSuccess && i < count && what.empty(); ++i)
+              if (buf[i] != value(root, i)) what = "grouped Broadcast element " + std::to_string(i);
+            for (size_t i = 0; r == horaSuccess && i < got.size() && what.empty(); ++i)
+              if (got[i] != value(pred, i + 1000)) what = "the predecessor's message, element " + std::to_string(i);
+            break;
+          }
+          case 4: {  // calls that move nothing, then a Reduce
+            r = horaReduce(buf.data(), sum.data(), 0, horaFloat, horaSum, root, comm, nullptr);
+            if (r == horaSuccess) r = horaBroadcast(buf.data(), buf.data(), 0, horaFloat, root, comm, nullptr);
+            for (size_t i = 0; i < count; ++i) buf[i] = value(rank, i);
+            if (r == horaSuccess) r = horaReduce(buf.data(), sum.data(), count, horaFloat, horaSum, root, comm, nullptr);
+            for (size_t i = 0; r == horaSuccess && rank == root && i < count && what.empty(); ++i) {
+              float want = 0;
+              for (int p = 0; p < nranks; ++p) want += value(p, i);
+              if (sum[i] != want) what = "Reduce element " + std::to_string(i);
+            }
+            break;
+          }
+          default: {  // an AllReduce
+            for (size_t i = 0; i < count; ++i) buf[i] = value(rank, i);
+            r = horaAllReduce(buf.data(), sum.data(), count, horaFloat, horaSum, comm, nullptr);
+            for (size_t i = 0; r == horaSuccess && i < count && what.empty(); ++i) {
+              float want = 0;
+              for (int p = 0; p < nranks; ++p) want += value(p, i);
+              if (sum[i] != want) what = "AllReduce element " + std::to_string(i);
+            }
+            break;
+          }
+        }
+        if (const std::string v = verdict(k, r, comm, what, count, root); !v.empty()) return v;
       }
       if (horaCommFinalize(comm) != horaSuccess) return std::string("finalize failed: ") + horaGetLastError(comm);
       return "";

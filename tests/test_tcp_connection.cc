@@ -490,3 +490,40 @@ TEST_CASE("tcp connection: sending to a closed peer is a Remote error", "[tcp]")
   CHECK(c.code == Errc::Remote);
   CHECK(contains(c.what, "rank 7"));
 }
+
+// Small receives posted one after another are read together, as far as their frames go (a batch
+// of call checks in one recv()): what comes after a frame belongs to the next receive, and an
+// abort frame among them is the peer's account, even when it is shorter than the frame the
+// next receive expects and the peer then closes.
+TEST_CASE("tcp connection: small frames read ahead for the receives posted behind", "[tcp]") {
+  RawPeer rp;
+  std::vector<uint8_t> a(8, kCanary), b(8, kCanary), c(64, kCanary);
+  rp.conn->postRecv(a.data(), 4, 5, 1);
+  rp.conn->postRecv(b.data(), 4, 6, 2);
+  rp.conn->postRecv(c.data(), 40, 7, 3);
+  const std::vector<uint8_t> pa = unit::pattern(4, 1), pb = unit::pattern(4, 2);
+  std::vector<uint8_t> wire;
+  auto add = [&](FrameType type, uint64_t seq, const std::vector<uint8_t>& payload, uint64_t tag) {
+    Encoded e = encode(type, seq, payload.size(), tag);
+    wire.insert(wire.end(), e.b, e.b + sizeof e.b);
+    wire.insert(wire.end(), payload.begin(), payload.end());
+  };
+  const std::string why = "rank 7 failed: gone";
+  add(FrameType::Data, 0, pa, 5);
+  add(FrameType::Data, 1, pb, 6);
+  add(FrameType::Abort, 0, std::vector<uint8_t>(why.begin(), why.end()), static_cast<uint64_t>(Errc::InvalidUsage));
+  unit::rawWrite(rp.fd(0), wire.data(), wire.size());  // all in one write: one recv() reads them
+  rp.raw.reset();
+  Pump pump({rp.conn.get()});
+  Caught caught = capture([&] { pump.until([] { return false; }); });
+  // (The pass that completes the two receives ends in the abort, so the test sees no cookies:
+  // their data is what shows they completed.)
+  CHECK(std::equal(pa.begin(), pa.end(), a.begin()));
+  CHECK(std::equal(pb.begin(), pb.end(), b.begin()));
+  CHECK(allCanary(a, 4));
+  CHECK(allCanary(b, 4));
+  CHECK(allCanary(c));
+  REQUIRE(caught.peerFailure);
+  CHECK(caught.code == Errc::InvalidUsage);
+  CHECK(caught.what == why);
+}

@@ -19,6 +19,8 @@
 //     the poll().
 //   - setCall() numbers the messages posted next; pendingFrame() peeks at a frame that no
 //     receive wants yet (the executor's check for a peer in another collective, when stuck).
+//   - unreadMost() bounds the small messages the peer may send ahead of this side's receives
+//     (a link that holds fewer would stop the peer's sends).
 //   - shutdown() is fail-stop: it tells the peer why (best effort) and closes. A failing call
 //     first calls finishPartial(until): its buffers are still valid, so a message already
 //     partly out can be completed, and the abort frame can follow it on the wire instead of
@@ -57,6 +59,13 @@ class Connection {
   // With no receive posted: whether a whole frame header waits from the peer, and its call and
   // tag (without consuming it). Throws the peer's failure if what waits is its abort frame.
   virtual bool pendingFrame(uint16_t* /*call*/, uint64_t* /*tag*/) { return false; }
+  // With no receive posted: takes the frame pendingFrame() shows, if it is all there and small
+  // (a call check the caller has compared: comm/call_check.h), as a receive of it would; false
+  // if it cannot (then nothing is taken).
+  virtual bool takePendingFrame() { return false; }
+  // How many small messages (a call check's byte: comm/call_check.h) of the peer may wait here
+  // unread, in batches, without ever stopping its sends: the call check's window.
+  virtual size_t unreadMost() const { return 48; }
   virtual void shutdown(const std::string& reason, Errc code) noexcept = 0;
   virtual const std::string& peerName() const = 0;  // "rank 3 (host, pid 123)"
   // Registers [p, p + bytes) ahead of the messages that will use it (horaCommRegister), where

@@ -384,6 +384,7 @@ HORA_API horaResult_t horaCommFinalize(horaComm_t comm) {
         awaitStreamWork(c);
         c->check();
         awaitEarlierCalls(c, true);
+        awaitLinkChecks(c, true);
       });
       return true;
     }
@@ -391,6 +392,7 @@ HORA_API horaResult_t horaCommFinalize(horaComm_t comm) {
     c->check();
     try {
       awaitEarlierCalls(c, true);
+      awaitLinkChecks(c, true);
     } catch (const Error& e) {
       if (!c->aborting.load()) c->fail(e);
       throw;
@@ -408,11 +410,15 @@ HORA_API horaResult_t horaCommDestroy(horaComm_t comm) {
     c->joinBackground();  // a non-blocking init or finalize ends first
     awaitStreamWork(c);  // a stream's thread may still hold it
     if (c->busy.load()) fail(Errc::InvalidUsage, "the communicator is in use by another thread; use horaCommAbort");
-    // Without waiting: the calls left unchecked that the predecessor has announced are compared
-    // (horaCommFinalize waits for them all); a mismatch fails the peers too, and is returned.
+    // The calls left unchecked that the predecessor has announced on the stage are compared,
+    // without waiting (horaCommFinalize waits for them all); the checks expected over the links
+    // are received, waiting for them (comm.h); a mismatch fails the peers too, and is returned.
     std::exception_ptr mismatch;
     try {
-      if (c->asyncError() == Errc::Success) checkEarlierCalls(c);
+      if (c->asyncError() == Errc::Success) {
+        checkEarlierCalls(c);
+        awaitLinkChecks(c, false);
+      }
     } catch (const Error& e) {
       c->fail(e);
       mismatch = std::current_exception();

@@ -18,6 +18,7 @@ class RingQueue {
   const T& front() const { return slots_[head_ & (slots_.size() - 1)]; }
   // i-th element from the front.
   T& at(size_t i) { return slots_[(head_ + i) & (slots_.size() - 1)]; }
+  const T& at(size_t i) const { return slots_[(head_ + i) & (slots_.size() - 1)]; }
   void push(T v) {
     if (size() == slots_.size()) grow();
     slots_[tail_ & (slots_.size() - 1)] = std::move(v);

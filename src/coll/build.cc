@@ -16,7 +16,8 @@ void build(const Args& a, const Topo& t, const Plan& plan, core::Scratch& scratc
 // Broadcast's root or the ranks of a Reduce that only send, nor a Scatter's root or the ranks of
 // a Gather that only send (the leaves of its tree, every non-root of the linear one), nor any
 // rank of a call with nothing to move: those could return success while a rank with another
-// call (root, count, collective) fails.
+// call (root, count, collective) fails. They compare it with their predecessor's later
+// (comm/call_check.h).
 bool needsAgreement(const Args& a, const Topo& t) {
   if (!t.callCheck || t.nranks < 2 || a.kind == Kind::Send || a.kind == Kind::Recv || a.kind == Kind::Barrier)
     return false;
@@ -24,12 +25,25 @@ bool needsAgreement(const Args& a, const Topo& t) {
          a.count == 0;
 }
 
-// A dissemination barrier of one-byte messages that carry `tag`. As the last job of its
-// communicator in a call or group, after every other job's messages on each link (so both ends
-// count them alike, whatever sends and receives each rank's group holds), depending on none of
-// their ops, it runs alongside the data: on leaving it each rank has heard, through checked
-// messages, from every other, so a mismatch fails every rank. Cost: ceil(log2 n) tiny messages
-// per rank, hidden behind the data except for small calls.
+// One byte, checked by its frame (tag, length, call number): its content is not read. It goes
+// as the last job of its communicator in a call or group, after every other job's messages on
+// the link (so both ends count them alike, whatever sends and receives each rank's group holds),
+// depending on none of their ops: it leaves with the data, and the sender never waits for it.
+void buildCheckSend(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out) {
+  out.tag = tag;
+  core::ProgramBuilder b(out);
+  auto* token = static_cast<uint8_t*>(scratch.get(1));
+  *token = 0;
+  b.send((t.rank + 1) % t.nranks, token, 1);
+}
+
+void buildCheckRecv(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out) {
+  out.tag = tag;
+  core::ProgramBuilder b(out);
+  b.recv((t.rank + t.nranks - 1) % t.nranks, scratch.get(1), 1);
+}
+
+// Cost: ceil(log2 n) tiny messages per rank.
 void buildAgreement(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out) {
   out.tag = tag;
   core::ProgramBuilder b(out);

@@ -140,12 +140,18 @@ class AwaitFn {
 
 // Appends this rank's ops for `a`, by the plan's algorithm, to `out` and sets its tag.
 void build(const Args& a, const Topo& t, const Plan& plan, core::Scratch& scratch, core::Program& out);
-// Whether every rank of the call must also run an agreement (buildAgreement) to hear from every
-// other: a Broadcast, a Reduce, a Gather, a Scatter, a call with nothing to move (HORA_CALL_CHECK;
-// see build.cc).
+// Whether a rank of the call may finish without having heard, through checked messages, from
+// every other, so that its call is compared with its predecessor's later (comm/call_check.h):
+// a Broadcast, a Reduce, a Gather, a Scatter, a call with nothing to move (HORA_CALL_CHECK; see
+// build.cc).
 bool needsAgreement(const Args& a, const Topo& t);
-// The agreement, a program of its own that runs after the communicator's other jobs of a call
-// or group, its messages tagged `tag`.
+// That comparison over the links: the call's check, a one-byte message tagged `tag` to the
+// successor (rank + 1), in a program of its own that runs after the communicator's other jobs
+// of a call or group; and its receipt from the predecessor, in a later call.
+void buildCheckSend(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out);
+void buildCheckRecv(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out);
+// A meeting of every rank (a dissemination barrier), its messages tagged `tag`: on leaving it a
+// rank has heard, through checked messages, from every other (horaCommFinalize's).
 void buildAgreement(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out);
 // Whether a lone call run at once through the stage leaves some rank without having compared
 // its call with every other's (a small rooted call through the stage's cells, src/coll/stage.cc),

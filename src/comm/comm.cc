@@ -284,6 +284,10 @@ void horaComm::init(const UniqueId& id) {
     }
     owned.clear();
     for (auto& p : c->conns) c->connPtrs.push_back(p.get());
+    if (c->nranks > 1) {  // the call checks wait unread on the link from the predecessor
+      const size_t pred = static_cast<size_t>((c->rank + c->nranks - 1) % c->nranks);
+      c->linkChecks.window = std::max<uint64_t>(2 * kCheckBatch, c->conns[pred]->unreadMost());
+    }
     stage = "every rank to finish connecting (bootstrap barrier)";
     bs.barrier(w);
     bs.finish(w);

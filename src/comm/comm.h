@@ -25,6 +25,7 @@
 #include "base/wait.h"
 #include "coll/collective.h"
 #include "coll/planner.h"
+#include "comm/call_check.h"
 #include "comm/bootstrap.h"
 #include "comm/trace.h"
 #include "core/program.h"
@@ -200,6 +201,9 @@ struct horaComm {
   // (coll::stageChecksLater; run.cc's checkEarlierCalls).
   uint64_t uncheckedFrom = 0, uncheckedTo = 0;
   bool comparedLater = false;  // some call of this rank was (horaCommFinalize then waits for all)
+  // The same over the links: the checks sent to the successor not yet received from the
+  // predecessor (comm/call_check.h).
+  hora::LinkChecks linkChecks;
   // Calls queued on host streams and not yet done (comm/stream.h); changed under streamMu.
   std::mutex streamMu;
   std::condition_variable streamIdle;
@@ -256,6 +260,12 @@ void runOne(horaComm* c, const coll::Args& a);
 // `everyone`, until every member has compared its own through this rank's last call: finalize.
 void checkEarlierCalls(horaComm* c);
 void awaitEarlierCalls(horaComm* c, bool everyone);
+// Over the links (comm/call_check.h): receives every check still expected from the predecessor
+// and, with `meet`, then meets every rank (a dissemination barrier), so that a mismatch that any
+// rank finds fails this one too: horaCommFinalize (meet) and horaCommDestroy (not: a rank that
+// closed its links with a check unread, or before its predecessor sent its last, would reset
+// them under a peer still in its last call). Throws what fails.
+void awaitLinkChecks(horaComm* c, bool meet);
 // Runs one AllReduce through `stage` (a shared stage other than the communicator's own: the CUDA
 // IPC stage) by the shared-stage algorithm, its actions on `engine`.
 void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& stage, core::ComputeEngine& engine);

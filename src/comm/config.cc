@@ -65,11 +65,11 @@ const Variable kVariables[] = {
      "across hosts: hier's phases within a host through the shared stage (1) or shared-memory messages (0); must "
      "agree on every rank"},
     {"HORA_CALL_CHECK", Topic::Core, "0 or 1", "1", "0 or 1",
-     "1: a mismatched call fails on every rank: over messages every rank of a call hears from every other before "
-     "it returns; through the shared stage's cells a rank that only gives compares its calls with its neighbour's "
-     "later and fails at its next call, within 48 calls, or at its finalize; 0: a Broadcast's root, a Reduce's "
-     "senders and count-0 calls return as soon as their own part is done and hear of a mismatch only if a peer "
-     "that found it fails the communicator; must agree on every rank"},
+     "1: a mismatched call fails on every rank: a rank that only gives (a Broadcast's root, a Reduce's senders, "
+     "count-0 calls) compares its call with its neighbour's later, through the shared stage or by a one-byte "
+     "message, and fails at a later call (its predecessor's failure reaches it within 48 calls through the stage, "
+     "256 over TCP and shared memory, 48 over verbs) or at its finalize; 0: such ranks hear of a mismatch only if a peer that found it fails the "
+     "communicator; must agree on every rank"},
     {"HORA_KERNEL_ISA", Topic::Core, "keyword", "auto", "auto, scalar, avx2 or avx512",
      "the reduction kernels; one this CPU or build does not support is an error"},
     {"HORA_TOPO_FILE", Topic::Core, "path", "(this machine)", "an hwloc XML file",

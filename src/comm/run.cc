@@ -50,6 +50,13 @@ struct Deferred {
   size_t bytes;
 };
 
+// For texts: a received check's call, and the call that receives it.
+struct CheckOf {
+  const horaComm* c;
+  uint64_t call;  // 0: horaCommFinalize's meeting
+  bool send;
+};
+
 // Everything runCalls keeps between calls on a thread, so that a call allocates nothing; one
 // thread_local (each costs a lookup per call in a shared library).
 struct ThreadState {
@@ -64,6 +71,10 @@ struct ThreadState {
   std::vector<size_t> atOnce;
   std::vector<Traced> traced;  // by call
   std::vector<std::pair<horaComm*, coll::Args>> one;  // runOne's call, where it goes to runCalls
+  // The call checks a call sends and receives (planChecks): their programs, texts and jobs.
+  std::vector<core::Program> checkPrograms;
+  std::vector<CheckOf> checkOf;
+  std::vector<core::Job> checkJobs, lateJobs;
 };
 // The thread's state, behind one load from the thread pointer (base/tls.h). (GCC treats the
 // address of a thread_local of a shared library as cheap to compute again, and did, with a
@@ -72,6 +83,30 @@ struct ThreadState {
 ThreadState& threadState() { return PerThread<ThreadState>::get(); }
 
 const coll::Topo& topoOf(horaComm* c) { return c->shape; }
+
+// While this rank is stuck: the frames waiting from the predecessor, against the call checks this
+// rank expects (they come first on that link, oldest first); each that agrees is taken, so
+// that one of a call whose ranks differ is found behind them.
+std::string earlierCheck(const void* ctx, transport::Connection* conn, int peer) {
+  auto* c = const_cast<horaComm*>(static_cast<const horaComm*>(ctx));
+  LinkChecks& lc = c->linkChecks;
+  if (peer != (c->rank + c->nranks - 1) % c->nranks) return {};
+  while (!lc.expected.empty()) {
+    uint16_t call = 0;
+    uint64_t tag = 0;
+    if (!conn->pendingFrame(&call, &tag)) return {};
+    const LinkChecks::Pending& e = lc.expected.front();
+    if (e.frameCall != call) return {};
+    if (e.tag != tag)
+      return format("mismatched calls: %s was in %s, this rank in %s (call #%llu on this rank; found at its call #%llu)",
+                    c->peers[static_cast<size_t>(peer)].name().c_str(), transport::describeTag(tag).c_str(),
+                    transport::describeTag(e.tag).c_str(), static_cast<unsigned long long>(e.call),
+                    static_cast<unsigned long long>(c->calls.load()));
+    if (!conn->takePendingFrame()) return {};
+    lc.expected.pop();
+  }
+  return {};
+}
 
 core::Job jobOf(horaComm* c, const core::Program* program, trace::Entry* entry) {
   core::Job j;
@@ -85,7 +120,110 @@ core::Job jobOf(horaComm* c, const core::Program* program, trace::Entry* entry) 
   j.describeCtx = c;
   j.stage = c->stage.get();
   j.localProcs = c->localProcs.empty() ? nullptr : c->localProcs.data();
+  j.earlier = earlierCheck;
+  j.earlierCtx = c;
   return j;
+}
+
+// Whether program p receives a message from `peer`.
+bool receivesFrom(const core::Program& p, int peer) {
+  for (const core::Op& o : p.ops)
+    if (o.kind == core::OpKind::Recv && o.peer == peer) return true;
+  return false;
+}
+
+std::string describeCheck(const void* ctx) {
+  const auto* k = static_cast<const CheckOf*>(ctx);
+  if (!k->call)
+    return format("horaCommFinalize's meeting of every rank, after its call checks, on rank %d of %d", k->c->rank,
+                  k->c->nranks);
+  return format("the call check of its call #%llu, %s in %s", static_cast<unsigned long long>(k->call),
+                k->send ? "sent" : "received", k->c->describeCall().c_str());
+}
+
+// Makes room for `n` checks' programs and texts (before any job points at one).
+void reserveChecks(ThreadState& ts, size_t n) {
+  if (ts.checkPrograms.size() < n) ts.checkPrograms.resize(n);
+  if (ts.checkOf.size() < n) ts.checkOf.resize(n);
+}
+
+// The job that sends call check k to c's successor, or receives it from c's predecessor, in
+// program slot `slot`.
+core::Job checkJob(ThreadState& ts, size_t slot, horaComm* c, const LinkChecks::Pending& k, bool send) {
+  core::Program& p = ts.checkPrograms[slot];
+  p.clear();
+  if (send) coll::buildCheckSend(topoOf(c), k.tag, c->scratch, p);
+  else coll::buildCheckRecv(topoOf(c), k.tag, c->scratch, p);
+  p.call = k.frameCall;
+  ts.checkOf[slot] = CheckOf{c, k.call, send};
+  core::Job j = jobOf(c, &p, nullptr);
+  j.describe = describeCheck;
+  j.describeCtx = &ts.checkOf[slot];
+  return j;
+}
+
+// The call checks of this call or group over the links (comm/call_check.h), for each of its
+// communicators, into ts.checkJobs, to go first on their links as point-to-point traffic does:
+// the call's own check to the successor, and the checks due from the predecessor (the call's
+// own among them where it receives anything from the predecessor: the check comes first).
+// Where the stage holds every rank, into ts.lateJobs: the ranks' meeting after the call.
+void planChecks(ThreadState& ts, const std::vector<horaComm*>& comms,
+                const std::vector<std::pair<horaComm*, coll::Args>>& calls, const std::vector<core::Program>& programs,
+                const std::vector<coll::Args>& adjusted, const std::vector<size_t>& atOnce) {
+  ts.checkJobs.clear();
+  ts.lateJobs.clear();
+  size_t most = 0;
+  for (horaComm* c : comms) most += c->linkChecks.expected.size() + 2;
+  reserveChecks(ts, most);
+  size_t slot = 0;
+  std::vector<uint64_t>& tags = ts.tags;
+  for (horaComm* c : comms) {
+    LinkChecks& lc = c->linkChecks;
+    const int n = c->nranks;
+    if (n < 2) continue;
+    bool agree = false;
+    uint16_t last = 0;
+    tags.clear();
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const coll::Kind kind = calls[i].second.kind;
+      if (calls[i].first != c || kind == coll::Kind::Send || kind == coll::Kind::Recv ||
+          std::find(atOnce.begin(), atOnce.end(), i) != atOnce.end())
+        continue;
+      tags.push_back(programs[i].tag);
+      last = programs[i].call;
+      agree |= coll::needsAgreement(adjusted[i], topoOf(c));
+    }
+    if (topoOf(c).stage) {
+      // Where the stage holds every rank, the ranks meet instead (a dissemination barrier after
+      // the call's other jobs): a call there that moves nothing must not leave a rank that runs
+      // on through the stage's slots, whose sequence the others did not take.
+      if (!agree) continue;
+      core::Program& p = ts.checkPrograms[slot];
+      p.clear();
+      coll::buildAgreement(topoOf(c), coll::groupTag(tags), c->scratch, p);
+      p.call = last;  // its frames carry the number of the group's last collective: a rank a call behind fails
+      ts.checkOf[slot] = CheckOf{c, c->calls.load(std::memory_order_relaxed), true};
+      ts.lateJobs.push_back(jobOf(c, &p, nullptr));
+      ++slot;
+      continue;
+    }
+    if (!agree && lc.expected.empty()) continue;
+    const uint64_t now = c->calls.load(std::memory_order_relaxed);
+    if (agree) {
+      const LinkChecks::Pending mine{coll::groupTag(tags), now, last};
+      ts.checkJobs.push_back(checkJob(ts, slot++, c, mine, true));
+      ts.checkJobs.back().pointToPoint = true;
+      lc.expected.push(mine);
+      lc.used = true;
+    }
+    const int pred = (c->rank + n - 1) % n;
+    bool fromPred = false;
+    for (size_t i = 0; i < calls.size() && !fromPred; ++i) fromPred = calls[i].first == c && receivesFrom(programs[i], pred);
+    for (size_t k = lc.due(now, fromPred); k > 0; --k, lc.expected.pop()) {
+      ts.checkJobs.push_back(checkJob(ts, slot++, c, lc.expected.front(), false));
+      ts.checkJobs.back().pointToPoint = true;
+    }
+  }
 }
 
 // The plan of a collective (not a send or receive), cached with what running it needs to know
@@ -127,50 +265,6 @@ coll::Plan planOf(horaComm* c, const coll::Args& a, const coll::Topo& topo, bool
   return planned(c, a, topo, alone).plan;
 }
 
-// How many calls a rank may leave uncompared with its predecessor's before it waits for it: so
-// a rank that only gives hears of a mismatch, or of a peer that died, within that many calls,
-// and a predecessor that stopped is found by the wait. The announcements compared must still be
-// kept: the predecessor is at most kCells calls ahead (it waits to rewrite a cell). Measured with
-// broadcast_perf at 8 bytes, 4 and 8 ranks on 2 cores: 0.53-0.58 and 1.1-1.3 us per call with
-// 48, 0.7-1.4 and 1.4-1.5 us with 16, 0.8-1.8 and 2.0-3.4 us with 8 (a root that waits for its
-// readers sooner meets them more often).
-constexpr uint64_t kUncheckedMost = 48;
-static_assert(kUncheckedMost + transport::SharedStage::kCells < transport::SharedStage::kHistory);
-constexpr uint64_t kCompareBatch = 8;
-
-// The calls this rank has not compared with its predecessor's and the predecessor has
-// announced, compared; each one that agrees is done with (true: none is left). A rank that left
-// a call without hearing from every other (a Broadcast's root through the stage's cells) did not
-// compare it then; every rank compares such calls with one neighbour's, so that if any two ranks
-// differ, two neighbours do, and the one that finds it fails the communicator (so every rank).
-bool compareEarlierCalls(horaComm* c) {
-  if (!c->uncheckedFrom) return true;
-  const transport::SharedStage& st = *c->stage;
-  const int n = st.size(), me = st.index(), p = (me + n - 1) % n;
-  const uint64_t upTo = std::min(c->uncheckedTo, st.lastCall(p));
-  for (uint64_t no = c->uncheckedFrom; no <= upTo; ++no) {
-    uint64_t mine = 0, theirs = 0;
-    if (!st.announced(p, no, &theirs)) break;  // being written: later
-    if (!st.announced(me, no, &mine))
-      fail(Errc::Internal, "call #%llu of the communicator is no longer in this rank's history",
-           static_cast<unsigned long long>(no));
-    if (theirs != mine)
-      fail(Errc::InvalidUsage,
-           "mismatched calls: %s was in %s, this rank in %s (call #%llu of the communicator; found at this rank's "
-           "call #%llu)",
-           st.memberName(p).c_str(), transport::describeTag(theirs).c_str(), transport::describeTag(mine).c_str(),
-           static_cast<unsigned long long>(no), static_cast<unsigned long long>(c->collectives));
-    c->uncheckedFrom = no + 1;
-  }
-  if (c->uncheckedFrom <= c->uncheckedTo) {
-    st.publishUnchecked(c->uncheckedFrom);
-    return false;
-  }
-  c->uncheckedFrom = c->uncheckedTo = 0;
-  st.publishUnchecked(0);
-  return true;
-}
-
 // A lone call whose algorithm runs it at once through the shared stage, without a program.
 // Returns false if the call is not one (its callers chose it by the algorithm's runsNow).
 bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const coll::Plan& plan,
@@ -184,16 +278,7 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const c
   core::Job j = jobOf(c, nullptr, entry);
   j.callNo = ++c->collectives;
   j.callTag = coll::makeTag(a);
-  // A call this rank may leave before every rank has compared it: pending from now on, said
-  // before the call is announced (horaCommFinalize's peers look at both).
-  if (later) {
-    c->comparedLater = true;
-    if (!c->uncheckedFrom) {
-      c->uncheckedFrom = j.callNo;
-      c->stage->publishUnchecked(j.callNo);
-    }
-    c->uncheckedTo = j.callNo;
-  }
+  if (later) compareLater(c, j.callNo);
   c->stage->announce(j.callNo, j.callTag);
   try {
     // Compared in batches (each a read of the predecessor's announcements), and before any call
@@ -321,105 +406,38 @@ void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& 
   }
 }
 
-namespace {
-// Throws the account a failed member (any, or `only`) published in the stage, if one did.
-void throwPublished(const transport::SharedStage& st, int only) {
-  std::vector<pollfd> unused;
-  Errc relayed = Errc::Success;
-  const std::string why = st.arm(only, &relayed, unused);
-  st.disarm();
-  if (relayed != Errc::Success) throw PeerFailure(why, relayed);
-}
-}  // namespace
-
-void checkEarlierCalls(horaComm* c) {
-  if (c->uncheckedFrom && c->stage) compareEarlierCalls(c);
-}
-
-// Until this rank has compared its calls with its predecessor's and, with `everyone`, every
-// member has compared its own through this rank's last call (or closed its communicator): a
-// mismatch found anywhere then fails here too, relayed.
-void awaitEarlierCalls(horaComm* c, bool everyone) {
-  if (!c->stage || c->stage->size() < 2 || !c->comparedLater) return;
-  const transport::SharedStage& st = *c->stage;
-  const int n = st.size(), me = st.index();
-  const uint64_t last = c->collectives;
-  const int pred = (me + n - 1) % n;
-  int waitingFor = pred;
-  auto done = [&] {
-    waitingFor = pred;
-    if (!compareEarlierCalls(c)) return false;
-    if (!everyone) return true;
-    for (int m = 0; m < n; ++m) {
-      if (m == me || st.checkedThrough(m) >= last) continue;
-      if (!st.closed(m)) {
-        waitingFor = m;
-        return false;
-      }
-      // It left before comparing: that is done with, unless it failed (a mismatch it found).
-      throwPublished(st, m);
-    }
-    return true;
-  };
-  if (done()) return;
-  struct What {
+void awaitLinkChecks(horaComm* c, bool meet) {
+  if (!c->linkChecks.used || c->nranks < 2 || (!meet && c->linkChecks.expected.empty())) return;
+  take(c);
+  struct Release {
     horaComm* c;
-    const int* m;
-    uint64_t last;
-  } what{c, &waitingFor, last};
-  Waiter w(c->opts.timeout, &c->aborting, [x = &what] {
-    return format("%s to compare its calls through call #%llu of the communicator with its neighbour's",
-                  x->c->stage->memberName(*x->m).c_str(), static_cast<unsigned long long>(x->last));
-  });
-  std::vector<pollfd> fds;
-  uint64_t from = c->uncheckedFrom;
-  auto block = [&](milliseconds most) {
-    if (c->uncheckedFrom != from) {  // the predecessor moves: the timeout counts from its last step
-      from = c->uncheckedFrom;
-      w.progressed();
-    }
-    fds.clear();
-    Errc relayed = Errc::Success;
-    const std::string gone = st.arm(waitingFor, &relayed, fds);
-    if (!done()) {
-      // A member that failed says why; one that left without failing is done comparing, and
-      // only the predecessor's leaving is an error then (its calls can no longer be compared).
-      if (!gone.empty() && (relayed != Errc::Success || waitingFor == pred || !st.closed(waitingFor))) {
-        st.disarm();
-        if (relayed != Errc::Success) throw PeerFailure(gone, relayed);
-        throw Error(Errc::Remote, gone);
-      }
-      // Announcing rings no doorbell: look again every millisecond.
-      (void)::poll(fds.data(), fds.size(), static_cast<int>(std::min<milliseconds::rep>(most.count(), 1)));
-    }
-    st.disarm();
-  };
-  try {
-    while (!done()) w.idle(block);
-  } catch (const Error& e) {
-    if (e.code() != Errc::Timeout || dynamic_cast<const PeerFailure*>(&e)) throw;  // a relayed cause stands
-    // A member that failed says why; the member waited for may be stopped; or it waits itself,
-    // for the rank that is, and will say so: held back once, for its account.
-    throwPublished(st, -1);
-    const int rank = st.ranks()[static_cast<size_t>(waitingFor)];
-    const std::string stalled = static_cast<size_t>(rank) < c->localProcs.size() && c->localProcs[static_cast<size_t>(rank)]
-                                    ? c->localProcs[static_cast<size_t>(rank)].stalled()
-                                    : std::string();
-    if (!stalled.empty()) throw Error(Errc::Timeout, st.memberName(waitingFor) + " " + stalled + "; " + e.what());
-    Waiter held(core::Executor::holdFor(c->opts.timeout), &c->aborting, [] { return std::string(); });
-    const Error first = e;
-    try {
-      while (!done())
-        held.idle([&](milliseconds most) {
-          throwPublished(st, -1);
-          (void)::poll(nullptr, 0, static_cast<int>(std::min<milliseconds::rep>(most.count(), 1)));
-        });
-    } catch (const PeerFailure&) {
-      throw;
-    } catch (const Error&) {
-      throw first;
-    }
+    ~Release() { c->busy.store(false); }
+  } release{c};
+  ThreadState& ts = threadState();
+  LinkChecks& lc = c->linkChecks;
+  const size_t expected = lc.expected.size();
+  reserveChecks(ts, expected + 1);
+  ts.checkJobs.clear();
+  size_t slot = 0;
+  for (; !lc.expected.empty(); lc.expected.pop())
+    ts.checkJobs.push_back(checkJob(ts, slot++, c, lc.expected.front(), false));
+  if (meet) {
+    core::Program& p = ts.checkPrograms[slot];
+    p.clear();
+    coll::Args barrier;
+    barrier.kind = coll::Kind::Barrier;
+    coll::buildAgreement(topoOf(c), coll::makeTag(barrier), c->scratch, p);
+    p.call = c->nextFrameCall();
+    ts.checkOf[slot] = CheckOf{c, 0, false};
+    core::Job j = jobOf(c, &p, nullptr);
+    j.describe = describeCheck;
+    j.describeCtx = &ts.checkOf[slot];
+    ts.checkJobs.push_back(j);
   }
+  HORA_TRACE(log::kColl, "rank %d of %d: %s receives %zu call checks%s", c->rank, c->nranks,
+             meet ? "finalize" : "destroy", expected, meet ? ", then meets every rank" : "");
+  ts.executor.run(ts.checkJobs, c->opts.timeout, c->spinFor);
+  if (meet) lc.used = false;  // met: a second finalize has nothing to wait for
 }
 
 void runOne(horaComm* c, const coll::Args& a) {
@@ -443,8 +461,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
   std::vector<Traced>& traced = ts.traced;
   traced.clear();
   TraceGuard traceGuard{traced};
-  // One program per call, and one per communicator for its agreement (coll::buildAgreement).
-  if (programs.size() < calls.size() + guard.comms.size()) programs.resize(calls.size() + guard.comms.size());
+  if (programs.size() < calls.size()) programs.resize(calls.size());
   jobs.clear();
   std::vector<Deferred>& deferred = ts.deferred;
   std::vector<coll::Args>& adjusted = ts.adjusted;
@@ -555,29 +572,10 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     first->callTag = coll::groupTag(tags);
     c->stage->announce(first->callNo, first->callTag);
   }
-  // The agreement of each communicator whose collectives need one, after all its other jobs.
-  for (size_t k = 0; k < guard.comms.size(); ++k) {
-    horaComm* c = guard.comms[k];
-    tags.clear();
-    bool agree = false;
-    uint16_t last = 0;
-    trace::Entry* lastEntry = nullptr;
-    for (size_t i = 0; i < calls.size(); ++i) {
-      if (calls[i].first != c || calls[i].second.kind == coll::Kind::Send || calls[i].second.kind == coll::Kind::Recv ||
-          std::find(atOnce.begin(), atOnce.end(), i) != atOnce.end())
-        continue;
-      tags.push_back(programs[i].tag);
-      last = programs[i].call;
-      lastEntry = traced[i].entry;
-      agree |= coll::needsAgreement(adjusted[i], topoOf(c));
-    }
-    if (!agree) continue;
-    core::Program& p = programs[calls.size() + k];
-    p.clear();
-    coll::buildAgreement(topoOf(c), coll::groupTag(tags), c->scratch, p);
-    p.call = last;  // its frames carry the number of the group's last collective: a rank a call behind fails
-    jobs.push_back(jobOf(c, &p, lastEntry));
-  }
+  // The call checks over the links (comm/call_check.h), first on their links.
+  planChecks(ts, guard.comms, calls, programs, adjusted, atOnce);
+  if (!ts.checkJobs.empty()) jobs.insert(jobs.begin(), ts.checkJobs.begin(), ts.checkJobs.end());
+  jobs.insert(jobs.end(), ts.lateJobs.begin(), ts.lateJobs.end());
   try {
     for (horaComm* c : guard.comms)
       if (c->uncheckedFrom && c->stage) compareEarlierCalls(c);

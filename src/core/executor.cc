@@ -366,6 +366,10 @@ void Executor::checkStrays() const {
       transport::Connection* c = j.conns[p];
       uint16_t call = 0;
       uint64_t tag = 0;
+      if (c && j.earlier) {  // the earlier calls' checks first: they come first on the link
+        const std::string why = j.earlier(j.earlierCtx, c, p);
+        if (!why.empty()) fail(Errc::InvalidUsage, "%s", why.c_str());
+      }
       if (!c || !c->pendingFrame(&call, &tag) || !call) continue;
       // Of this call's number (a later call's is left alone), and no job of it has that tag.
       const Job* mine = nullptr;
@@ -379,6 +383,7 @@ void Executor::checkStrays() const {
         fail(Errc::InvalidUsage, "mismatched calls: %s is in %s, this rank in %s (call #%u of the communicator; its "
              "message came where this rank expects none)", c->peerName().c_str(), transport::describeTag(tag).c_str(),
              transport::describeTag(mine->program->tag).c_str(), call);
+
     }
   }
 }

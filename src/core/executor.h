@@ -41,6 +41,11 @@ struct Job {
   // With a stage: the collective call announced there (SharedStage::announce), checked against
   // the peers' when this job waits; tag 0 for none.
   uint64_t callNo = 0, callTag = 0;
+  // When stuck: the frames waiting from `peer` where no receive wants them, against what this
+  // rank still expects of earlier calls (its call checks not yet received, comm/call_check.h),
+  // taking those that agree: the mismatch's text, or "" (null: nothing expected).
+  std::string (*earlier)(const void* ctx, transport::Connection* conn, int peer) = nullptr;
+  const void* earlierCtx = nullptr;
   // Where the flight recorder learns what this job waits for (null: not recorded).
   WaitMark* mark = nullptr;
   // A send or receive (horaSend, horaRecv): on each link its messages go before those of the

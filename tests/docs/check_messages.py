@@ -5,7 +5,8 @@ Scope (the page says the same at its top):
   C++, src/comm/bootstrap.cc, src/comm/launch.cc, src/comm/config.cc (init, rendezvous, launcher
     and configuration), src/base/socket.cc (addresses, interfaces, connections), src/base/wait.cc
     (timeouts), src/core/executor.cc (failures while a call waits, mismatched calls),
-    src/comm/comm.cc and src/comm/run.cc (a communicator's failure, links, threads): the message
+    src/comm/comm.cc, src/comm/run.cc and src/comm/call_check.cc (a communicator's failure, links,
+    threads, the call check): the message
     of every fail(Errc::..., "format", ...), throw Error(Errc::..., ...) and
     HORA_WARN(subsystem, "format", ...);
   C++, tools/hora_run_*.cc: every printError(...) and usageError(...) (hora-run's refusals and
@@ -38,7 +39,7 @@ PH = "\x00"  # a placeholder
 # (or a peer that is not Hora speaks to it). Each is the normalized message, with why.
 ALLOWED = {
     "a program reads a stage member's memory where the stage cannot": "the planner chooses the single copy only where the stage can read its members (coll/stage.cc): a bug of this library",
-    "call #\x00 of the communicator is no longer in this rank's history": "a rank keeps more announcements than it ever leaves uncompared (run.cc's static_assert): a bug of this library",
+    "call #\x00 of the communicator is no longer in this rank's history": "a rank keeps more announcements than it ever leaves uncompared (call_check.cc's static_assert): a bug of this library",
     "bootstrap round of \x00 bytes exceeds \x00": "a rendezvous round larger than the protocol allows: a bug of this library",
     "\x00 is not in the table of variables": "config.cc asked for a row it does not have: a bug of this library",
     "a program uses shared-stage counters it does not have": "a plan the library built is inconsistent: a bug of this library",
@@ -49,7 +50,8 @@ ALLOWED = {
 # (compared as normalized below)
 
 CPP_FILES = ["src/comm/bootstrap.cc", "src/comm/launch.cc", "src/comm/config.cc", "src/base/socket.cc",
-             "src/base/wait.cc", "src/core/executor.cc", "src/comm/comm.cc", "src/comm/run.cc"]
+             "src/base/wait.cc", "src/core/executor.cc", "src/comm/comm.cc", "src/comm/run.cc",
+             "src/comm/call_check.cc"]
 CPP_TOOLS_GLOB = "tools/hora_run_*.cc"
 # (call, index of the message argument)
 CPP_CALLS = [("fail(", 1), ("throw Error(", 1), ("HORA_WARN(", 1), ("printError(", 0), ("usageError(", 0)]

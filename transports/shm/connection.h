@@ -28,6 +28,7 @@ class Connection final : public transport::Connection {
   void shutdown(const std::string& reason, Errc code) noexcept override;
   void setCall(uint16_t call) override { call_ = call; }
   bool pendingFrame(uint16_t* call, uint64_t* tag) override;
+  size_t unreadMost() const override { return 256; }  // 256 small frames: a few pages of the ring
   const std::string& peerName() const override;
 
  private:

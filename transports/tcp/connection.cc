@@ -193,6 +193,26 @@ bool Connection::pendingFrame(uint16_t* call, uint64_t* tag) {
   return true;
 }
 
+bool Connection::takePendingFrame() {
+  if (closed_) return false;
+  Socket& s = socks_[recvSeq_ % socks_.size()];
+  if (!s.recvs.empty() || s.headerGot || s.headerOk || s.readingAbort) return false;
+  uint8_t frame[kFrameHeaderBytes + 64];
+  const ssize_t n = ::recv(s.fd.get(), frame, kFrameHeaderBytes, MSG_PEEK | MSG_DONTWAIT);
+  if (n < static_cast<ssize_t>(kFrameHeaderBytes)) return false;
+  FrameHeader h;
+  std::string why;
+  if (decodeFrameHeader(frame, Expectation{recvSeq_, peekFrameHeader(frame).length, peekFrameHeader(frame).tag}, &h,
+                        &why) != FrameCheck::Ok ||
+      h.length > 64)
+    return false;  // not a small data frame of this sequence: left for a receive to judge
+  const size_t whole = kFrameHeaderBytes + static_cast<size_t>(h.length);
+  if (::recv(s.fd.get(), frame, whole, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(whole)) return false;
+  if (::recv(s.fd.get(), frame, whole, MSG_DONTWAIT) != static_cast<ssize_t>(whole)) failWire("a frame shrank while read");
+  ++recvSeq_;
+  return true;
+}
+
 void Connection::salvageAbort(Socket& s) {
   if (s.headerOk || s.headerGot) return;  // a receive is inside a frame: no boundary to read from
   try {
@@ -231,14 +251,27 @@ bool Connection::progressRecvs(Socket& s, std::vector<transport::Cookie>& comple
     RecvOp& r = s.recvs.front();
     if (s.readingAbort) return readAbort(s) || moved;
     if (!s.headerOk) {
-      // A small frame comes in with its header in one recv(); never more than the frame the
-      // head receive expects, so nothing of a later frame is read ahead.
+      // A small frame comes in with its header in one recv(), and so do the small frames of
+      // the receives posted behind it, as far as the buffer holds them (a batch of call checks,
+      // comm/call_check.h): never more than the frames the posted receives expect, so nothing
+      // that no receive wants is read ahead.
       const bool small = r.bytes <= kSmallPayload;
-      const size_t want = kFrameHeaderBytes + (small ? r.bytes : 0);
-      size_t n = readSome(s.fd.get(), s.header + s.headerGot, want - s.headerGot, peer_.c_str());
-      if (n == 0) return moved;
-      moved = true;
-      s.headerGot += n;
+      const size_t need = kFrameHeaderBytes + (small ? r.bytes : 0);
+      // An abort frame read ahead is the peer's last: nothing more comes (its text may be short).
+      const bool abortHere =
+          s.headerGot >= kFrameHeaderBytes && peekFrameHeader(s.header).type == FrameType::Abort;
+      if (s.headerGot < need && !abortHere) {
+        size_t want = need;
+        for (size_t i = 1; small && i < s.recvs.size(); ++i) {
+          const size_t next = kFrameHeaderBytes + s.recvs.at(i).bytes;
+          if (s.recvs.at(i).bytes > kSmallPayload || want + next > sizeof s.header) break;
+          want += next;
+        }
+        size_t n = readSome(s.fd.get(), s.header + s.headerGot, want - s.headerGot, peer_.c_str());
+        if (n == 0) return moved;
+        moved = true;
+        s.headerGot += n;
+      }
       if (s.headerGot < kFrameHeaderBytes) return moved;
       FrameHeader h;
       std::string why;
@@ -259,10 +292,13 @@ bool Connection::progressRecvs(Socket& s, std::vector<transport::Cookie>& comple
         case FrameCheck::Ok: s.headerOk = true; break;
       }
       // Payload bytes that came with the header; the rest goes straight to the caller's buffer.
-      const size_t early = s.headerGot - kFrameHeaderBytes;
+      // What came after this frame (the next receives' frames) moves to the buffer's start.
+      const size_t early = std::min(s.headerGot - kFrameHeaderBytes, r.bytes);
       if (early) memcpy(r.data, s.header + kFrameHeaderBytes, early);
       r.got = early;
-      s.headerGot = 0;
+      const size_t rest = s.headerGot - kFrameHeaderBytes - early;
+      if (rest) memmove(s.header, s.header + kFrameHeaderBytes + early, rest);
+      s.headerGot = rest;
     }
     if (r.got < r.bytes) {
       size_t n = readSome(s.fd.get(), r.data + r.got, r.bytes - r.got, peer_.c_str());

@@ -36,6 +36,10 @@ class Connection final : public transport::Connection {
   void finishPartial(std::chrono::steady_clock::time_point until) noexcept override;
   void setCall(uint16_t call) override { call_ = call; }
   bool pendingFrame(uint16_t* call, uint64_t* tag) override;
+  bool takePendingFrame() override;
+  // 256 one-byte frames, sent in batches of at least a few, take a few tens of KiB of the
+  // kernel's buffers (the default receive buffer alone is 128 KiB).
+  size_t unreadMost() const override { return 256; }
   void shutdown(const std::string& reason, Errc code) noexcept override;
   const std::string& peerName() const override { return peer_; }
 
