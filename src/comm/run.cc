@@ -149,14 +149,15 @@ void reserveChecks(ThreadState& ts, size_t n) {
 
 // The job that sends call check k to c's successor, or receives it from c's predecessor, in
 // program slot `slot`.
-core::Job checkJob(ThreadState& ts, size_t slot, horaComm* c, const LinkChecks::Pending& k, bool send) {
+core::Job checkJob(ThreadState& ts, size_t slot, horaComm* c, const LinkChecks::Pending& k, bool send,
+                   trace::Entry* entry = nullptr) {
   core::Program& p = ts.checkPrograms[slot];
   p.clear();
   if (send) coll::buildCheckSend(topoOf(c), k.tag, c->scratch, p);
   else coll::buildCheckRecv(topoOf(c), k.tag, c->scratch, p);
   p.call = k.frameCall;
   ts.checkOf[slot] = CheckOf{c, k.call, send};
-  core::Job j = jobOf(c, &p, nullptr);
+  core::Job j = jobOf(c, &p, entry);  // with the call's entry: the flight recorder sees its waits
   j.describe = describeCheck;
   j.describeCtx = &ts.checkOf[slot];
   return j;
@@ -183,6 +184,7 @@ void planChecks(ThreadState& ts, const std::vector<horaComm*>& comms,
     if (n < 2) continue;
     bool agree = false;
     uint16_t last = 0;
+    trace::Entry* entry = nullptr;  // the flight recorder's entry of the group's last collective
     tags.clear();
     for (size_t i = 0; i < calls.size(); ++i) {
       const coll::Kind kind = calls[i].second.kind;
@@ -191,6 +193,7 @@ void planChecks(ThreadState& ts, const std::vector<horaComm*>& comms,
         continue;
       tags.push_back(programs[i].tag);
       last = programs[i].call;
+      entry = ts.traced[i].entry;
       agree |= coll::needsAgreement(adjusted[i], topoOf(c));
     }
     if (topoOf(c).stage) {
@@ -203,7 +206,7 @@ void planChecks(ThreadState& ts, const std::vector<horaComm*>& comms,
       coll::buildAgreement(topoOf(c), coll::groupTag(tags), c->scratch, p);
       p.call = last;  // its frames carry the number of the group's last collective: a rank a call behind fails
       ts.checkOf[slot] = CheckOf{c, c->calls.load(std::memory_order_relaxed), true};
-      ts.lateJobs.push_back(jobOf(c, &p, nullptr));
+      ts.lateJobs.push_back(jobOf(c, &p, entry));
       ++slot;
       continue;
     }
@@ -211,7 +214,7 @@ void planChecks(ThreadState& ts, const std::vector<horaComm*>& comms,
     const uint64_t now = c->calls.load(std::memory_order_relaxed);
     if (agree) {
       const LinkChecks::Pending mine{coll::groupTag(tags), now, last};
-      ts.checkJobs.push_back(checkJob(ts, slot++, c, mine, true));
+      ts.checkJobs.push_back(checkJob(ts, slot++, c, mine, true, entry));
       ts.checkJobs.back().pointToPoint = true;
       lc.expected.push(mine);
       lc.used = true;
@@ -220,7 +223,7 @@ void planChecks(ThreadState& ts, const std::vector<horaComm*>& comms,
     bool fromPred = false;
     for (size_t i = 0; i < calls.size() && !fromPred; ++i) fromPred = calls[i].first == c && receivesFrom(programs[i], pred);
     for (size_t k = lc.due(now, fromPred); k > 0; --k, lc.expected.pop()) {
-      ts.checkJobs.push_back(checkJob(ts, slot++, c, lc.expected.front(), false));
+      ts.checkJobs.push_back(checkJob(ts, slot++, c, lc.expected.front(), false, entry));
       ts.checkJobs.back().pointToPoint = true;
     }
   }
