@@ -87,8 +87,8 @@ const coll::Topo& topoOf(horaComm* c) { return c->shape; }
 // While this rank is stuck: the frames waiting from the predecessor, against the call checks this
 // rank expects (they come first on that link, oldest first); each that agrees is taken, so
 // that one of a call whose ranks differ is found behind them.
-std::string earlierCheck(const void* ctx, transport::Connection* conn, int peer) {
-  auto* c = const_cast<horaComm*>(static_cast<const horaComm*>(ctx));
+std::string earlierCheck(void* ctx, transport::Connection* conn, int peer) {
+  auto* c = static_cast<horaComm*>(ctx);
   LinkChecks& lc = c->linkChecks;
   if (peer != (c->rank + c->nranks - 1) % c->nranks) return {};
   while (!lc.expected.empty()) {
@@ -205,7 +205,6 @@ void planChecks(ThreadState& ts, const std::vector<horaComm*>& comms,
       p.clear();
       coll::buildAgreement(topoOf(c), coll::groupTag(tags), c->scratch, p);
       p.call = last;  // its frames carry the number of the group's last collective: a rank a call behind fails
-      ts.checkOf[slot] = CheckOf{c, c->calls.load(std::memory_order_relaxed), true};
       ts.lateJobs.push_back(jobOf(c, &p, entry));
       ++slot;
       continue;

@@ -44,8 +44,8 @@ struct Job {
   // When stuck: the frames waiting from `peer` where no receive wants them, against what this
   // rank still expects of earlier calls (its call checks not yet received, comm/call_check.h),
   // taking those that agree: the mismatch's text, or "" (null: nothing expected).
-  std::string (*earlier)(const void* ctx, transport::Connection* conn, int peer) = nullptr;
-  const void* earlierCtx = nullptr;
+  std::string (*earlier)(void* ctx, transport::Connection* conn, int peer) = nullptr;
+  void* earlierCtx = nullptr;
   // Where the flight recorder learns what this job waits for (null: not recorded).
   WaitMark* mark = nullptr;
   // A send or receive (horaSend, horaRecv): on each link its messages go before those of the

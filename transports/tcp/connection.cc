@@ -202,14 +202,15 @@ bool Connection::takePendingFrame() {
   if (n < static_cast<ssize_t>(kFrameHeaderBytes)) return false;
   FrameHeader h;
   std::string why;
-  if (decodeFrameHeader(frame, Expectation{recvSeq_, peekFrameHeader(frame).length, peekFrameHeader(frame).tag}, &h,
-                        &why) != FrameCheck::Ok ||
-      h.length > 64)
+  const FrameHeader seen = peekFrameHeader(frame);
+  if (decodeFrameHeader(frame, Expectation{recvSeq_, seen.length, seen.tag}, &h, &why) != FrameCheck::Ok || h.length > 64)
     return false;  // not a small data frame of this sequence: left for a receive to judge
   const size_t whole = kFrameHeaderBytes + static_cast<size_t>(h.length);
   if (::recv(s.fd.get(), frame, whole, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(whole)) return false;
   if (::recv(s.fd.get(), frame, whole, MSG_DONTWAIT) != static_cast<ssize_t>(whole)) failWire("a frame shrank while read");
   ++recvSeq_;
+  s.dataWaiting = false;  // the frame checkForAbort found waiting is gone: the socket is read again
+  s.peekedAvail = 0;
   return true;
 }
 
