@@ -527,3 +527,84 @@ TEST_CASE("tcp connection: small frames read ahead for the receives posted behin
   CHECK(caught.code == Errc::InvalidUsage);
   CHECK(caught.what == why);
 }
+
+TEST_CASE("tcp connection: held sends wait for a later send, a batch or a release, in their place", "[tcp]") {
+  ConnPair cp = makePair(2);  // consecutive messages go on different sockets: their order must hold across them
+  Pump pump({cp.a.get(), cp.b.get()});
+  uint16_t call = 0;
+  uint64_t tag = 0;
+  Cookie next = 1;
+
+  // Held: complete at once (the byte is copied), nothing on the wire, not busy.
+  uint8_t byte = 0x11;
+  cp.a->postHeld(&byte, 1, 9, next);
+  byte = 0x22;  // the held message keeps what it was posted with
+  REQUIRE(cp.a->holding());
+  pump.until([&] { return pump.has(cp.a.get(), next); });
+  ++next;
+  CHECK_FALSE(cp.a->busy());
+  CHECK_FALSE(cp.b->pendingFrame(&call, &tag));
+
+  // A later send takes it along, ahead of itself.
+  const std::vector<uint8_t> big = unit::pattern(100, 3);
+  cp.a->postSend(big.data(), big.size(), 10, next++);
+  CHECK_FALSE(cp.a->holding());
+  std::vector<uint8_t> first(4, kCanary), second(100, kCanary);
+  cp.b->postRecv(first.data(), 1, 9, 101);  // a frame out of its place would fail these
+  cp.b->postRecv(second.data(), 100, 10, 102);
+  pump.until([&] { return pump.has(cp.b.get(), 102) && !cp.a->busy(); });
+  CHECK(pump.has(cp.b.get(), 101));
+  CHECK(first[0] == 0x11);
+  CHECK(allCanary(first, 1));
+  CHECK(second == big);
+
+  // kHeldMost held go out on their own, in one batch.
+  std::vector<uint8_t> sent(tcp::Connection::kHeldMost), recv(tcp::Connection::kHeldMost, kCanary);
+  for (size_t i = 0; i < sent.size(); ++i) {
+    sent[i] = static_cast<uint8_t>(0x40 + i);
+    CHECK(cp.a->holding() == (i > 0));
+    cp.a->postHeld(&sent[i], 1, 20 + i, next++);
+  }
+  CHECK_FALSE(cp.a->holding());
+  for (size_t i = 0; i < recv.size(); ++i) cp.b->postRecv(&recv[i], 1, 20 + i, static_cast<Cookie>(200 + i));
+  pump.until([&] { return pump.has(cp.b.get(), static_cast<Cookie>(200 + recv.size() - 1)); });
+  CHECK(recv == sent);
+
+  // Fewer: out once released (as before this rank waits), and busy until they are.
+  std::vector<uint8_t> three = {7, 8, 9}, got3(3, kCanary);
+  for (size_t i = 0; i < 3; ++i) cp.a->postHeld(&three[i], 1, 40, next++);
+  pump.until([&] { return pump.has(cp.a.get(), next - 1); });
+  CHECK_FALSE(cp.a->busy());
+  CHECK_FALSE(cp.b->pendingFrame(&call, &tag));
+  CHECK(cp.a->releaseHeld());
+  CHECK_FALSE(cp.a->releaseHeld());  // once
+  CHECK(cp.a->busy());
+  for (size_t i = 0; i < 3; ++i) cp.b->postRecv(&got3[i], 1, 40, static_cast<Cookie>(300 + i));
+  pump.until([&] { return pump.has(cp.b.get(), 302) && !cp.a->busy(); });
+  CHECK(got3 == three);
+  CHECK_FALSE(cp.a->holding());
+  CHECK_FALSE(cp.a->releaseHeld());  // nothing held
+}
+
+TEST_CASE("tcp connection: held sends to a peer that closed are dropped, a send there still fails", "[tcp]") {
+  RawPeer rp;
+  rp.raw.reset();  // the peer closed its end (it closed its communicator)
+  Pump pump({rp.conn.get()});
+  uint8_t byte = 1;
+  Cookie next = 1;
+  for (int i = 0; i < 3; ++i) {  // each completes; their writes fail (or go to a closed end) quietly
+    rp.conn->postHeld(&byte, 1, 5, next);
+    if (i == 0) CHECK(rp.conn->releaseHeld());
+    else (void)rp.conn->releaseHeld();  // nothing to release once a write failed: those are dropped at once
+    Caught c = capture([&] { pump.until([&] { return pump.has(rp.conn.get(), next) && !rp.conn->busy(); }); });
+    CHECK_FALSE(c.thrown);
+    CHECK_FALSE(rp.conn->holding());
+    ++next;
+  }
+  std::vector<uint8_t> msg = unit::pattern(64, 3);
+  rp.conn->postSend(msg.data(), msg.size(), 6, next);
+  Caught c = capture([&] { pump.until([&] { return !rp.conn->busy(); }); });
+  REQUIRE(c.hora);
+  CHECK(c.code == Errc::Remote);
+  CHECK(contains(c.what, "rank 7"));
+}

@@ -17,6 +17,9 @@
 //     signals through memory asks to be woken; it returns false if there is work after all
 //     (then the caller does not block), and may throw if the peer is gone. disarmWakeup() follows
 //     the poll().
+//   - postHeld() may hold a small message back, to go out with the peer's next message (one
+//     write for both); releaseHeld() sends what is held. A held message keeps its place in
+//     the order of messages, so the peer sees no difference but when it arrives.
 //   - setCall() numbers the messages posted next; pendingFrame() peeks at a frame that no
 //     receive wants yet (the executor's check for a peer in another collective, when stuck).
 //   - unreadMost() bounds the small messages the peer may send ahead of this side's receives
@@ -47,6 +50,21 @@ class Connection {
   virtual ~Connection() = default;
   virtual void postSend(const void* data, size_t bytes, uint64_t tag, Cookie cookie) = 0;
   virtual void postRecv(void* data, size_t bytes, uint64_t tag, Cookie cookie) = 0;
+  // A small message (a call check's byte: comm/call_check.h) that may wait here, in its place
+  // among the messages to the peer, until the next one posted goes out, until a few are held,
+  // or until releaseHeld(): it completes at once (its bytes are copied), and busy() does not
+  // count it until it is released. Where the transport holds nothing back: postSend.
+  virtual void postHeld(const void* data, size_t bytes, uint64_t tag, Cookie cookie) {
+    postSend(data, bytes, tag, cookie);
+  }
+  // Sends what postHeld holds back: before this rank waits (the peer may wait for it), and
+  // before the connection closes. Whether anything was held (it is then busy() until out).
+  virtual bool releaseHeld() { return false; }
+  virtual bool holding() const { return false; }  // postHeld holds a message not released
+  // Whether postHeld may hold messages back here, and so on the peer's side of this link too:
+  // a rank closing the link then takes only what has come of them (the peer may be the same
+  // thread's next rank to close, and release them only then).
+  virtual bool holdsBack() const { return false; }
   virtual bool progress(std::vector<Cookie>& completed) = 0;
   virtual bool busy() const = 0;  // any posted message not yet complete
   virtual void addPollFds(std::vector<pollfd>& fds) const = 0;

@@ -122,6 +122,10 @@ core::Job jobOf(horaComm* c, const core::Program* program, trace::Entry* entry) 
   j.localProcs = c->localProcs.empty() ? nullptr : c->localProcs.data();
   j.earlier = earlierCheck;
   j.earlierCtx = c;
+  if (c->linkChecks.used) {  // its checks to the successor may be held back (planChecks)
+    j.heldPeer = (c->rank + 1) % c->nranks;
+    j.heldOn = c->connPtrs[static_cast<size_t>(j.heldPeer)];
+  }
   return j;
 }
 
@@ -213,10 +217,14 @@ void planChecks(ThreadState& ts, const std::vector<horaComm*>& comms,
     const uint64_t now = c->calls.load(std::memory_order_relaxed);
     if (agree) {
       const LinkChecks::Pending mine{coll::groupTag(tags), now, last};
+      lc.used = true;
       ts.checkJobs.push_back(checkJob(ts, slot++, c, mine, true, entry));
       ts.checkJobs.back().pointToPoint = true;
+      // The transport may hold it back, to go with the next message to the successor or a
+      // batch of them: the successor takes it no sooner (call_check.h), and it is released
+      // before this rank waits for anything.
+      ts.checkJobs.back().holdSends = true;
       lc.expected.push(mine);
-      lc.used = true;
     }
     const int pred = (c->rank + n - 1) % n;
     bool fromPred = false;
@@ -409,7 +417,7 @@ void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& 
 }
 
 void awaitLinkChecks(horaComm* c, bool meet) {
-  if (!c->linkChecks.used || c->nranks < 2 || (!meet && c->linkChecks.expected.empty())) return;
+  if (!c->linkChecks.used || c->nranks < 2) return;
   take(c);
   struct Release {
     horaComm* c;
@@ -418,9 +426,18 @@ void awaitLinkChecks(horaComm* c, bool meet) {
   ThreadState& ts = threadState();
   LinkChecks& lc = c->linkChecks;
   const size_t expected = lc.expected.size();
-  reserveChecks(ts, expected + 1);
+  reserveChecks(ts, expected + 2);
   ts.checkJobs.clear();
   size_t slot = 0;
+  const int pred = (c->rank + c->nranks - 1) % c->nranks;
+  transport::Connection* fromPred = c->connPtrs[static_cast<size_t>(pred)];
+  if (!meet && fromPred->holdsBack()) {
+    // The predecessor may hold its last checks back until it closes its end, perhaps on this
+    // same thread after this rank: what has come is compared, the rest is not waited for.
+    const std::string why = earlierCheck(c, fromPred, pred);
+    if (!why.empty()) fail(Errc::InvalidUsage, "%s", why.c_str());
+    lc.expected.clear();
+  }
   for (; !lc.expected.empty(); lc.expected.pop())
     ts.checkJobs.push_back(checkJob(ts, slot++, c, lc.expected.front(), false));
   if (meet) {
@@ -436,6 +453,11 @@ void awaitLinkChecks(horaComm* c, bool meet) {
     j.describeCtx = &ts.checkOf[slot];
     ts.checkJobs.push_back(j);
   }
+  // The checks this rank holds back for its successor go out too, before the links close.
+  core::Program& none = ts.checkPrograms[slot + 1];
+  none.clear();
+  ts.checkJobs.push_back(jobOf(c, &none, nullptr));
+  ts.checkJobs.back().flushHeld = true;
   HORA_TRACE(log::kColl, "rank %d of %d: %s receives %zu call checks%s", c->rank, c->nranks,
              meet ? "finalize" : "destroy", expected, meet ? ", then meets every rank" : "");
   ts.executor.run(ts.checkJobs, c->opts.timeout, c->spinFor);

@@ -388,7 +388,21 @@ void Executor::checkStrays() const {
   }
 }
 
+bool Executor::releaseHeld() {
+  bool any = false;
+  for (const Queue& q : queues_) any |= q.conn->releaseHeld();
+  return any;
+}
+
+bool Executor::heldOut() const {
+  for (const Job& j : *jobs_)
+    if (j.flushHeld && j.heldOn && j.heldOn->busy()) return false;
+  return true;
+}
+
 void Executor::block(milliseconds most) {
+  // What a link holds back goes out before this rank waits: the peer may be waiting for it.
+  if (releaseHeld()) return;
   markWaits();
   // Stuck for a while: a message that waits where this call expects none, of this call's
   // number but another collective, is a peer in another call (whose pattern of messages may
@@ -494,10 +508,28 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
   // of a collective, so it goes first at once.
   for (uint32_t g : deferred_) queueMessage(g, nq);
   deferred_.clear();
+  // A link holding messages back gets a queue of its own, if the call does not use it: they go
+  // out when this rank waits (block()), and a flush waits for them.
+  flushing_ = false;
+  for (const Job& j : jobs) {
+    flushing_ |= j.flushHeld;
+    if (!j.heldOn || !(j.flushHeld ? j.heldOn->releaseHeld() : j.heldOn->holding())) continue;
+    size_t qi = 0;
+    while (qi < nq && queues_[qi].conn != j.heldOn) ++qi;
+    if (qi < nq) continue;
+    if (queues_.size() <= nq) queues_.emplace_back();
+    Queue& q = queues_[nq++];
+    q.conn = j.heldOn;
+    q.job = &j;
+    q.peer = j.heldPeer;
+    q.sends.clear();
+    q.recvs.clear();
+    q.nextSend = q.nextRecv = 0;
+  }
   queues_.resize(nq);
   const size_t total = refs_.size();
   done_.assign(total, 0);
-  if (total == 0) return;
+  if (total == 0 && heldOut()) return;
   try {
     loop(jobs, timeout, spinFor);
   } catch (Error& e) {
@@ -529,7 +561,8 @@ void Executor::loop(const std::vector<Job>& jobs, milliseconds timeout, std::chr
         uint32_t g = q.sends[q.nextSend++];
         const Op& o = op(g);
         q.conn->setCall(jobs[refs_[g].job].program->call);
-        q.conn->postSend(o.buf, o.bytes, jobs[refs_[g].job].program->tag, g);
+        if (jobs[refs_[g].job].holdSends) q.conn->postHeld(o.buf, o.bytes, jobs[refs_[g].job].program->tag, g);
+        else q.conn->postSend(o.buf, o.bytes, jobs[refs_[g].job].program->tag, g);
         moved = true;
       }
       while (q.nextRecv < q.recvs.size() && ready(q.recvs[q.nextRecv])) {
@@ -616,7 +649,7 @@ void Executor::loop(const std::vector<Job>& jobs, milliseconds timeout, std::chr
     // The actions of the messages that just arrived (the CPU engine has already run them):
     // complete them now, so that what depends on them is posted in the next pass.
     moved |= drainEngines();
-    if (ndone_ == total) {
+    if (ndone_ == total && (!flushing_ || heldOut())) {
       if (std::none_of(engines_.begin(), engines_.end(), [](ComputeEngine* e) { return e->busy(); })) {
         if (marked_) clearMarks();
         return;

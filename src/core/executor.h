@@ -51,6 +51,14 @@ struct Job {
   // A send or receive (horaSend, horaRecv): on each link its messages go before those of the
   // group's collectives, on every rank alike.
   bool pointToPoint = false;
+  // Its sends may be held back by their transport (Connection::postHeld: a call check's byte).
+  bool holdSends = false;
+  // The link (to rank heldPeer) where this job's communicator may have messages held back:
+  // released when this rank is about to wait, as a peer may wait for them. With flushHeld, the
+  // run ends only once they are out (before the link closes).
+  transport::Connection* heldOn = nullptr;
+  int heldPeer = -1;
+  bool flushHeld = false;
 };
 
 class Executor {
@@ -125,6 +133,10 @@ class Executor {
   void clearMarks();
   bool marked_ = false;
   std::vector<uint8_t> jobMarked_;
+  // Releases what the queues' links hold back (Job::heldOn); whether any did.
+  bool releaseHeld();
+  bool flushing_ = false;  // some job has flushHeld: the run waits for the held messages too
+  bool heldOut() const;    // none of the jobs' held messages is left to send
   // Throws if a peer's frame waits, unclaimed, with this call's number and another tag.
   void checkStrays() const;
   unsigned idleBlocks_ = 0;  // blocks since the last progress

@@ -36,15 +36,33 @@ Connection::Connection(std::vector<Fd> sockets, std::string peerName)
   for (size_t i = 0; i < sockets.size(); ++i) socks_[i].fd = std::move(sockets[i]);
 }
 
-Connection::~Connection() = default;
+// A link closed while the peer may still send to it (a call check it held back, sent after this
+// rank's last call: comm/call_check.h) is reset by this end's kernel when that comes, and a
+// reset throws away what this end had not yet delivered. So the write side ends first and the
+// peer's end is given a moment to acknowledge everything written (its kernel does, whatever its
+// process does); then what has come is read and the sockets close.
+Connection::~Connection() {
+  if (closed_) return;
+  const Clock::time_point until = Clock::now() + milliseconds(kCloseAckMs);
+  for (Socket& s : socks_) {
+    if (!s.fd.valid()) continue;
+    ::shutdown(s.fd.get(), SHUT_WR);
+    (void)allAcknowledged(s.fd.get(), until);
+    char sink[4096];
+    for (int i = 0; i < 16 && ::recv(s.fd.get(), sink, sizeof sink, MSG_DONTWAIT) > 0; ++i) {
+    }
+  }
+}
 
-void Connection::postSend(const void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) {
+void Connection::pushSend(const void* data, size_t bytes, uint64_t tag, transport::Cookie cookie, bool held) {
   Socket& s = socks_[sendSeq_ % socks_.size()];
   SendOp op;
   op.data = static_cast<const uint8_t*>(data);
   op.bytes = bytes;
   op.sent = 0;
   op.cookie = cookie;
+  op.held = held;
+  if (held) memcpy(op.copy, data, bytes);
   FrameHeader h;
   h.type = FrameType::Data;
   h.seq = sendSeq_++;
@@ -53,7 +71,29 @@ void Connection::postSend(const void* data, size_t bytes, uint64_t tag, transpor
   h.call = call_;
   encodeFrameHeader(h, op.header);
   s.sends.push(op);
+}
+
+void Connection::postSend(const void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) {
+  pushSend(data, bytes, tag, cookie, false);
   ++outstanding_;
+  if (held_) release_ = true;  // the held go out ahead of it, in the same write where they share its socket
+}
+
+void Connection::postHeld(const void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) {
+  if (bytes > kHeldBytes || closed_) {
+    postSend(data, bytes, tag, cookie);
+    return;
+  }
+  early_.push_back(cookie);
+  if (heldDropped_) return;
+  pushSend(data, bytes, tag, cookie, true);
+  if (++held_ >= kHeldMost) release_ = true;
+}
+
+bool Connection::releaseHeld() {
+  if (!held_ || release_) return false;
+  release_ = true;
+  return true;
 }
 
 void Connection::postRecv(void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) {
@@ -64,7 +104,7 @@ void Connection::postRecv(void* data, size_t bytes, uint64_t tag, transport::Coo
   ++outstanding_;
 }
 
-bool Connection::busy() const { return outstanding_ > 0; }
+bool Connection::busy() const { return outstanding_ > 0 || !early_.empty() || (release_ && held_ > 0); }
 
 void Connection::failWire(const std::string& why) {
   fail(Errc::Remote, "%s: %s", peer_.c_str(), why.c_str());
@@ -72,11 +112,14 @@ void Connection::failWire(const std::string& why) {
 
 bool Connection::progressSends(Socket& s, std::vector<transport::Cookie>& completed) {
   bool moved = false;
-  while (!s.sends.empty()) {
+  while (sendable(s)) {
     iovec iov[kMaxIov];
     int n = 0;
+    bool onlyHeld = true;
     for (size_t i = 0; i < s.sends.size() && n + 2 <= kMaxIov; ++i) {
       SendOp& op = s.sends.at(i);
+      if (op.held && !release_) break;  // behind it only what was posted later, held too
+      onlyHeld &= op.held;
       size_t off = op.sent;
       if (off < kFrameHeaderBytes) {
         iov[n++] = iovec{op.header + off, kFrameHeaderBytes - off};
@@ -84,14 +127,22 @@ bool Connection::progressSends(Socket& s, std::vector<transport::Cookie>& comple
       }
       size_t payloadOff = off - kFrameHeaderBytes;
       if (payloadOff < op.bytes)
-        iov[n++] = iovec{const_cast<uint8_t*>(op.data) + payloadOff, op.bytes - payloadOff};
+        iov[n++] = iovec{const_cast<uint8_t*>(op.payload()) + payloadOff, op.bytes - payloadOff};
     }
     size_t wrote = 0;
     try {
       wrote = writevSome(s.fd.get(), iov, n, peer_.c_str());
     } catch (const Error&) {
       salvageAbort(s);  // the peer's own account, if it sent one before it went
-      throw;
+      if (!onlyHeld) throw;
+      // Only held messages (call checks): the peer closed its end, or is gone; nobody waits for
+      // them there.
+      while (!s.sends.empty() && s.sends.front().held) {
+        s.sends.pop();
+        if (--held_ == 0) release_ = false;
+      }
+      heldDropped_ = true;
+      return true;
     }
     if (wrote == 0) {
       // Stuck: the peer does not read. If it failed, it said why on its side of this socket
@@ -110,8 +161,12 @@ bool Connection::progressSends(Socket& s, std::vector<transport::Cookie>& comple
         break;
       }
       wrote -= left;
-      completed.push_back(op.cookie);
-      --outstanding_;
+      if (op.held) {
+        if (--held_ == 0) release_ = false;  // completed when posted
+      } else {
+        completed.push_back(op.cookie);
+        --outstanding_;
+      }
       s.sends.pop();
     }
   }
@@ -320,8 +375,13 @@ bool Connection::progressRecvs(Socket& s, std::vector<transport::Cookie>& comple
 bool Connection::progress(std::vector<transport::Cookie>& completed) {
   if (closed_) fail(Errc::Remote, "connection to %s is closed: %s", peer_.c_str(), closedReason_.c_str());
   bool moved = false;
+  if (!early_.empty()) {
+    completed.insert(completed.end(), early_.begin(), early_.end());
+    early_.clear();
+    moved = true;
+  }
   for (Socket& s : socks_) {
-    if (!s.sends.empty()) moved |= progressSends(s, completed);
+    if (sendable(s)) moved |= progressSends(s, completed);
     if (!s.recvs.empty()) moved |= progressRecvs(s, completed);
   }
   return moved;
@@ -331,9 +391,10 @@ void Connection::addPollFds(std::vector<pollfd>& fds) const {
   if (closed_) return;
   for (const Socket& s : socks_) {
     short ev = 0;
-    if (!s.sends.empty()) ev |= POLLOUT;
+    const bool sending = sendable(s);  // a held send waits for its release, not for room
+    if (sending) ev |= POLLOUT;
     // Input on a socket that only sends may be the peer's abort frame (checkForAbort).
-    if (!s.recvs.empty() || (!s.sends.empty() && !s.dataWaiting)) ev |= POLLIN;
+    if (!s.recvs.empty() || (sending && !s.dataWaiting)) ev |= POLLIN;
     if (ev) fds.push_back(pollfd{s.fd.get(), ev, 0});
   }
 }
@@ -371,9 +432,10 @@ void Connection::finishPartial(Clock::time_point until) noexcept {
       if (ok) op.sent = kFrameHeaderBytes;
     }
     const size_t off = op.sent - kFrameHeaderBytes;
-    if (ok && writeUntil(s.fd.get(), op.data + off, op.bytes - off, until, peer_)) {
-      s.sends.pop();  // whole: an abort frame may follow it
-      --outstanding_;
+    if (ok && writeUntil(s.fd.get(), op.payload() + off, op.bytes - off, until, peer_)) {
+      if (op.held) --held_;  // whole: an abort frame may follow it
+      else --outstanding_;
+      s.sends.pop();
     }
   }
 }
@@ -423,6 +485,9 @@ void Connection::shutdown(const std::string& reason, Errc code) noexcept {
     s.recvs.clear();
   }
   outstanding_ = 0;
+  held_ = 0;
+  release_ = false;
+  early_.clear();
 }
 
 }  // namespace hora::tcp

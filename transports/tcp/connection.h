@@ -23,6 +23,14 @@ class Connection final : public transport::Connection {
   static constexpr size_t kSmallPayload = 4096;
   // The largest data frame a stuck sender looks behind for the peer's abort frame.
   static constexpr size_t kMaxPeekBehind = size_t(1) << 20;
+  // postHeld: the largest message held back (copied into its op), and how many are held
+  // before they go out on their own, in one write (a batch of call checks: the peer takes
+  // them in batches of comm/call_check.h's kCheckBatch, 16, too).
+  static constexpr size_t kHeldBytes = 8;
+  static constexpr size_t kHeldMost = 16;
+  // How long a connection closed without a failure waits for the peer's end to acknowledge what
+  // it wrote (the destructor).
+  static constexpr int kCloseAckMs = 1000;
 
   // sockets[i] must be connected and handshaken; they become this connection's.
   Connection(std::vector<Fd> sockets, std::string peerName);
@@ -30,6 +38,10 @@ class Connection final : public transport::Connection {
 
   void postSend(const void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) override;
   void postRecv(void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) override;
+  void postHeld(const void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) override;
+  bool releaseHeld() override;
+  bool holding() const override { return held_ > 0 && !release_; }
+  bool holdsBack() const override { return true; }
   bool progress(std::vector<transport::Cookie>& completed) override;
   bool busy() const override;
   void addPollFds(std::vector<pollfd>& fds) const override;
@@ -49,7 +61,10 @@ class Connection final : public transport::Connection {
     size_t bytes;
     size_t sent;  // of header + payload
     transport::Cookie cookie;
+    bool held;  // posted by postHeld: completed already, its payload in `copy`
     uint8_t header[kFrameHeaderBytes];
+    uint8_t copy[kHeldBytes];
+    const uint8_t* payload() const { return held ? copy : data; }
   };
   struct RecvOp {
     uint8_t* data;
@@ -78,6 +93,9 @@ class Connection final : public transport::Connection {
     unsigned stuck = 0;      // passes on which nothing could be written
   };
 
+  void pushSend(const void* data, size_t bytes, uint64_t tag, transport::Cookie cookie, bool held);
+  // Whether the send at the front of s may go out now (a held one waits for a release).
+  bool sendable(const Socket& s) const { return !s.sends.empty() && (release_ || !s.sends.front().held); }
   bool progressSends(Socket& s, std::vector<transport::Cookie>& completed);
   bool progressRecvs(Socket& s, std::vector<transport::Cookie>& completed);
   bool readAbort(Socket& s);
@@ -95,6 +113,16 @@ class Connection final : public transport::Connection {
   uint16_t call_ = 0;
   std::chrono::steady_clock::time_point flushUntil_{};  // set by finishPartial
   size_t outstanding_ = 0;
+  // postHeld: the held sends not yet out (on any socket); once released (by releaseHeld, a
+  // send posted behind them, or kHeldMost held) all of them go out, and holding starts again
+  // when none is left. Their cookies are reported by the next progress().
+  size_t held_ = 0;
+  bool release_ = false;
+  // A write of held messages alone failed: the peer closed its end (it closed its communicator,
+  // and needs them no more) or is gone (which what it waits for shows). They are dropped, and
+  // so are those held later; a message that is not held still fails there.
+  bool heldDropped_ = false;
+  std::vector<transport::Cookie> early_;
   bool closed_ = false;
   std::string closedReason_;
 };
