@@ -14,7 +14,10 @@
 //    by a one-byte message to the successor, the first this call sends it, tagged with the call
 //    and numbered like any frame of it (transports/frame.h), so that the receiving transport
 //    compares it with its own call. The sender never waits for it: a Broadcast's root sends its
-//    check and its data and returns, as without the check. The successor receives it before
+//    check and its data and returns, as without the check. The transport may hold it back
+//    (Connection::postHeld: TCP does) until the next message to the successor, a batch, or
+//    until this rank is about to wait (the executor releases it then: the successor may be
+//    waiting for it), so a rank holds none while it waits. The successor receives it before
 //    anything later from the predecessor (at once, where its own call receives anything from
 //    the predecessor), else once the oldest it expects is a window of calls old (what the link
 //    holds unread: 256 calls over TCP and shared memory, 48 over verbs), together with all
