@@ -275,6 +275,9 @@ void Executor::blockOnCounter(const Job& job, int counter, uint64_t value, int o
       throwPublishedCause(&job);
       const std::string stalled = stalledMembers(job, counter, value, only);
       if (!stalled.empty()) {
+        // A rank that failed publishes why before it exits: one seen gone now may have done so
+        // since the look above (both timed out at about the same moment).
+        throwPublishedCause(&job);
         Error named(Errc::Timeout, stalled + "; " + e.what());
         named.setDetail(e.detail());
         throw named;
@@ -513,7 +516,9 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
   flushing_ = false;
   for (const Job& j : jobs) {
     flushing_ |= j.flushHeld;
-    if (!j.heldOn || !(j.flushHeld ? j.heldOn->releaseHeld() : j.heldOn->holding())) continue;
+    if (!j.heldOn) continue;
+    if (j.flushHeld) j.heldOn->releaseHeld();
+    if (!j.heldOn->holding() && !j.heldOn->busy()) continue;  // (busy: released, not yet out)
     size_t qi = 0;
     while (qi < nq && queues_[qi].conn != j.heldOn) ++qi;
     if (qi < nq) continue;
@@ -673,6 +678,7 @@ void Executor::loop(const std::vector<Job>& jobs, milliseconds timeout, std::chr
         } catch (const Error& e) {
           throwPublishedCause();
           const std::string stalled = stalledPeers();
+          if (!stalled.empty()) throwPublishedCause();  // published since (as in blockOnCounter)
           if (!stalled.empty()) fail(Errc::Timeout, "%s; %s", stalled.c_str(), e.what());
           throw;
         }
@@ -688,6 +694,7 @@ void Executor::loop(const std::vector<Job>& jobs, milliseconds timeout, std::chr
       // failed first, and said why).
       throwPublishedCause();
       const std::string stalled = stalledPeers();
+      if (!stalled.empty()) throwPublishedCause();  // published since (as in blockOnCounter)
       if (!stalled.empty()) fail(Errc::Timeout, "%s; %s", stalled.c_str(), e.what());
       if (!waitsOnlyLocal()) throw;
       heldTimeout = std::current_exception();
