@@ -44,6 +44,9 @@
 namespace hora::transport {
 
 using Cookie = uint32_t;
+// A message posted with this cookie is never reported complete (postHeld only: a message no
+// one waits for, such as a call check on a link that holds it back).
+inline constexpr Cookie kNoCookie = ~Cookie(0);
 
 class Connection {
  public:

@@ -122,7 +122,7 @@ core::Job jobOf(horaComm* c, const core::Program* program, trace::Entry* entry) 
   j.localProcs = c->localProcs.empty() ? nullptr : c->localProcs.data();
   j.earlier = earlierCheck;
   j.earlierCtx = c;
-  if (c->linkChecks.used) {  // its checks to the successor may be held back (planChecks)
+  if (c->shape.callCheck && !c->shape.stage && c->nranks > 1) {  // its checks to the successor may be held back (planChecks)
     j.heldPeer = (c->rank + 1) % c->nranks;
     j.heldOn = c->connPtrs[static_cast<size_t>(j.heldPeer)];
   }
@@ -218,12 +218,20 @@ void planChecks(ThreadState& ts, const std::vector<horaComm*>& comms,
     if (agree) {
       const LinkChecks::Pending mine{coll::groupTag(tags), now, last};
       lc.used = true;
-      ts.checkJobs.push_back(checkJob(ts, slot++, c, mine, true, entry));
-      ts.checkJobs.back().pointToPoint = true;
-      // The transport may hold it back, to go with the next message to the successor or a
-      // batch of them: the successor takes it no sooner (call_check.h), and it is released
-      // before this rank waits for anything.
-      ts.checkJobs.back().holdSends = true;
+      transport::Connection* toSucc = c->connPtrs[static_cast<size_t>((c->rank + 1) % n)];
+      if (toSucc->holdsBack()) {
+        // The transport holds it back, to go with the next message to the successor or a batch
+        // of them: the successor takes it no sooner (call_check.h), and the executor releases it
+        // before this rank waits for anything (every job of c names the link: jobOf). Nothing
+        // waits for it, so it needs no job: posted now, it goes ahead of the call's messages.
+        static const uint8_t kCheckByte = 0;
+        toSucc->setCall(last);
+        toSucc->postHeld(&kCheckByte, 1, mine.tag, transport::kNoCookie);
+      } else {
+        ts.checkJobs.push_back(checkJob(ts, slot++, c, mine, true, entry));
+        ts.checkJobs.back().pointToPoint = true;
+        ts.checkJobs.back().holdSends = true;
+      }
       lc.expected.push(mine);
     }
     const int pred = (c->rank + n - 1) % n;

@@ -80,12 +80,12 @@ void Connection::postSend(const void* data, size_t bytes, uint64_t tag, transpor
 }
 
 void Connection::postHeld(const void* data, size_t bytes, uint64_t tag, transport::Cookie cookie) {
-  if (bytes > kHeldBytes || closed_) {
+  if (bytes > kHeldBytes && cookie != transport::kNoCookie) {
     postSend(data, bytes, tag, cookie);
     return;
   }
-  early_.push_back(cookie);
-  if (heldDropped_) return;
+  if (cookie != transport::kNoCookie) early_.push_back(cookie);
+  if (heldDropped_ || closed_ || bytes > kHeldBytes) return;  // a closed link fails at its next progress()
   pushSend(data, bytes, tag, cookie, true);
   if (++held_ >= kHeldMost) release_ = true;
 }
