@@ -43,6 +43,13 @@ void buildCheckRecv(const Topo& t, uint64_t tag, core::Scratch& scratch, core::P
   b.recv((t.rank + t.nranks - 1) % t.nranks, scratch.get(1), 1);
 }
 
+void addCheckRecv(const Topo& t, uint64_t tag, uint16_t call, core::Scratch& scratch, core::Program& out) {
+  core::ProgramBuilder b(out);
+  const int32_t i = b.recv((t.rank + t.nranks - 1) % t.nranks, scratch.get(1), 1);
+  out.ops[static_cast<size_t>(i)].value = tag;
+  out.ops[static_cast<size_t>(i)].counter = call;
+}
+
 // Cost: ceil(log2 n) tiny messages per rank.
 void buildAgreement(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out) {
   out.tag = tag;

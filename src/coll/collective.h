@@ -150,6 +150,9 @@ bool needsAgreement(const Args& a, const Topo& t);
 // of a call or group; and its receipt from the predecessor, in a later call.
 void buildCheckSend(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out);
 void buildCheckRecv(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out);
+// One more check received in the same program (a batch of them, in order): its own tag and frame
+// number on the op, where the program's are its first's.
+void addCheckRecv(const Topo& t, uint64_t tag, uint16_t call, core::Scratch& scratch, core::Program& out);
 // A meeting of every rank (a dissemination barrier), its messages tagged `tag`: on leaving it a
 // rank has heard, through checked messages, from every other (horaCommFinalize's).
 void buildAgreement(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out);

@@ -55,6 +55,7 @@ struct CheckOf {
   const horaComm* c;
   uint64_t call;  // 0: horaCommFinalize's meeting
   bool send;
+  uint64_t last = 0;  // a batch received: the last call's number (else 0)
 };
 
 // Everything runCalls keeps between calls on a thread, so that a call allocates nothing; one
@@ -141,6 +142,9 @@ std::string describeCheck(const void* ctx) {
   if (!k->call)
     return format("horaCommFinalize's meeting of every rank, after its call checks, on rank %d of %d", k->c->rank,
                   k->c->nranks);
+  if (k->last)
+    return format("the call checks of its calls #%llu to #%llu, received in %s", static_cast<unsigned long long>(k->call),
+                  static_cast<unsigned long long>(k->last), k->c->describeCall().c_str());
   return format("the call check of its call #%llu, %s in %s", static_cast<unsigned long long>(k->call),
                 k->send ? "sent" : "received", k->c->describeCall().c_str());
 }
@@ -151,17 +155,35 @@ void reserveChecks(ThreadState& ts, size_t n) {
   if (ts.checkOf.size() < n) ts.checkOf.resize(n);
 }
 
-// The job that sends call check k to c's successor, or receives it from c's predecessor, in
+// The job that sends call check k to c's successor (where the link does not hold it back), in
 // program slot `slot`.
-core::Job checkJob(ThreadState& ts, size_t slot, horaComm* c, const LinkChecks::Pending& k, bool send,
-                   trace::Entry* entry = nullptr) {
+core::Job checkSendJob(ThreadState& ts, size_t slot, horaComm* c, const LinkChecks::Pending& k, trace::Entry* entry) {
   core::Program& p = ts.checkPrograms[slot];
   p.clear();
-  if (send) coll::buildCheckSend(topoOf(c), k.tag, c->scratch, p);
-  else coll::buildCheckRecv(topoOf(c), k.tag, c->scratch, p);
+  coll::buildCheckSend(topoOf(c), k.tag, c->scratch, p);
   p.call = k.frameCall;
-  ts.checkOf[slot] = CheckOf{c, k.call, send};
+  ts.checkOf[slot] = CheckOf{c, k.call, true};
   core::Job j = jobOf(c, &p, entry);  // with the call's entry: the flight recorder sees its waits
+  j.describe = describeCheck;
+  j.describeCtx = &ts.checkOf[slot];
+  return j;
+}
+
+// The job that receives the n oldest call checks c expects from its predecessor, in order, in
+// one program (each receive with its own call's tag and number), in program slot `slot`; they
+// are taken off the expected.
+core::Job checkRecvJob(ThreadState& ts, size_t slot, horaComm* c, size_t n, trace::Entry* entry = nullptr) {
+  LinkChecks& lc = c->linkChecks;
+  core::Program& p = ts.checkPrograms[slot];
+  p.clear();
+  const LinkChecks::Pending& first = lc.expected.front();
+  coll::buildCheckRecv(topoOf(c), first.tag, c->scratch, p);
+  p.call = first.frameCall;
+  ts.checkOf[slot] = CheckOf{c, first.call, false, n > 1 ? lc.expected.at(n - 1).call : 0};
+  for (size_t i = 1; i < n; ++i)
+    coll::addCheckRecv(topoOf(c), lc.expected.at(i).tag, lc.expected.at(i).frameCall, c->scratch, p);
+  for (size_t i = 0; i < n; ++i) lc.expected.pop();
+  core::Job j = jobOf(c, &p, entry);
   j.describe = describeCheck;
   j.describeCtx = &ts.checkOf[slot];
   return j;
@@ -177,9 +199,7 @@ void planChecks(ThreadState& ts, const std::vector<horaComm*>& comms,
                 const std::vector<coll::Args>& adjusted, const std::vector<size_t>& atOnce) {
   ts.checkJobs.clear();
   ts.lateJobs.clear();
-  size_t most = 0;
-  for (horaComm* c : comms) most += c->linkChecks.expected.size() + 2;
-  reserveChecks(ts, most);
+  reserveChecks(ts, 3 * comms.size());  // each: a check sent, a batch received, or a meeting
   size_t slot = 0;
   std::vector<uint64_t>& tags = ts.tags;
   for (horaComm* c : comms) {
@@ -228,7 +248,7 @@ void planChecks(ThreadState& ts, const std::vector<horaComm*>& comms,
         toSucc->setCall(last);
         toSucc->postHeld(&kCheckByte, 1, mine.tag, transport::kNoCookie);
       } else {
-        ts.checkJobs.push_back(checkJob(ts, slot++, c, mine, true, entry));
+        ts.checkJobs.push_back(checkSendJob(ts, slot++, c, mine, entry));
         ts.checkJobs.back().pointToPoint = true;
         ts.checkJobs.back().holdSends = true;
       }
@@ -237,8 +257,8 @@ void planChecks(ThreadState& ts, const std::vector<horaComm*>& comms,
     const int pred = (c->rank + n - 1) % n;
     bool fromPred = false;
     for (size_t i = 0; i < calls.size() && !fromPred; ++i) fromPred = calls[i].first == c && receivesFrom(programs[i], pred);
-    for (size_t k = lc.due(now, fromPred); k > 0; --k, lc.expected.pop()) {
-      ts.checkJobs.push_back(checkJob(ts, slot++, c, lc.expected.front(), false, entry));
+    if (const size_t due = lc.due(now, fromPred)) {
+      ts.checkJobs.push_back(checkRecvJob(ts, slot++, c, due, entry));
       ts.checkJobs.back().pointToPoint = true;
     }
   }
@@ -434,7 +454,7 @@ void awaitLinkChecks(horaComm* c, bool meet) {
   ThreadState& ts = threadState();
   LinkChecks& lc = c->linkChecks;
   const size_t expected = lc.expected.size();
-  reserveChecks(ts, expected + 2);
+  reserveChecks(ts, 3);  // the rest received, the meeting, the flush
   ts.checkJobs.clear();
   size_t slot = 0;
   const int pred = (c->rank + c->nranks - 1) % c->nranks;
@@ -446,8 +466,7 @@ void awaitLinkChecks(horaComm* c, bool meet) {
     if (!why.empty()) fail(Errc::InvalidUsage, "%s", why.c_str());
     lc.expected.clear();
   }
-  for (; !lc.expected.empty(); lc.expected.pop())
-    ts.checkJobs.push_back(checkJob(ts, slot++, c, lc.expected.front(), false));
+  if (!lc.expected.empty()) ts.checkJobs.push_back(checkRecvJob(ts, slot++, c, lc.expected.size()));
   if (meet) {
     core::Program& p = ts.checkPrograms[slot];
     p.clear();
@@ -462,7 +481,7 @@ void awaitLinkChecks(horaComm* c, bool meet) {
     ts.checkJobs.push_back(j);
   }
   // The checks this rank holds back for its successor go out too, before the links close.
-  core::Program& none = ts.checkPrograms[slot + 1];
+  core::Program& none = ts.checkPrograms[2];
   none.clear();
   ts.checkJobs.push_back(jobOf(c, &none, nullptr));
   ts.checkJobs.back().flushHeld = true;

@@ -565,16 +565,18 @@ void Executor::loop(const std::vector<Job>& jobs, milliseconds timeout, std::chr
       while (q.nextSend < q.sends.size() && ready(q.sends[q.nextSend])) {
         uint32_t g = q.sends[q.nextSend++];
         const Op& o = op(g);
-        q.conn->setCall(jobs[refs_[g].job].program->call);
-        if (jobs[refs_[g].job].holdSends) q.conn->postHeld(o.buf, o.bytes, jobs[refs_[g].job].program->tag, g);
-        else q.conn->postSend(o.buf, o.bytes, jobs[refs_[g].job].program->tag, g);
+        const Program& pr = *jobs[refs_[g].job].program;
+        q.conn->setCall(o.counter >= 0 ? static_cast<uint16_t>(o.counter) : pr.call);
+        if (jobs[refs_[g].job].holdSends) q.conn->postHeld(o.buf, o.bytes, o.value ? o.value : pr.tag, g);
+        else q.conn->postSend(o.buf, o.bytes, o.value ? o.value : pr.tag, g);
         moved = true;
       }
       while (q.nextRecv < q.recvs.size() && ready(q.recvs[q.nextRecv])) {
         uint32_t g = q.recvs[q.nextRecv++];
         const Op& o = op(g);
-        q.conn->setCall(jobs[refs_[g].job].program->call);
-        q.conn->postRecv(o.buf, o.bytes, jobs[refs_[g].job].program->tag, g);
+        const Program& pr = *jobs[refs_[g].job].program;
+        q.conn->setCall(o.counter >= 0 ? static_cast<uint16_t>(o.counter) : pr.call);
+        q.conn->postRecv(o.buf, o.bytes, o.value ? o.value : pr.tag, g);
         moved = true;
       }
     }

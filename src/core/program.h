@@ -54,10 +54,12 @@ struct Action {
 struct Op {
   OpKind kind;
   int32_t peer = -1;     // Send, Recv: the rank; Fetch, Put: the stage member
-  int32_t counter = -1;  // Signal, Wait: the stage's counter
+  int32_t counter = -1;  // Signal, Wait: the stage's counter; Send, Recv: the call number its
+                         // frame carries, where not the program's (-1: Program::call)
   void* buf = nullptr;   // Send, Recv, Fetch, Put
   size_t bytes = 0;      // Send, Recv: the message's length; Fetch, Put: what to copy
-  uint64_t value = 0;    // Signal, Wait: the counter's value; Fetch, Put: the chunk
+  uint64_t value = 0;    // Signal, Wait: the counter's value; Fetch, Put: the chunk; Send, Recv:
+                         // the message's tag, where not the program's (0: Program::tag)
   // Fetch, Put: where in the member's published buffer, and the length it must have published.
   uint64_t offset = 0, total = 0;
   int32_t dep[2] = {-1, -1};
