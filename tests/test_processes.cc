@@ -226,14 +226,14 @@ TEST_CASE("small rooted calls run ahead through the cells, every result right", 
 // the predecessor, or in batches once old. A long mix of rooted calls (whose checks wait),
 // calls that move nothing (whose checks go at once), groups of a rooted call with a send to the
 // successor and a receive from the predecessor, and AllReduces, every result checked, then a
-// finalize that receives what is left. Over TCP (collectives-processes-tcp) every call checks
-// this way; over shared memory the larger ones do.
+// finalize that receives what is left: 2500 calls, past the TCP window (1024) twice. Over TCP
+// (collectives-processes-tcp) every call checks this way; over shared memory the larger ones do.
 TEST_CASE("call checks keep their place among the calls' messages", "[processes][callcheck]") {
   for (int n : {2, 3, 4}) {
     auto results = runProcesses(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
       const int succ = (rank + 1) % nranks, pred = (rank + nranks - 1) % nranks;
       std::vector<float> buf(20000), sum(20000), msg(16), got(16);
-      for (int k = 0; k < 700; ++k) {
+      for (int k = 0; k < 2500; ++k) {
         const int root = (k / 5) % nranks;
         const size_t count = k % 50 == 49 ? 20000 : 1 + static_cast<size_t>(k * 37) % 256;
         auto value = [&](int who, size_t i) { return static_cast<float>((k * 13 + who * 5 + static_cast<int>(i % 89)) % 1000); };

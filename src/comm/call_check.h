@@ -20,7 +20,7 @@
 //    waiting for it), so a rank holds none while it waits. The successor receives it before
 //    anything later from the predecessor (at once, where its own call receives anything from
 //    the predecessor), else once the oldest it expects is a window of calls old (what the link
-//    holds unread: 256 calls over TCP and shared memory, 48 over verbs), together with all
+//    holds unread: 1024 calls over TCP, 256 over shared memory, 48 over verbs), together with all
 //    those kCheckBatch calls younger, in one batch (LinkChecks). So a rank runs at most a
 //    window of calls ahead of its predecessor (n - 1 windows ahead of any rank), and hears
 //    that its predecessor failed (a mismatch it found, a rank that died) within a window of

@@ -68,7 +68,7 @@ const Variable kVariables[] = {
      "1: a mismatched call fails on every rank: a rank that only gives (a Broadcast's root, a Reduce's senders, "
      "count-0 calls) compares its call with its neighbour's later, through the shared stage or by a one-byte "
      "message, and fails at a later call (its predecessor's failure reaches it within 48 calls through the stage, "
-     "256 over TCP and shared memory, 48 over verbs) or at its finalize; 0: such ranks hear of a mismatch only if a peer that found it fails the "
+     "1024 over TCP, 256 over shared memory, 48 over verbs) or at its finalize; 0: such ranks hear of a mismatch only if a peer that found it fails the "
      "communicator; must agree on every rank"},
     {"HORA_KERNEL_ISA", Topic::Core, "keyword", "auto", "auto, scalar, avx2 or avx512",
      "the reduction kernels; one this CPU or build does not support is an error"},
