@@ -9,6 +9,7 @@
 #include "base/tls.h"
 #include "base/wait.h"
 #include "comm/comm.h"
+#include "comm/link_check.h"
 #include "core/executor.h"
 
 namespace hora {
@@ -18,10 +19,7 @@ std::string describeComm(const void* ctx) { return static_cast<const horaComm*>(
 
 // Ends the flight recorder's entries of a thread's calls: done once `ok` is set, else (an
 // exception left the call) failed.
-struct Traced {
-  trace::Recorder* recorder;
-  trace::Entry* entry;
-};
+using trace::Traced;
 struct TraceGuard {
   std::vector<Traced>& entries;  // thread_local storage: no allocation per call
   bool ok = false;
@@ -50,14 +48,6 @@ struct Deferred {
   size_t bytes;
 };
 
-// For texts: a received check's call, and the call that receives it.
-struct CheckOf {
-  const horaComm* c;
-  uint64_t call;  // 0: horaCommFinalize's meeting
-  bool send;
-  uint64_t last = 0;  // a batch received: the last call's number (else 0)
-};
-
 // Everything runCalls keeps between calls on a thread, so that a call allocates nothing; one
 // thread_local (each costs a lookup per call in a shared library).
 struct ThreadState {
@@ -72,10 +62,7 @@ struct ThreadState {
   std::vector<size_t> atOnce;
   std::vector<Traced> traced;  // by call
   std::vector<std::pair<horaComm*, coll::Args>> one;  // runOne's call, where it goes to runCalls
-  // The call checks a call sends and receives (planChecks): their programs, texts and jobs.
-  std::vector<core::Program> checkPrograms;
-  std::vector<CheckOf> checkOf;
-  std::vector<core::Job> checkJobs, lateJobs;
+  CheckPlans checks;  // the call checks a call sends and receives (planChecks)
 };
 // The thread's state, behind one load from the thread pointer (base/tls.h). (GCC treats the
 // address of a thread_local of a shared library as cheap to compute again, and did, with a
@@ -85,29 +72,7 @@ ThreadState& threadState() { return PerThread<ThreadState>::get(); }
 
 const coll::Topo& topoOf(horaComm* c) { return c->shape; }
 
-// While this rank is stuck: the frames waiting from the predecessor, against the call checks this
-// rank expects (they come first on that link, oldest first); each that agrees is taken, so
-// that one of a call whose ranks differ is found behind them.
-std::string earlierCheck(void* ctx, transport::Connection* conn, int peer) {
-  auto* c = static_cast<horaComm*>(ctx);
-  LinkChecks& lc = c->linkChecks;
-  if (peer != (c->rank + c->nranks - 1) % c->nranks) return {};
-  while (!lc.expected.empty()) {
-    uint16_t call = 0;
-    uint64_t tag = 0;
-    if (!conn->pendingFrame(&call, &tag)) return {};
-    const LinkChecks::Pending& e = lc.expected.front();
-    if (e.frameCall != call) return {};
-    if (e.tag != tag)
-      return format("mismatched calls: %s was in %s, this rank in %s (call #%llu on this rank; found at its call #%llu)",
-                    c->peers[static_cast<size_t>(peer)].name().c_str(), transport::describeTag(tag).c_str(),
-                    transport::describeTag(e.tag).c_str(), static_cast<unsigned long long>(e.call),
-                    static_cast<unsigned long long>(c->calls.load()));
-    if (!conn->takePendingFrame()) return {};
-    lc.expected.pop();
-  }
-  return {};
-}
+}  // namespace
 
 core::Job jobOf(horaComm* c, const core::Program* program, trace::Entry* entry) {
   core::Job j;
@@ -130,139 +95,7 @@ core::Job jobOf(horaComm* c, const core::Program* program, trace::Entry* entry) 
   return j;
 }
 
-// Whether program p receives a message from `peer`.
-bool receivesFrom(const core::Program& p, int peer) {
-  for (const core::Op& o : p.ops)
-    if (o.kind == core::OpKind::Recv && o.peer == peer) return true;
-  return false;
-}
-
-std::string describeCheck(const void* ctx) {
-  const auto* k = static_cast<const CheckOf*>(ctx);
-  if (!k->call)
-    return format("horaCommFinalize's meeting of every rank, after its call checks, on rank %d of %d", k->c->rank,
-                  k->c->nranks);
-  if (k->last)
-    return format("the call checks of its calls #%llu to #%llu, received in %s", static_cast<unsigned long long>(k->call),
-                  static_cast<unsigned long long>(k->last), k->c->describeCall().c_str());
-  return format("the call check of its call #%llu, %s in %s", static_cast<unsigned long long>(k->call),
-                k->send ? "sent" : "received", k->c->describeCall().c_str());
-}
-
-// Makes room for `n` checks' programs and texts (before any job points at one).
-void reserveChecks(ThreadState& ts, size_t n) {
-  if (ts.checkPrograms.size() < n) ts.checkPrograms.resize(n);
-  if (ts.checkOf.size() < n) ts.checkOf.resize(n);
-}
-
-// The job that sends call check k to c's successor (where the link does not hold it back), in
-// program slot `slot`.
-core::Job checkSendJob(ThreadState& ts, size_t slot, horaComm* c, const LinkChecks::Pending& k, trace::Entry* entry) {
-  core::Program& p = ts.checkPrograms[slot];
-  p.clear();
-  coll::buildCheckSend(topoOf(c), k.tag, c->scratch, p);
-  p.call = k.frameCall;
-  ts.checkOf[slot] = CheckOf{c, k.call, true};
-  core::Job j = jobOf(c, &p, entry);  // with the call's entry: the flight recorder sees its waits
-  j.describe = describeCheck;
-  j.describeCtx = &ts.checkOf[slot];
-  return j;
-}
-
-// The job that receives the n oldest call checks c expects from its predecessor, in order, in
-// one program (each receive with its own call's tag and number), in program slot `slot`; they
-// are taken off the expected.
-core::Job checkRecvJob(ThreadState& ts, size_t slot, horaComm* c, size_t n, trace::Entry* entry = nullptr) {
-  LinkChecks& lc = c->linkChecks;
-  core::Program& p = ts.checkPrograms[slot];
-  p.clear();
-  const LinkChecks::Pending& first = lc.expected.front();
-  coll::buildCheckRecv(topoOf(c), first.tag, c->scratch, p);
-  p.call = first.frameCall;
-  ts.checkOf[slot] = CheckOf{c, first.call, false, n > 1 ? lc.expected.at(n - 1).call : 0};
-  for (size_t i = 1; i < n; ++i)
-    coll::addCheckRecv(topoOf(c), lc.expected.at(i).tag, lc.expected.at(i).frameCall, c->scratch, p);
-  for (size_t i = 0; i < n; ++i) lc.expected.pop();
-  core::Job j = jobOf(c, &p, entry);
-  j.describe = describeCheck;
-  j.describeCtx = &ts.checkOf[slot];
-  return j;
-}
-
-// The call checks of this call or group over the links (comm/call_check.h), for each of its
-// communicators, into ts.checkJobs, to go first on their links as point-to-point traffic does:
-// the call's own check to the successor, and the checks due from the predecessor (the call's
-// own among them where it receives anything from the predecessor: the check comes first).
-// Where the stage holds every rank, into ts.lateJobs: the ranks' meeting after the call.
-void planChecks(ThreadState& ts, const std::vector<horaComm*>& comms,
-                const std::vector<std::pair<horaComm*, coll::Args>>& calls, const std::vector<core::Program>& programs,
-                const std::vector<coll::Args>& adjusted, const std::vector<size_t>& atOnce) {
-  ts.checkJobs.clear();
-  ts.lateJobs.clear();
-  reserveChecks(ts, 3 * comms.size());  // each: a check sent, a batch received, or a meeting
-  size_t slot = 0;
-  std::vector<uint64_t>& tags = ts.tags;
-  for (horaComm* c : comms) {
-    LinkChecks& lc = c->linkChecks;
-    const int n = c->nranks;
-    if (n < 2) continue;
-    bool agree = false;
-    uint16_t last = 0;
-    trace::Entry* entry = nullptr;  // the flight recorder's entry of the group's last collective
-    tags.clear();
-    for (size_t i = 0; i < calls.size(); ++i) {
-      const coll::Kind kind = calls[i].second.kind;
-      if (calls[i].first != c || kind == coll::Kind::Send || kind == coll::Kind::Recv ||
-          std::find(atOnce.begin(), atOnce.end(), i) != atOnce.end())
-        continue;
-      tags.push_back(programs[i].tag);
-      last = programs[i].call;
-      entry = ts.traced[i].entry;
-      agree |= coll::needsAgreement(adjusted[i], topoOf(c));
-    }
-    if (topoOf(c).stage) {
-      // Where the stage holds every rank, the ranks meet instead (a dissemination barrier after
-      // the call's other jobs): a call there that moves nothing must not leave a rank that runs
-      // on through the stage's slots, whose sequence the others did not take.
-      if (!agree) continue;
-      core::Program& p = ts.checkPrograms[slot];
-      p.clear();
-      coll::buildAgreement(topoOf(c), coll::groupTag(tags), c->scratch, p);
-      p.call = last;  // its frames carry the number of the group's last collective: a rank a call behind fails
-      ts.lateJobs.push_back(jobOf(c, &p, entry));
-      ++slot;
-      continue;
-    }
-    if (!agree && lc.expected.empty()) continue;
-    const uint64_t now = c->calls.load(std::memory_order_relaxed);
-    if (agree) {
-      const LinkChecks::Pending mine{coll::groupTag(tags), now, last};
-      lc.used = true;
-      transport::Connection* toSucc = c->connPtrs[static_cast<size_t>((c->rank + 1) % n)];
-      if (toSucc->holdsBack()) {
-        // The transport holds it back, to go with the next message to the successor or a batch
-        // of them: the successor takes it no sooner (call_check.h), and the executor releases it
-        // before this rank waits for anything (every job of c names the link: jobOf). Nothing
-        // waits for it, so it needs no job: posted now, it goes ahead of the call's messages.
-        static const uint8_t kCheckByte = 0;
-        toSucc->setCall(last);
-        toSucc->postHeld(&kCheckByte, 1, mine.tag, transport::kNoCookie);
-      } else {
-        ts.checkJobs.push_back(checkSendJob(ts, slot++, c, mine, entry));
-        ts.checkJobs.back().pointToPoint = true;
-        ts.checkJobs.back().holdSends = true;
-      }
-      lc.expected.push(mine);
-    }
-    const int pred = (c->rank + n - 1) % n;
-    bool fromPred = false;
-    for (size_t i = 0; i < calls.size() && !fromPred; ++i) fromPred = calls[i].first == c && receivesFrom(programs[i], pred);
-    if (const size_t due = lc.due(now, fromPred)) {
-      ts.checkJobs.push_back(checkRecvJob(ts, slot++, c, due, entry));
-      ts.checkJobs.back().pointToPoint = true;
-    }
-  }
-}
+namespace {
 
 // The plan of a collective (not a send or receive), cached with what running it needs to know
 // of it, and explained at INFO the first time a communicator makes one for its collective and
@@ -454,8 +287,8 @@ void awaitLinkChecks(horaComm* c, bool meet) {
   ThreadState& ts = threadState();
   LinkChecks& lc = c->linkChecks;
   const size_t expected = lc.expected.size();
-  reserveChecks(ts, 3);  // the rest received, the meeting, the flush
-  ts.checkJobs.clear();
+  ts.checks.reserve(3);  // the rest received, the meeting, the flush
+  ts.checks.jobs.clear();
   size_t slot = 0;
   const int pred = (c->rank + c->nranks - 1) % c->nranks;
   transport::Connection* fromPred = c->connPtrs[static_cast<size_t>(pred)];
@@ -466,28 +299,28 @@ void awaitLinkChecks(horaComm* c, bool meet) {
     if (!why.empty()) fail(Errc::InvalidUsage, "%s", why.c_str());
     lc.expected.clear();
   }
-  if (!lc.expected.empty()) ts.checkJobs.push_back(checkRecvJob(ts, slot++, c, lc.expected.size()));
+  if (!lc.expected.empty()) ts.checks.jobs.push_back(checkRecvJob(ts.checks, slot++, c, lc.expected.size()));
   if (meet) {
-    core::Program& p = ts.checkPrograms[slot];
+    core::Program& p = ts.checks.programs[slot];
     p.clear();
     coll::Args barrier;
     barrier.kind = coll::Kind::Barrier;
     coll::buildAgreement(topoOf(c), coll::makeTag(barrier), c->scratch, p);
     p.call = c->nextFrameCall();
-    ts.checkOf[slot] = CheckOf{c, 0, false};
+    ts.checks.of[slot] = CheckOf{c, 0, false};
     core::Job j = jobOf(c, &p, nullptr);
     j.describe = describeCheck;
-    j.describeCtx = &ts.checkOf[slot];
-    ts.checkJobs.push_back(j);
+    j.describeCtx = &ts.checks.of[slot];
+    ts.checks.jobs.push_back(j);
   }
   // The checks this rank holds back for its successor go out too, before the links close.
-  core::Program& none = ts.checkPrograms[2];
+  core::Program& none = ts.checks.programs[2];
   none.clear();
-  ts.checkJobs.push_back(jobOf(c, &none, nullptr));
-  ts.checkJobs.back().flushHeld = true;
+  ts.checks.jobs.push_back(jobOf(c, &none, nullptr));
+  ts.checks.jobs.back().flushHeld = true;
   HORA_TRACE(log::kColl, "rank %d of %d: %s receives %zu call checks%s", c->rank, c->nranks,
              meet ? "finalize" : "destroy", expected, meet ? ", then meets every rank" : "");
-  ts.executor.run(ts.checkJobs, c->opts.timeout, c->spinFor);
+  ts.executor.run(ts.checks.jobs, c->opts.timeout, c->spinFor);
   if (meet) lc.used = false;  // met: a second finalize has nothing to wait for
 }
 
@@ -624,9 +457,9 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     c->stage->announce(first->callNo, first->callTag);
   }
   // The call checks over the links (comm/call_check.h), first on their links.
-  planChecks(ts, guard.comms, calls, programs, adjusted, atOnce);
-  if (!ts.checkJobs.empty()) jobs.insert(jobs.begin(), ts.checkJobs.begin(), ts.checkJobs.end());
-  jobs.insert(jobs.end(), ts.lateJobs.begin(), ts.lateJobs.end());
+  planChecks(ts.checks, guard.comms, calls, programs, adjusted, atOnce, traced);
+  if (!ts.checks.jobs.empty()) jobs.insert(jobs.begin(), ts.checks.jobs.begin(), ts.checks.jobs.end());
+  jobs.insert(jobs.end(), ts.checks.lateJobs.begin(), ts.checks.lateJobs.end());
   try {
     for (horaComm* c : guard.comms)
       if (c->uncheckedFrom && c->stage) compareEarlierCalls(c);

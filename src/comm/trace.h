@@ -209,6 +209,12 @@ class Recorder {
   std::string errorWaits_;
 };
 
+// A call's entry, with the recorder it belongs to (while the call runs).
+struct Traced {
+  Recorder* recorder;
+  Entry* entry;
+};
+
 // Writes the dump of every live communicator of this process where HORA_DUMP_DIR says;
 // `reason`: "failure", "signal". Returns the file's path, or "" after a warning.
 std::string dumpProcess(const char* reason);
