@@ -608,3 +608,27 @@ TEST_CASE("tcp connection: held sends to a peer that closed are dropped, a send 
   CHECK(c.code == Errc::Remote);
   CHECK(contains(c.what, "rank 7"));
 }
+
+// A peer that sent its last frame and closed: this side's held check, released while it waits
+// for that frame, fails to go out; the frame is still received (the failed write must not skip
+// past what the peer sent, as a failed send of data does to find the peer's abort frame).
+TEST_CASE("tcp connection: a held send that fails leaves the peer's last frames to the receives", "[tcp]") {
+  RawPeer rp;
+  const std::vector<uint8_t> last = unit::pattern(4, 9);
+  std::vector<uint8_t> wire;
+  Encoded e = encode(FrameType::Data, 0, last.size(), 5);
+  wire.insert(wire.end(), e.b, e.b + sizeof e.b);
+  wire.insert(wire.end(), last.begin(), last.end());
+  unit::rawWrite(rp.fd(0), wire.data(), wire.size());
+  rp.raw.reset();  // the peer is done and closed its end
+  std::vector<uint8_t> got(8, kCanary);
+  rp.conn->postRecv(got.data(), last.size(), 5, 1);
+  uint8_t byte = 3;
+  rp.conn->postHeld(&byte, 1, 6, 2);
+  CHECK(rp.conn->releaseHeld());
+  Pump pump({rp.conn.get()});
+  Caught c = capture([&] { pump.until([&] { return pump.has(rp.conn.get(), 1) && pump.has(rp.conn.get(), 2); }); });
+  CHECK_FALSE(c.thrown);
+  CHECK(std::equal(last.begin(), last.end(), got.begin()));
+  CHECK(allCanary(got, last.size()));
+}

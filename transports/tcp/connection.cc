@@ -133,10 +133,13 @@ bool Connection::progressSends(Socket& s, std::vector<transport::Cookie>& comple
     try {
       wrote = writevSome(s.fd.get(), iov, n, peer_.c_str());
     } catch (const Error&) {
-      salvageAbort(s);  // the peer's own account, if it sent one before it went
-      if (!onlyHeld) throw;
+      if (!onlyHeld) {
+        salvageAbort(s);  // the peer's own account, if it sent one before it went
+        throw;
+      }
       // Only held messages (call checks): the peer closed its end, or is gone; nobody waits for
-      // them there.
+      // them there. What it sent before it closed stays for the receives (salvageAbort would
+      // skip it): its last frames, or its abort frame, which they read in order.
       while (!s.sends.empty() && s.sends.front().held) {
         s.sends.pop();
         if (--held_ == 0) release_ = false;
