@@ -156,7 +156,6 @@ void planChecks(CheckPlans& cp, const std::vector<horaComm*>& comms,
       } else {
         cp.jobs.push_back(checkSendJob(cp, slot++, c, mine, entry));
         cp.jobs.back().pointToPoint = true;
-        cp.jobs.back().holdSends = true;
       }
       lc.expected.push(mine);
     }

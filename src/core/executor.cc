@@ -439,23 +439,26 @@ void Executor::block(milliseconds most) {
   disarmWaits();
 }
 
+Executor::Queue& Executor::queueOf(transport::Connection* c, const Job& job, int peer, size_t& nq) {
+  size_t qi = 0;
+  while (qi < nq && queues_[qi].conn != c) ++qi;
+  if (qi < nq) return queues_[qi];
+  if (queues_.size() <= nq) queues_.emplace_back();
+  Queue& q = queues_[nq++];
+  q.conn = c;
+  q.job = &job;
+  q.peer = peer;
+  q.sends.clear();
+  q.recvs.clear();
+  q.nextSend = q.nextRecv = 0;
+  return q;
+}
+
 void Executor::queueMessage(uint32_t g, size_t& nq) {
   const Job& job = jobs_->at(refs_[g].job);
   const Op& o = op(g);
-  transport::Connection* c = job.conns[o.peer];
-  size_t qi = 0;
-  while (qi < nq && queues_[qi].conn != c) ++qi;
-  if (qi == nq) {
-    if (queues_.size() <= nq) queues_.emplace_back();
-    Queue& q = queues_[nq++];
-    q.conn = c;
-    q.job = &job;
-    q.peer = o.peer;
-    q.sends.clear();
-    q.recvs.clear();
-    q.nextSend = q.nextRecv = 0;
-  }
-  (o.kind == OpKind::Send ? queues_[qi].sends : queues_[qi].recvs).push_back(g);
+  Queue& q = queueOf(job.conns[o.peer], job, o.peer, nq);
+  (o.kind == OpKind::Send ? q.sends : q.recvs).push_back(g);
 }
 
 void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chrono::microseconds spinFor) {
@@ -518,18 +521,7 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
     flushing_ |= j.flushHeld;
     if (!j.heldOn) continue;
     if (j.flushHeld) j.heldOn->releaseHeld();
-    if (!j.heldOn->holding() && !j.heldOn->busy()) continue;  // (busy: released, not yet out)
-    size_t qi = 0;
-    while (qi < nq && queues_[qi].conn != j.heldOn) ++qi;
-    if (qi < nq) continue;
-    if (queues_.size() <= nq) queues_.emplace_back();
-    Queue& q = queues_[nq++];
-    q.conn = j.heldOn;
-    q.job = &j;
-    q.peer = j.heldPeer;
-    q.sends.clear();
-    q.recvs.clear();
-    q.nextSend = q.nextRecv = 0;
+    if (j.heldOn->holding() || j.heldOn->busy()) queueOf(j.heldOn, j, j.heldPeer, nq);  // (busy: released, not yet out)
   }
   queues_.resize(nq);
   const size_t total = refs_.size();
@@ -567,8 +559,7 @@ void Executor::loop(const std::vector<Job>& jobs, milliseconds timeout, std::chr
         const Op& o = op(g);
         const Program& pr = *jobs[refs_[g].job].program;
         q.conn->setCall(o.counter >= 0 ? static_cast<uint16_t>(o.counter) : pr.call);
-        if (jobs[refs_[g].job].holdSends) q.conn->postHeld(o.buf, o.bytes, o.value ? o.value : pr.tag, g);
-        else q.conn->postSend(o.buf, o.bytes, o.value ? o.value : pr.tag, g);
+        q.conn->postSend(o.buf, o.bytes, o.value ? o.value : pr.tag, g);
         moved = true;
       }
       while (q.nextRecv < q.recvs.size() && ready(q.recvs[q.nextRecv])) {

@@ -51,8 +51,6 @@ struct Job {
   // A send or receive (horaSend, horaRecv): on each link its messages go before those of the
   // group's collectives, on every rank alike.
   bool pointToPoint = false;
-  // Its sends may be held back by their transport (Connection::postHeld: a call check's byte).
-  bool holdSends = false;
   // The link (to rank heldPeer) where this job's communicator may have messages held back:
   // released when this rank is about to wait, as a peer may wait for them. With flushHeld, the
   // run ends only once they are out (before the link closes).
@@ -116,6 +114,8 @@ class Executor {
   // every wait and every rank behind, each call named once.
   std::string describeWait(bool full = false) const;
   static std::string callOf(const Job& j);
+  // The queue of link c (made if new, for job's messages to `peer`; nq: the queues in use).
+  Queue& queueOf(transport::Connection* c, const Job& job, int peer, size_t& nq);
   // Appends message op g to the queue of its link (made if new; nq: the queues in use).
   void queueMessage(uint32_t g, size_t& nq);
   std::vector<uint32_t> deferred_;  // collective messages, queued after the point-to-point ones
