@@ -706,6 +706,20 @@ TEST_CASE("a mismatched call fails on every rank, the root and count 0 included"
          return r == 2 ? horaAllGather(a.data(), b.data(), 0, horaFloat, c, nullptr)
                        : horaAllReduce(a.data(), b.data(), 0, horaFloat, horaSum, c, nullptr);
        }},
+      // Calls that fit the stage's notes (40 bytes) against one that does not, and two that fit
+      // with other counts: the notes carry the call's tag, so each is compared.
+      {"AllReduce of 5 floats against 16", 2,
+       [](horaComm_t c, int r, std::vector<float>& a, std::vector<float>& b) {
+         return horaAllReduce(a.data(), b.data(), r == 0 ? 5 : 16, horaFloat, horaSum, c, nullptr);
+       }},
+      {"AllGather of 2 floats against 3", 3,
+       [](horaComm_t c, int r, std::vector<float>& a, std::vector<float>& b) {
+         return horaAllGather(a.data(), b.data(), r == 1 ? 3 : 2, horaFloat, c, nullptr);
+       }},
+      {"Broadcast of 2 floats, one rank names another root", 3,
+       [](horaComm_t c, int r, std::vector<float>& a, std::vector<float>&) {
+         return horaBroadcast(a.data(), a.data(), 2, horaFloat, r == 2 ? 1 : 0, c, nullptr);
+       }},
       {"count 0 Reduce, another root", 2,
        [](horaComm_t c, int r, std::vector<float>& a, std::vector<float>& b) {
          return horaReduce(a.data(), b.data(), 0, horaFloat, horaSum, r, c, nullptr);

@@ -15,6 +15,11 @@
 //   - where the transport has them, kCells cells of kCellBytes: the small rooted calls (a
 //     Broadcast's root, a Reduce's senders, ...) put their data in the cell of their sequence
 //     number, so that a rank that only gives may run up to kCells calls ahead of its readers;
+//   - where the transport has them, kCells notes of one cache line each: a one-step call's
+//     sequence number, call number and tag, and its input where that is at most kNoteBytes, so
+//     that a rank reading a small call learns that its peer has posted, that their calls agree
+//     and what it put, in one cache line rather than three (the counters, the announcement, the
+//     slot);
 //   - the history of the owner's last kHistory announcements, so that a member that ran ahead
 //     can still be compared (announced());
 //   - where the transport can, a way to read a member's own memory (readMember: the single
@@ -29,6 +34,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,6 +47,17 @@ class SharedStage {
   static constexpr int kCounters = 4;
   static constexpr int kCells = 64;
   static constexpr size_t kCellBytes = size_t(32) << 10;
+  // A note (see above): written by its owner, data first, then seq (a release); a member that
+  // reads seq (an acquire) equal to the sequence number it expects finds the rest complete.
+  // Rewritten kCells stage calls on, so only after every member has read it (InFree).
+  static constexpr size_t kNoteBytes = 40;
+  struct alignas(64) Note {
+    std::atomic<uint64_t> seq;
+    uint64_t callNo;
+    uint64_t tag;
+    uint8_t data[kNoteBytes];
+  };
+  static_assert(sizeof(Note) == 64, "a note is one cache line");
   // More than a member can run ahead of another (kCells stage calls, see src/coll/stage.cc).
   static constexpr int kHistory = 128;
 
@@ -62,10 +79,14 @@ class SharedStage {
   }
   // Whether every member (this one included), or only member `only` when it is >= 0, has
   // posted at least `value` on `counter`.
+  // What a member posted is remembered where this rank read it: a counter already seen at or
+  // past `value` is not read again, so a rank does not pull a peer's cache line, which the peer
+  // writes at every call, to learn what it knew (the wait before a slot or cell is rewritten
+  // mostly asks about a call long done).
   bool reached(int counter, uint64_t value, int only = -1) const {
-    if (only >= 0) return counters_[static_cast<size_t>(only)][counter].load(std::memory_order_acquire) >= value;
-    for (std::atomic<uint64_t>* c : counters_)
-      if (c[counter].load(std::memory_order_acquire) < value) return false;
+    if (only >= 0) return reachedBy(static_cast<size_t>(only), counter, value);
+    for (size_t m = 0; m < counters_.size(); ++m)
+      if (!reachedBy(m, counter, value)) return false;
     return true;
   }
   // What member has posted on `counter` so far (for the text of a wait that timed out).
@@ -77,6 +98,9 @@ class SharedStage {
   uint8_t* cell(int member, uint64_t seq) const {
     return cells_[static_cast<size_t>(member)] + (seq % kCells) * kCellBytes;
   }
+  // The note of sequence number `seq` of member's notes (only where hasNotes()).
+  bool hasNotes() const { return !notes_.empty(); }
+  Note* note(int member, uint64_t seq) const { return notes_[static_cast<size_t>(member)] + seq % kCells; }
   // Wakes the members that armed; call after the posts of a pass.
   virtual void wakeAll() const = 0;
 
@@ -141,10 +165,12 @@ class SharedStage {
   // For the implementation, once its members' memory is mapped: each member's region and
   // counters (kCounters of them), by member, and this rank's place.
   void map(std::vector<uint8_t*> regions, std::vector<std::atomic<uint64_t>*> counters, size_t regionBytes,
-           int self, std::vector<uint8_t*> cells = {}) {
+           int self, std::vector<uint8_t*> cells = {}, std::vector<Note*> notes = {}) {
     regions_ = std::move(regions);
     cells_ = std::move(cells);
+    notes_ = std::move(notes);
     counters_ = std::move(counters);
+    seen_ = std::make_unique<std::atomic<uint64_t>[]>(counters_.size() * kCounters);
     regionBytes_ = regionBytes;
     self_ = self;
   }
@@ -154,9 +180,23 @@ class SharedStage {
   }
 
  private:
+  // Seen at or past value: from what this rank last read of member's counter, or by reading it
+  // (acquire, as a post is a release) and remembering it (release and acquire here too, so that
+  // a thread that finds it remembered sees what the post published, whichever thread read it).
+  bool reachedBy(size_t member, int counter, uint64_t value) const {
+    std::atomic<uint64_t>& seen = seen_[member * kCounters + static_cast<size_t>(counter)];
+    if (seen.load(std::memory_order_acquire) >= value) return true;
+    const uint64_t now = counters_[member][counter].load(std::memory_order_acquire);
+    if (now < value) return false;
+    seen.store(now, std::memory_order_release);
+    return true;
+  }
+
   std::vector<uint8_t*> regions_;
   std::vector<uint8_t*> cells_;  // each member's first cell; empty where the transport has none
+  std::vector<Note*> notes_;     // each member's first note; likewise
   std::vector<std::atomic<uint64_t>*> counters_;
+  std::unique_ptr<std::atomic<uint64_t>[]> seen_;  // by member and counter: reachedBy
   size_t regionBytes_ = 0;
   int self_ = 0;
 };

@@ -123,19 +123,28 @@ struct Topo {
 // await(counter, value, only, check) waits until every member of the stage (or only member
 // `only`, if not -1) has set the counter to at least value, and then (with check) compares the
 // call with theirs. A reference to the caller's callable (two words, no allocation, no manager),
-// valid for the call it is passed to: it is made and used on every small call.
+// valid for the call it is passed to: it is made and used on every small call. With it, the
+// call's number and tag as this rank announced them (callNo 0: none), which the algorithm may
+// compare itself with what its peers wrote beside their data (the stage's notes), instead of
+// waiting.
 class AwaitFn {
  public:
   template <class F>
-  AwaitFn(F& f)  // NOLINT: made from the caller's lambda, implicitly
-      : obj_(&f), call_([](void* o, int counter, uint64_t value, int only, bool check) {
+  AwaitFn(F& f, uint64_t callNo = 0, uint64_t callTag = 0)  // NOLINT: made from the caller's lambda, implicitly
+      : obj_(&f),
+        call_([](void* o, int counter, uint64_t value, int only, bool check) {
           (*static_cast<F*>(o))(counter, value, only, check);
-        }) {}
+        }),
+        callNo_(callNo),
+        callTag_(callTag) {}
   void operator()(int counter, uint64_t value, int only, bool check) const { call_(obj_, counter, value, only, check); }
+  uint64_t callNo() const { return callNo_; }
+  uint64_t callTag() const { return callTag_; }
 
  private:
   void* obj_;
   void (*call_)(void*, int, uint64_t, int, bool);
+  uint64_t callNo_, callTag_;
 };
 
 // Appends this rank's ops for `a`, by the plan's algorithm, to `out` and sets its tag.

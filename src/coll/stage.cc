@@ -283,10 +283,10 @@ void copyIn(void* dst, const void* src, size_t count, const kernels::ReduceSpec&
   }
 }
 
-void reduceSlots(void* dst, const Slots& slots, int n, uint64_t s, size_t offset, size_t count,
-                 const kernels::ReduceSpec& spec) {
+template <class In>
+void reduceFrom(void* dst, const In& in, int n, size_t offset, size_t count, const kernels::ReduceSpec& spec) {
   const void* srcs[kernels::kMaxSources];
-  for (int j = 0; j < n; ++j) srcs[j] = slots.in(j, s) + offset;
+  for (int j = 0; j < n; ++j) srcs[j] = in(j) + offset;
   void* d[1] = {dst};
   kernels::reduce(d, 1, srcs, n, count, spec);
 }
@@ -295,6 +295,13 @@ void reduceSlots(void* dst, const Slots& slots, int n, uint64_t s, size_t offset
 // Whether a lone rooted call (Broadcast, Scatter, Reduce, Gather) goes through the stage's
 // cells: its input fits one, and the stage has them.
 namespace {
+// What each rank puts in its slot: its input (all n blocks of it for ReduceScatter and AllToAll,
+// and for the root of a Scatter: every rank counts that one, so that all decide alike).
+size_t flatInput(const Args& a, const Topo& t) {
+  const bool blocks = a.kind == Kind::ReduceScatter || a.kind == Kind::AllToAll || a.kind == Kind::Scatter;
+  return a.count * dataTypeSize(a.dtype) * (blocks ? static_cast<size_t>(t.nranks) : 1);
+}
+
 bool inCells(const Args& a, const Topo& t) {
   const bool rooted = a.kind == Kind::Broadcast || a.kind == Kind::Scatter || a.kind == Kind::Reduce ||
                       a.kind == Kind::Gather;
@@ -318,7 +325,16 @@ bool stageChecksLater(const Args& a, const Topo& t) { return t.callCheck && t.nr
 // kHistory calls) before it reads; a rank that only gives compares its calls with its
 // predecessor's later (stageChecksLater; src/comm/run.cc), so that a mismatch still fails every
 // rank, at the latest at its next call.
+//
+// Each rank that puts something also writes its note of the call (transports/stage.h): the
+// sequence number, the call's number and tag, and the input itself where it fits the note. A rank
+// that reads finds there, in one cache line, what it would otherwise learn from three (its
+// peer's counters, its announcement or history, its slot or cell): that the peer has put its
+// input, that their calls agree, and, for the smallest calls, the input. Where a note is not
+// there yet, or differs, the rank waits for the counters and compares the announcements as
+// before, and that comparison says what differs.
 void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
+  using Note = transport::SharedStage::Note;
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count, bytes = N * E;
   const Reducer red{a, n};
@@ -327,7 +343,17 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
   const bool cells = inCells(a, t);
   const uint64_t depth = cells ? transport::SharedStage::kCells : 2;
   if (s > depth) await(kInFree, s - depth, -1, false);
-  auto in = [&](int j) { return cells ? t.stage->cell(j, s) : slots.in(j, s); };
+  const bool notes = t.stage->hasNotes() && await.callNo() != 0;
+  const bool inNote = notes && flatInput(a, t) <= transport::SharedStage::kNoteBytes;
+  auto in = [&](int j) {
+    return inNote ? t.stage->note(j, s)->data : cells ? t.stage->cell(j, s) : slots.in(j, s);
+  };
+  // Whether member j's note says it has put its input for this very call.
+  auto noted = [&](int j) {
+    const Note* note = t.stage->note(j, s);
+    return j == r || (note->seq.load(std::memory_order_acquire) == s && note->callNo == await.callNo() &&
+                      note->tag == await.callTag());
+  };
   uint8_t* slot = in(r);
   switch (a.kind) {
     case Kind::AllReduce:
@@ -350,6 +376,12 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
   const bool rooted = fromRoot || toRoot;
   const bool waitsAll = (t.callCheck && !cells) || !rooted || (toRoot && r == a.root);
   const bool waits = waitsAll || (fromRoot && r != a.root);
+  if (notes && !(fromRoot && r != a.root)) {  // everyone but a Broadcast's or Scatter's readers puts
+    Note* note = t.stage->note(r, s);
+    note->callNo = await.callNo();
+    note->tag = await.callTag();
+    note->seq.store(s, std::memory_order_release);
+  }
   t.stage->post(kInReady, s);
   if (!waits) {  // nothing to read: done, with one wake for all (a root's own result from its input)
     if (r == a.root && a.kind == Kind::Broadcast && a.recvbuf != a.sendbuf) memcpy(a.recvbuf, a.sendbuf, bytes);
@@ -372,10 +404,16 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
   // that read a slot. With HORA_CALL_CHECK=0, and through the cells, a rank waits only for what
   // it reads (the root, everyone, or no one), and after a rooted call a rank may be ahead and
   // asleep: the wake below.
-  if (waitsAll) await(kInReady, s, -1, true);
-  else if (fromRoot && r != a.root) await(kInReady, s, a.root, true);
+  if (waitsAll) {
+    bool all = notes;
+    for (int j = 0; j < n && all; ++j) all = noted(j);
+    if (!all) await(kInReady, s, -1, true);
+  } else if (fromRoot && r != a.root) {
+    if (notes && !inNote) __builtin_prefetch(in(a.root));  // its line on the way beside the note's
+    if (!notes || !noted(a.root)) await(kInReady, s, a.root, true);
+  }
   switch (a.kind) {
-    case Kind::AllReduce: reduceSlots(a.recvbuf, slots, n, s, 0, N, red.spec(false, true)); break;
+    case Kind::AllReduce: reduceFrom(a.recvbuf, in, n, 0, N, red.spec(false, true)); break;
     case Kind::Reduce:
       if (r == a.root) {
         const void* srcs[kernels::kMaxSources];
@@ -385,19 +423,19 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
       }
       break;
     case Kind::ReduceScatter:
-      reduceSlots(a.recvbuf, slots, n, s, static_cast<size_t>(r) * bytes, N, red.spec(false, true));
+      reduceFrom(a.recvbuf, in, n, static_cast<size_t>(r) * bytes, N, red.spec(false, true));
       break;
     case Kind::AllGather:
       for (int j = 0; j < n; ++j) {
         uint8_t* to = at(a.recvbuf, static_cast<size_t>(j) * N, E);
-        if (j != r) memcpy(to, slots.in(j, s), bytes);
+        if (j != r) memcpy(to, in(j), bytes);
         else if (to != a.sendbuf) memcpy(to, a.sendbuf, bytes);
       }
       break;
     case Kind::AllToAll:
       // From the slots, not sendbuf: in place, the buffer is being overwritten.
       for (int j = 0; j < n; ++j)
-        memcpy(at(a.recvbuf, static_cast<size_t>(j) * N, E), slots.in(j, s) + static_cast<size_t>(r) * bytes, bytes);
+        memcpy(at(a.recvbuf, static_cast<size_t>(j) * N, E), in(j) + static_cast<size_t>(r) * bytes, bytes);
       break;
     case Kind::Broadcast:
       if (r != a.root) memcpy(a.recvbuf, in(a.root), bytes);
@@ -429,13 +467,6 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
 }
 
 namespace {
-// What each rank puts in its slot: its input (all n blocks of it for ReduceScatter and AllToAll,
-// and for the root of a Scatter: every rank counts that one, so that all decide alike).
-size_t flatInput(const Args& a, const Topo& t) {
-  const bool blocks = a.kind == Kind::ReduceScatter || a.kind == Kind::AllToAll || a.kind == Kind::Scatter;
-  return a.count * dataTypeSize(a.dtype) * (blocks ? static_cast<size_t>(t.nranks) : 1);
-}
-
 // The largest input (bytes per rank) with which the flat algorithm beats the ring or chain for
 // the collectives other than AllReduce: perf/*_perf -S 1 -a 3 on 2 cores (so 4 and 8 ranks are
 // oversubscribed), flat against the ring and chain: up to 4 KiB at 2 ranks, 32 KiB at 3 to 7,

@@ -158,7 +158,7 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const c
     auto await = [&](int counter, uint64_t value, int only, bool check) {
       executor.awaitCounter(j, counter, value, only, check, c->opts.timeout, c->spinFor);
     };
-    algo.runNow(a, topo, await);
+    algo.runNow(a, topo, coll::AwaitFn(await, j.callNo, j.callTag));
     // Never further behind than the announcements are kept: compare, waiting if need be.
     if (later && c->uncheckedFrom && c->uncheckedTo - c->uncheckedFrom >= kUncheckedMost)
       awaitEarlierCalls(c, false);

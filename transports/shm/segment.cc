@@ -38,7 +38,7 @@ void populate(const void* p, size_t bytes, bool write) {
 }
 
 size_t Segment::sizeFor(uint32_t nlocal, uint64_t ringBytes, uint64_t stageBytes) {
-  return ringOffset(nlocal) + nlocal * roundUp(ringBytes) + roundUp(stageBytes) + kCells * kCellBytes;
+  return ringOffset(nlocal) + nlocal * roundUp(ringBytes) + roundUp(stageBytes) + kCells * (kCellBytes + kNoteBytes);
 }
 
 Segment::~Segment() {
@@ -76,6 +76,8 @@ uint8_t* Segment::stage() const {
 
 uint8_t* Segment::cells() const { return stage() + roundUp(header()->stageBytes); }
 
+uint8_t* Segment::notes() const { return cells() + kCells * kCellBytes; }
+
 Segment Segment::create(uint32_t nlocal, uint32_t localIndex, uint64_t ringBytes, uint64_t stageBytes) {
   Segment s;
   s.size_ = sizeFor(nlocal, ringBytes, stageBytes);
@@ -107,7 +109,7 @@ Segment Segment::create(uint32_t nlocal, uint32_t localIndex, uint64_t ringBytes
   h->ownAddress = reinterpret_cast<uintptr_t>(h);
   randomBytes(&h->probe, sizeof h->probe);
   for (uint32_t j = 0; j < nlocal; ++j) new (s.ctl(j)) RingCtl();
-  populate(s.stage(), roundUp(stageBytes) + kCells * kCellBytes);
+  populate(s.stage(), roundUp(stageBytes) + kCells * (kCellBytes + kNoteBytes));
   return s;
 }
 
@@ -150,6 +152,7 @@ void Segment::populateFor() const {
   const size_t stageBytes = roundUp(h->stageBytes);
   for (size_t at : {size_t(0), stageBytes / 2 / kAlign * kAlign}) populate(stage() + at, kAlign);
   for (int c = 0; c < kCells; ++c) populate(cells() + static_cast<size_t>(c) * kCellBytes, kAlign);
+  populate(notes(), kCells * kNoteBytes, false);
 }
 
 }  // namespace hora::shm

@@ -11,7 +11,8 @@
 //                has consumed; written by j), closed flags of both ends
 //   ring[L]      ringBytes of frame data from r to j (transports/frame.h frames)
 //   stage        stageBytes: this rank's region of the shared stage (transports/stage.h,
-//                src/coll/stage.cc), then its kCells cells of kCellBytes
+//                src/coll/stage.cc), then its kCells cells of kCellBytes, then its kCells
+//                notes of kNoteBytes
 //
 // The sender of a ring owns it; its receiver writes only `tail` and `receiverClosed`.
 #pragma once
@@ -25,7 +26,7 @@
 namespace hora::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x474553414d524f48ull;  // "HORAMSEG"
-inline constexpr uint32_t kSegmentVersion = 5;
+inline constexpr uint32_t kSegmentVersion = 6;
 inline constexpr int kCounters = 4;
 
 // Why the owner failed (World::markFailed), for ranks that wait on its counters rather than
@@ -44,6 +45,7 @@ struct Announced {
 inline constexpr int kHistory = 128;  // transport::SharedStage::kHistory
 inline constexpr int kCells = 64;
 inline constexpr size_t kCellBytes = size_t(32) << 10;
+inline constexpr size_t kNoteBytes = 64;  // a transport::SharedStage::Note
 
 struct alignas(64) Header {
   uint64_t magic;
@@ -114,6 +116,7 @@ class Segment {
   void populateFor() const;
   uint8_t* stage() const;
   uint8_t* cells() const;  // after the stage: kCells of kCellBytes
+  uint8_t* notes() const;  // after the cells: kCells of kNoteBytes
   uint64_t ringBytes() const { return header()->ringBytes; }
 
  private:

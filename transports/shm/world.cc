@@ -110,14 +110,16 @@ void World::mapStage() {
   std::vector<uint8_t*> regions;
   std::vector<std::atomic<uint64_t>*> counters;
   std::vector<uint8_t*> cells;
+  std::vector<Note*> notes;
   for (uint32_t p = 0; p < nlocal; ++p) {
     const Segment& seg = p == localIndex ? own : peers[p].segment;
     regions.push_back(seg.stage());
     counters.push_back(seg.header()->counters);
     cells.push_back(seg.cells());
+    notes.push_back(reinterpret_cast<Note*>(seg.notes()));
   }
   map(std::move(regions), std::move(counters), static_cast<size_t>(own.header()->stageBytes), static_cast<int>(localIndex),
-      std::move(cells));
+      std::move(cells), std::move(notes));
 }
 
 std::string World::arm(int only, Errc* relayed, std::vector<pollfd>& fds) const {

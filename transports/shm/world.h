@@ -75,7 +75,7 @@ class World final : public transport::SharedStage {
 
 static_assert(transport::SharedStage::kCounters == kCounters, "the segment holds the stage's counters");
 static_assert(transport::SharedStage::kHistory == kHistory && transport::SharedStage::kCells == kCells &&
-                  transport::SharedStage::kCellBytes == kCellBytes,
-              "the segment holds the stage's history and cells");
+                  transport::SharedStage::kCellBytes == kCellBytes && sizeof(transport::SharedStage::Note) == kNoteBytes,
+              "the segment holds the stage's history, cells and notes");
 
 }  // namespace hora::shm
