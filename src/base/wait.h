@@ -70,9 +70,7 @@ class Waiter {
 
   milliseconds timeout() const { return timeout_; }
 
- private:
-  milliseconds remaining(Clock::time_point now) const;
-  void backOff(const Block& block);  // idle() past a spinning round
+  // One round of a spin: tells the CPU (and a sibling hardware thread) that this one waits.
   static void relax() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -80,6 +78,10 @@ class Waiter {
     asm volatile("yield");
 #endif
   }
+
+ private:
+  milliseconds remaining(Clock::time_point now) const;
+  void backOff(const Block& block);  // idle() past a spinning round
 
   milliseconds timeout_;
   const std::atomic<bool>* abort_;

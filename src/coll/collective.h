@@ -117,6 +117,9 @@ struct Topo {
   // HORA_CALL_CHECK: calls whose ranks would not all hear from every other (a Broadcast's
   // root, ...) make them (coll/build.cc, the shared stage's one-step calls).
   bool callCheck = true;
+  // Whether every rank on this machine has a CPU of its own, so that a wait may spin a while
+  // without holding a core that a peer needs (Waiter::kSpinWhenAlone).
+  bool spins = false;
 };
 
 // For an algorithm that runs a lone call at once through the shared stage (algorithm.h):

@@ -25,6 +25,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/wait.h"
 #include "coll/algorithm.h"
 #include "coll/common.h"
 #include "kernels/cpu/reduce.h"
@@ -295,6 +296,10 @@ void reduceFrom(void* dst, const In& in, int n, size_t offset, size_t count, con
 // Whether a lone rooted call (Broadcast, Scatter, Reduce, Gather) goes through the stage's
 // cells: its input fits one, and the stage has them.
 namespace {
+// How many times a rank with a core of its own looks at its peers' notes before it waits through
+// the counters (which spin on, then yield and block): a few microseconds.
+constexpr int kNoteSpins = 1024;
+
 // What each rank puts in its slot: its input (all n blocks of it for ReduceScatter and AllToAll,
 // and for the root of a Scatter: every rank counts that one, so that all decide alike).
 size_t flatInput(const Args& a, const Topo& t) {
@@ -341,18 +346,34 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
   const Slots slots{*t.stage, stageSlotBytes(*t.stage)};
   const uint64_t s = ++*t.stageSeq;
   const bool cells = inCells(a, t);
-  const uint64_t depth = cells ? transport::SharedStage::kCells : 2;
-  if (s > depth) await(kInFree, s - depth, -1, false);
   const bool notes = t.stage->hasNotes() && await.callNo() != 0;
   const bool inNote = notes && flatInput(a, t) <= transport::SharedStage::kNoteBytes;
+  // A call whose inputs are all in notes rewrites no slot: only its note, kCells calls on.
+  const uint64_t depth = cells || inNote ? transport::SharedStage::kCells : 2;
+  if (s > depth) await(kInFree, s - depth, -1, false);
   auto in = [&](int j) {
     return inNote ? t.stage->note(j, s)->data : cells ? t.stage->cell(j, s) : slots.in(j, s);
   };
-  // Whether member j's note says it has put its input for this very call.
+  // What member j's note says of this call: 1, that it has put its input for this very call; 0,
+  // not yet; -1, that it is in another call at this step (the counters' wait then says which).
   auto noted = [&](int j) {
     const Note* note = t.stage->note(j, s);
-    return j == r || (note->seq.load(std::memory_order_acquire) == s && note->callNo == await.callNo() &&
-                      note->tag == await.callTag());
+    if (j == r) return 1;
+    if (note->seq.load(std::memory_order_acquire) != s) return 0;
+    return note->callNo == await.callNo() && note->tag == await.callTag() ? 1 : -1;
+  };
+  // Waits until every member (or only `only`) has put its input for this call, and compares
+  // their calls: from the notes where they have it (looked at for a while first where every rank
+  // has a core: a peer in step with this rank is about to write it), else through the counters.
+  auto awaitInputs = [&](int only) {
+    for (int spin = 0; notes; ++spin) {
+      int all = 1;
+      for (int j = only < 0 ? 0 : only; j < (only < 0 ? n : only + 1) && all == 1; ++j) all = noted(j);
+      if (all == 1) return;
+      if (all < 0 || !t.spins || spin >= kNoteSpins) break;
+      Waiter::relax();
+    }
+    await(kInReady, s, only, true);
   };
   uint8_t* slot = in(r);
   switch (a.kind) {
@@ -405,12 +426,10 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
   // it reads (the root, everyone, or no one), and after a rooted call a rank may be ahead and
   // asleep: the wake below.
   if (waitsAll) {
-    bool all = notes;
-    for (int j = 0; j < n && all; ++j) all = noted(j);
-    if (!all) await(kInReady, s, -1, true);
+    awaitInputs(-1);
   } else if (fromRoot && r != a.root) {
     if (notes && !inNote) __builtin_prefetch(in(a.root));  // its line on the way beside the note's
-    if (!notes || !noted(a.root)) await(kInReady, s, a.root, true);
+    awaitInputs(a.root);
   }
   switch (a.kind) {
     case Kind::AllReduce: reduceFrom(a.recvbuf, in, n, 0, N, red.spec(false, true)); break;

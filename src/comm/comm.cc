@@ -318,6 +318,7 @@ void horaComm::init(const UniqueId& id) {
     for (const PeerInfo& p : c->peers) sameHost += p.machineId == c->peers[static_cast<size_t>(rank)].machineId;
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (sameHost <= cores) c->spinFor = Waiter::kSpinWhenAlone;
+    c->shape.spins = c->spinFor.count() > 0;
     const std::vector<topo::HostEntry> hostList = jobHosts(c->peers);
     // The job's shape, for the planner's predictions: hosts, the busiest host's ranks, and
     // the slowest link any pair uses (the one with the highest latency in the cost model).
