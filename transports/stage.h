@@ -15,11 +15,11 @@
 //   - where the transport has them, kCells cells of kCellBytes: the small rooted calls (a
 //     Broadcast's root, a Reduce's senders, ...) put their data in the cell of their sequence
 //     number, so that a rank that only gives may run up to kCells calls ahead of its readers;
-//   - where the transport has them, kCells notes of one cache line each: a one-step call's
+//   - where the transport has them, kCells notes of two cache lines each: a one-step call's
 //     sequence number, call number and tag, and its input where that is at most kNoteBytes, so
 //     that a rank reading a small call learns that its peer has posted, that their calls agree
-//     and what it put, in one cache line rather than three (the counters, the announcement, the
-//     slot);
+//     and what it put, from one or two cache lines rather than three (the counters, the
+//     announcement, the slot) read one after another;
 //   - the history of the owner's last kHistory announcements, so that a member that ran ahead
 //     can still be compared (announced());
 //   - where the transport can, a way to read a member's own memory (readMember: the single
@@ -49,15 +49,20 @@ class SharedStage {
   static constexpr size_t kCellBytes = size_t(32) << 10;
   // A note (see above): written by its owner, data first, then seq (a release); a member that
   // reads seq (an acquire) equal to the sequence number it expects finds the rest complete.
-  // Rewritten kCells stage calls on, so only after every member has read it (InFree).
-  static constexpr size_t kNoteBytes = 40;
+  // Rewritten kCells stage calls on, so only after every member has read it (InFree). An input
+  // of up to kNoteLine bytes lies in the first line with seq; a larger one reaches into the
+  // second, whose last word (seq2) the owner sets to the sequence number too, so that a member
+  // may read it while it looks for seq, and have both lines on the way at once.
+  static constexpr size_t kNoteLine = 40;
+  static constexpr size_t kNoteBytes = 96;
   struct alignas(64) Note {
     std::atomic<uint64_t> seq;
     uint64_t callNo;
     uint64_t tag;
     uint8_t data[kNoteBytes];
+    std::atomic<uint64_t> seq2;
   };
-  static_assert(sizeof(Note) == 64, "a note is one cache line");
+  static_assert(sizeof(Note) == 128 && offsetof(Note, data) + kNoteLine == 64, "a note is two cache lines");
   // More than a member can run ahead of another (kCells stage calls, see src/coll/stage.cc).
   static constexpr int kHistory = 128;
 

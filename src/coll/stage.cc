@@ -354,11 +354,14 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
   auto in = [&](int j) {
     return inNote ? t.stage->note(j, s)->data : cells ? t.stage->cell(j, s) : slots.in(j, s);
   };
+  const bool twoLines = inNote && flatInput(a, t) > transport::SharedStage::kNoteLine;
   // What member j's note says of this call: 1, that it has put its input for this very call; 0,
   // not yet; -1, that it is in another call at this step (the counters' wait then says which).
+  // seq alone says so; an input in both lines has the second read beside it, not after.
   auto noted = [&](int j) {
     const Note* note = t.stage->note(j, s);
     if (j == r) return 1;
+    if (twoLines && note->seq2.load(std::memory_order_relaxed) != s) return 0;
     if (note->seq.load(std::memory_order_acquire) != s) return 0;
     return note->callNo == await.callNo() && note->tag == await.callTag() ? 1 : -1;
   };
@@ -401,6 +404,7 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
     Note* note = t.stage->note(r, s);
     note->callNo = await.callNo();
     note->tag = await.callTag();
+    if (twoLines) note->seq2.store(s, std::memory_order_relaxed);  // before seq: ordered by its release
     note->seq.store(s, std::memory_order_release);
   }
   t.stage->post(kInReady, s);

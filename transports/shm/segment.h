@@ -45,7 +45,7 @@ struct Announced {
 inline constexpr int kHistory = 128;  // transport::SharedStage::kHistory
 inline constexpr int kCells = 64;
 inline constexpr size_t kCellBytes = size_t(32) << 10;
-inline constexpr size_t kNoteBytes = 64;  // a transport::SharedStage::Note
+inline constexpr size_t kNoteBytes = 128;  // a transport::SharedStage::Note
 
 struct alignas(64) Header {
   uint64_t magic;
