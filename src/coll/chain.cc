@@ -91,24 +91,29 @@ class Chain final : public Algorithm {
  public:
   Algo id() const override { return Algo::Chain; }
   bool implements(Kind k) const override { return k == Kind::Broadcast || k == Kind::Reduce; }
-  // A Broadcast over the links of one host is predicted as it runs in a sequence of calls: its
-  // root gives and returns, each rank receives once and forwards once, and a rank's next call
-  // starts while its successor still forwards the last, so a call costs about one wait however
-  // many ranks there are (the depth, n-1 waits, is paid once per sequence). Measured with
-  // broadcast_perf over TCP on the 2-core machine, us per call, chain against tree and binomial:
-  // 3 ranks 4.4 / 6.4 / 7.5 at 8 bytes and 6.5 / 7.1 / 8.2 at 4 KiB; 4 ranks 3.0-5.1 / 7.0-11.3
-  // / 5.6-9.2 at 8 bytes; 8 ranks 9.9 / 16.6 / 12.6 at 8 bytes, 13.9 / 18.6 / 18.6 at 4 KiB.
-  // Across hosts a chain's n-1 waits stay in the prediction: a lone call there pays them, and
-  // the depth has not been measured against the pipeline between hosts.
+  // A Broadcast over links among up to kPipelinedMost ranks is predicted as it runs in a
+  // sequence of calls: its root gives and returns, each rank receives once and forwards once,
+  // and a rank's next call starts while its successor still forwards the last, so a call costs
+  // about one wait however many ranks there are (the depth, n-1 waits, is paid once per
+  // sequence). Measured with broadcast_perf over TCP on the 2-core machine, us per call, chain
+  // against tree and binomial: 3 ranks 4.4 / 6.4 / 7.5 at 8 bytes and 6.5 / 7.1 / 8.2 at 4 KiB;
+  // 4 ranks 3.0-5.1 / 7.0-11.3 / 5.6-9.2 at 8 bytes; 8 ranks 9.9 / 16.6 / 12.6 at 8 bytes,
+  // 13.9 / 18.6 / 18.6 at 4 KiB; 4 hosts of 2 ranks (network namespaces, the chain in host
+  // order) 11-27 us from 8 bytes to 4 KiB against 21-43 for the trees and 56-63 for hier. With
+  // more ranks the n-1 waits stay in the prediction: a lone call pays them (63 at 64 ranks,
+  // against the trees' 6), and that many has not been measured.
+  static constexpr int kPipelinedMost = 8;
   double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
     const double N = static_cast<double>(a.count * dataTypeSize(a.dtype)), C = 512.0 * 1024;
-    const bool pipelined = a.kind == Kind::Broadcast && !t.stage && t.hosts == 1;
-    const double depth = pipelined ? std::min(1, t.nranks - 1) : t.nranks - 1;
-    const double chunk = std::min(N, C), steps = depth + std::max(1.0, std::ceil(N / C)) - 1;
+    const bool pipelined = a.kind == Kind::Broadcast && !t.stage && t.nranks <= kPipelinedMost;
+    const double chunk = std::min(N, C), chunks = std::max(1.0, std::ceil(N / C));
     const LinkCost& l = t.slowest;
     const double move = t.stage ? bytesUs(6 * chunk, c.memoryGBps, t) + bytesUs(chunk, c.stage.gbps, t)
                                 : bytesUs(chunk, l.gbps, t);
-    return c.base("chain") + steps * (waitUs(l, t, c) + move);
+    // In a sequence, a rank in the middle receives and forwards every chunk of every call: two
+    // moves of its bytes per chunk, where the pipeline of a lone call overlaps them.
+    if (pipelined) return c.base("chain") + waitUs(l, t, c) + chunks * 2 * move;
+    return c.base("chain") + (t.nranks - 1 + chunks - 1) * (waitUs(l, t, c) + move);
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) const override {
     if (buildInHostOrder(*this, a, t, p, s, b)) return;
