@@ -20,6 +20,11 @@ bool receivesFrom(const core::Program& p, int peer) {
     if (o.kind == core::OpKind::Recv && o.peer == peer) return true;
   return false;
 }
+bool sendsTo(const core::Program& p, int peer) {
+  for (const core::Op& o : p.ops)
+    if (o.kind == core::OpKind::Send && o.peer == peer) return true;
+  return false;
+}
 
 // The job that sends call check k to c's successor (where the link does not hold it back), in
 // program slot `slot`.
@@ -115,6 +120,7 @@ void planChecks(CheckPlans& cp, const std::vector<horaComm*>& comms,
     bool agree = false;
     uint16_t last = 0;
     trace::Entry* entry = nullptr;  // the flight recorder's entry of the group's last collective
+    const core::Program* lone = nullptr;  // c's one collective, where it has one
     tags.clear();
     for (size_t i = 0; i < calls.size(); ++i) {
       const coll::Kind kind = calls[i].second.kind;
@@ -125,6 +131,7 @@ void planChecks(CheckPlans& cp, const std::vector<horaComm*>& comms,
       last = programs[i].call;
       entry = traced[i].entry;
       agree |= coll::needsAgreement(adjusted[i], c->shape);
+      lone = tags.size() == 1 ? &programs[i] : nullptr;
     }
     if (c->shape.stage) {
       // Where the stage holds every rank, the ranks meet instead (a dissemination barrier after
@@ -141,11 +148,19 @@ void planChecks(CheckPlans& cp, const std::vector<horaComm*>& comms,
     }
     if (!agree && lc.expected.empty()) continue;
     const uint64_t now = c->calls.load(std::memory_order_relaxed);
+    const int succ = (c->rank + 1) % n, pred = (c->rank + n - 1) % n;
     if (agree) {
       const LinkChecks::Pending mine{coll::groupTag(tags), now, last};
       lc.used = true;
-      transport::Connection* toSucc = c->connPtrs[static_cast<size_t>((c->rank + 1) % n)];
-      if (toSucc->holdsBack()) {
+      transport::Connection* toSucc = c->connPtrs[static_cast<size_t>(succ)];
+      // A lone collective that sends its successor a message needs no check besides: each of its
+      // frames carries the call's tag and number, which the successor's receive compares with
+      // its own call (transports/frame.h), as it would the check. The successor, in the same
+      // call, receives from this rank and expects no check; in another call it finds this
+      // rank's frame where it expects a check or a check where it expects a frame, and either
+      // is a mismatch (a chain's Broadcast: only the last rank's check to the root is left).
+      const bool carried = lone && sendsTo(*lone, succ);
+      if (!carried && toSucc->holdsBack()) {
         // The transport holds it back, to go with the next message to the successor or a batch
         // of them: the successor takes it no sooner (call_check.h), and the executor releases it
         // before this rank waits for anything (every job of c names the link: jobOf). Nothing
@@ -153,13 +168,12 @@ void planChecks(CheckPlans& cp, const std::vector<horaComm*>& comms,
         static const uint8_t kCheckByte = 0;
         toSucc->setCall(last);
         toSucc->postHeld(&kCheckByte, 1, mine.tag, transport::kNoCookie);
-      } else {
+      } else if (!carried) {
         cp.jobs.push_back(checkSendJob(cp, slot++, c, mine, entry));
         cp.jobs.back().pointToPoint = true;
       }
-      lc.expected.push(mine);
+      if (!lone || !receivesFrom(*lone, pred)) lc.expected.push(mine);
     }
-    const int pred = (c->rank + n - 1) % n;
     bool fromPred = false;
     for (size_t i = 0; i < calls.size() && !fromPred; ++i) fromPred = calls[i].first == c && receivesFrom(programs[i], pred);
     if (const size_t due = lc.due(now, fromPred)) {
