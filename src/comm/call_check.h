@@ -13,7 +13,8 @@
 //  - over the links (calls that run as programs of messages, where no stage holds every rank):
 //    by a one-byte message to the successor, the first this call sends it, tagged with the call
 //    and numbered like any frame of it (transports/frame.h), so that the receiving transport
-//    compares it with its own call. The sender never waits for it: a Broadcast's root sends its
+//    compares it with its own call; none where a lone call sends the successor a message of its
+//    own, whose frames carry the same tag and number (comm/link_check.cc). The sender never waits for it: a Broadcast's root sends its
 //    check and its data and returns, as without the check. The transport may hold it back
 //    (Connection::postHeld: TCP does) until the next message to the successor, a batch, or
 //    until this rank is about to wait (the executor releases it then: the successor may be
