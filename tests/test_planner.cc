@@ -141,6 +141,35 @@ TEST_CASE("planner: across hosts with many ranks, the logarithmic algorithms whe
   }
 }
 
+// A Broadcast over links among up to 8 ranks is predicted in a sequence of calls, where the
+// chain's depth is paid once (src/coll/chain.cc): measured faster than the trees at every size
+// at 3, 4 and 8 ranks over TCP on one host, and across 4 hosts of 2. Beyond 8 ranks a lone
+// call's n-1 waits count, and the trees keep the small ones (the case above).
+TEST_CASE("planner: a Broadcast over links among up to 8 ranks takes the chain", "[planner]") {
+  const Costs c;
+  for (int n : {3, 4, 8}) {
+    for (size_t bytes : {size_t(8), size_t(4) << 10, size_t(256) << 10, size_t(16) << 20}) {
+      Args a = allReduce(bytes);
+      a.kind = Kind::Broadcast;
+      Topo oneHostTcp = overTcp(n);
+      oneHostTcp.hosts = 1;
+      oneHostTcp.ranksPerHost = n;
+      INFO(n << " ranks, " << bytes << " bytes");
+      CHECK(chosen(a, oneHostTcp) == "chain");
+      CHECK(chosen(a, overTcp(n)) == "chain");
+      // The depth still counts where the prediction is of a lone call: a Reduce.
+      a.kind = Kind::Reduce;
+      if (bytes == 8) CHECK(chosen(a, overTcp(n)) != "chain");
+    }
+  }
+  // Beyond 8 ranks the chain pays its depth.
+  Args a = allReduce(8);
+  a.kind = Kind::Broadcast;
+  const double at8 = algorithm(Algo::Chain).predictUs(a, overTcp(8), c);
+  const double at9 = algorithm(Algo::Chain).predictUs(a, overTcp(9), c);
+  CHECK(at9 > 4 * at8);
+}
+
 TEST_CASE("planner: the other collectives, alone and in a group", "[planner]") {
   ShapeOnlyStage s4(4);
   Args a = allReduce(1024);
