@@ -30,7 +30,7 @@ struct Config {
   std::array<int, coll::kKinds> algoForced = coll::PlannerSettings().forced;  // ... parsed
   std::string tuneFile;                            // HORA_TUNE_FILE
   coll::Costs costs;                               // ... loaded, or the defaults
-  int nsocksPerPeer = 1;
+  int nsocksPerPeer = 2;
   std::string ibHca;      // HORA_IB_HCA as given; the ib transport parses it
   int ibGidIndex = -1;    // HORA_IB_GID_INDEX; -1: chosen per port
   int ibQpsPerPeer = 1;   // HORA_IB_QPS_PER_PEER
