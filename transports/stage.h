@@ -63,7 +63,7 @@ class SharedStage {
     std::atomic<uint64_t> seq2;
   };
   static_assert(sizeof(Note) == 128 && offsetof(Note, data) + kNoteLine == 64, "a note is two cache lines");
-  // More than a member can run ahead of another (kCells stage calls, see src/coll/stage.cc).
+  // More than a member can run ahead of another (kCells stage calls, see src/coll/stage_now.cc).
   static constexpr int kHistory = 128;
 
   virtual ~SharedStage() = default;

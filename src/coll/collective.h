@@ -169,7 +169,7 @@ void addCheckRecv(const Topo& t, uint64_t tag, uint16_t call, core::Scratch& scr
 // rank has heard, through checked messages, from every other (horaCommFinalize's).
 void buildAgreement(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out);
 // Whether a lone call run at once through the stage leaves some rank without having compared
-// its call with every other's (a small rooted call through the stage's cells, src/coll/stage.cc),
+// its call with every other's (a small rooted call through the stage's cells, src/coll/stage_now.cc),
 // so that the ranks compare it later with their predecessor's (HORA_CALL_CHECK; run.cc).
 bool stageChecksLater(const Args& a, const Topo& t);
 

@@ -8,7 +8,7 @@
 // compared all of its own, so that a mismatch fails the finalize at the latest.
 //
 // Two media, one rule:
-//  - on the shared stage (its cells' small rooted calls, coll/stage.cc), from the announcements
+//  - on the shared stage (its cells' small rooted calls, coll/stage_now.cc), from the announcements
 //    every rank keeps in its segment for its last calls (compareEarlierCalls);
 //  - over the links (calls that run as programs of messages, where no stage holds every rank):
 //    by a one-byte message to the successor, the first this call sends it, tagged with the call

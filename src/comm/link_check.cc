@@ -14,17 +14,14 @@ void CheckPlans::reserve(size_t n) {
 }
 
 namespace {
-// Whether program p receives a message from `peer`.
-bool receivesFrom(const core::Program& p, int peer) {
+// Whether program p has an op of `kind` (a Send or Recv) with `peer`.
+bool exchanges(const core::Program& p, core::OpKind kind, int peer) {
   for (const core::Op& o : p.ops)
-    if (o.kind == core::OpKind::Recv && o.peer == peer) return true;
+    if (o.kind == kind && o.peer == peer) return true;
   return false;
 }
-bool sendsTo(const core::Program& p, int peer) {
-  for (const core::Op& o : p.ops)
-    if (o.kind == core::OpKind::Send && o.peer == peer) return true;
-  return false;
-}
+bool receivesFrom(const core::Program& p, int peer) { return exchanges(p, core::OpKind::Recv, peer); }
+bool sendsTo(const core::Program& p, int peer) { return exchanges(p, core::OpKind::Send, peer); }
 
 // The job that sends call check k to c's successor (where the link does not hold it back), in
 // program slot `slot`.
