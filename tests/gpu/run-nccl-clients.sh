@@ -58,8 +58,13 @@
 # Knobs: NT_ARGS (nccl-tests' arguments, "-b 8 -e 64M -f 4 -c 1 -n 10 -w 2"), NT_STEP_LIMIT (60 s),
 # TORCH_STEP_LIMIT (240 s), NCCL_CLIENTS_BUDGET (540 s), NVIDIA_NCCL_LIB (found beside torch),
 # HORA_TIMEOUT_MS (30000: a stuck collective becomes an error first).
+# GPU_STEP_FILTER, GPU_STEP_DONE and GPU_DEADLINE choose the steps and bound them
+# (tests/gpu/step-control.sh; tests/gpu/device-checks.sh runs this script's steps that way);
+# NT_ARGS_<collective> (NT_ARGS_all_reduce...) replaces NT_ARGS for one collective.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=tests/gpu/step-control.sh
+. "$root/tests/gpu/step-control.sh"
 pack=${NCCL_CLIENTS_PACK:-$root/build-nccl-clients}
 work=${NCCL_TESTS_WORK:-$root/build-gpu/nccl-tests}
 colls=(all_reduce all_gather broadcast reduce_scatter alltoall sendrecv)
@@ -200,14 +205,17 @@ do_prebuilt() {
   step() {
     local name=$1 limit=$2
     shift 2
+    gpu_step_wanted "$name" || return 0
     local left=$((budget - (SECONDS - start)))
-    if ((left < 20)); then
+    ((limit <= left)) || limit=$left
+    limit=$(gpu_step_limit "$limit")
+    if ((left < 20 || limit == 0)); then
       printf '%s\tskip\t0\n' "$name" >>"$tsv"
-      say "$name: SKIPPED (the ${budget} s budget is spent)"
+      say "$name: SKIPPED (the ${budget} s budget or GPU_DEADLINE is spent)"
       failed=$((failed + 1))
       return 1
     fi
-    ((limit <= left)) || limit=$left
+    gpu_step_ran "$name"
     local t0=$SECONDS r=0
     echo "==== $name: $* (limit ${limit} s)" >"$logs/$name.log"
     timeout -k 5 "$limit" "$@" >>"$logs/$name.log" 2>&1 || r=$?
@@ -282,12 +290,14 @@ EOF
   say "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1); NVIDIA NCCL $nv_ver at ${nv_lib:-?}; Hora NCCL $hora_ver"
 
   nt() {  # nt LIB SETTING(threads) COLL [ENV...]: one nccl-tests run
-    local lib=$1 threads=$2 coll=$3 ld
+    local lib=$1 threads=$2 coll=$3 ld args
     shift 3
     if [ "$lib" = hora ]; then ld=$nt_ld:$hora_ld; else ld=$nt_ld:$nv_dir; fi
+    args=NT_ARGS_$coll
+    args=${!args:-$nt_args}
     # shellcheck disable=SC2086
     step "nt-$lib-$coll-t$threads" "$nt_limit" env "$@" LD_LIBRARY_PATH="$ld" LD_PRELOAD="$shim" \
-      "$bin/${coll}_perf" -t "$threads" -g 1 $nt_args
+      "$bin/${coll}_perf" -t "$threads" -g 1 $args
   }
   local c
   # The order puts first what matters most, should the budget run out.

@@ -11,7 +11,10 @@
 #   - allreduce_perf -M device with 2 ranks as threads of one GPU, as kernels and through the
 #     worker (HORA_CUDA_KERNELS=0), and with 1 rank;
 #   - allreduce_perf -M device between 2 ranks of one GPU, through CUDA IPC and staged
-#     (HORA_CUDA_IPC=0), and the other tools with device buffers at 4 ranks.
+#     (HORA_CUDA_IPC=0); a staged 64 MiB call beside the same call on host buffers, over shared
+#     memory and over TCP; and the other tools with device buffers at 4 ranks.
+# GPU_STEP_FILTER, GPU_STEP_DONE and GPU_DEADLINE choose the steps and bound them
+# (tests/gpu/step-control.sh; tests/gpu/device-checks.sh runs this script's steps that way).
 # Results go to $OUT (or build-gpu/out): gpu-tests.log, kernel_perf.txt, device_perf.txt.
 #
 #   tests/gpu/run-on-device.sh               build and run (on the machine with the GPU)
@@ -132,10 +135,17 @@ export HORA_TIMEOUT_MS=${HORA_TIMEOUT_MS:-30000}
 limit=${STEP_LIMIT:-240}
 rc=0
 set -o pipefail
+# shellcheck source=tests/gpu/step-control.sh
+. "$root/tests/gpu/step-control.sh"
 step() {  # step NAME LOGFILE COMMAND...: run it under the limit, tee its output, note the outcome
   local name=$1 file=$2; shift 2
-  local t0=$SECONDS r=0
-  timeout -k 5 "$limit" "$@" 2>&1 | tee -a "$out/$file" || r=$?
+  gpu_step_wanted "$name" || return 0
+  local t0=$SECONDS r=0 lim
+  lim=$(gpu_step_limit "$limit")
+  if ((lim == 0)); then log "$name: SKIPPED (GPU_DEADLINE)"; rc=1; return 0; fi
+  echo "==== $name: $*" >>"$out/$file"
+  timeout -k 5 "$lim" "$@" 2>&1 | tee -a "$out/$file" || r=$?
+  gpu_step_ran "$name"
   log "$name: rc=$r in $((SECONDS - t0)) s"
   ((r == 0)) || rc=1
 }
@@ -166,6 +176,14 @@ step "allreduce 2 ranks, CUDA IPC" device_perf.txt \
   "$run" -n 2 $b/perf/allreduce_perf -M device -b 1M -e 256M -f 4 -n 20 -w 5
 step "allreduce 2 ranks, staged (HORA_CUDA_IPC=0)" device_perf.txt \
   env HORA_CUDA_IPC=0 "$run" -n 2 $b/perf/allreduce_perf -M device -b 1M -e 256M -f 4 -n 20 -w 5
+# A staged call on device buffers (through host memory: HORA_CUDA_IPC=0) against the same call on
+# host buffers, 2 processes at 64 MiB, over shared memory and over TCP.
+for tr in shm tcp; do
+  step "staged 64 MiB, host buffers, $tr" device_perf.txt env HORA_TRANSPORTS=$tr \
+    "$run" -n 2 $b/perf/allreduce_perf -b 64M -e 64M -n 20 -w 5
+  step "staged 64 MiB, device buffers, $tr" device_perf.txt env HORA_TRANSPORTS=$tr HORA_CUDA_IPC=0 \
+    "$run" -n 2 $b/perf/allreduce_perf -M device -b 64M -e 64M -n 20 -w 5
+done
 for t in allreduce broadcast reduce allgather reducescatter sendrecv; do
   step "${t}_perf 4 ranks" device_perf.txt "$run" -n 4 $b/perf/${t}_perf -M device -b 8 -e 64M -f 16 -n 5 -w 2
 done

@@ -24,8 +24,12 @@
 #   timeout_s: 600 (the steps keep to TORCH_GPU_BUDGET, 540 s by default)
 # Outputs in $OUT (else build-torch-gpu-out): summary.txt (each step: outcome and seconds),
 # steps.log (every step's output), env.txt. The exit status is 1 if any step failed.
+# GPU_STEP_FILTER, GPU_STEP_DONE and GPU_DEADLINE choose the steps and bound them
+# (tests/gpu/step-control.sh; tests/gpu/device-checks.sh runs this script's steps that way).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=tests/gpu/step-control.sh
+. "$root/tests/gpu/step-control.sh"
 pack=${TORCH_GPU_PACK:-$root/build-torch-gpu}
 
 die() { echo "run-torch-gpu: $*" >&2; exit 1; }
@@ -86,12 +90,15 @@ do_prebuilt() {
   step() {
     local name=$1 limit=$2
     shift 2
+    gpu_step_wanted "$name" || return 0
     local left=$((budget - (SECONDS - start)))
-    if ((left < 20)); then
-      printf '%s\tskip\t0\n' "$name" >>"$tsv"; echo "$name: SKIPPED (budget spent)"
+    ((limit <= left)) || limit=$left
+    limit=$(gpu_step_limit "$limit")
+    if ((left < 20 || limit == 0)); then
+      printf '%s\tskip\t0\n' "$name" >>"$tsv"; echo "$name: SKIPPED (budget or GPU_DEADLINE spent)"
       failed=$((failed + 1)); return 1
     fi
-    ((limit <= left)) || limit=$left
+    gpu_step_ran "$name"
     local t0=$SECONDS r=0
     { echo "==== $name: $*"; timeout -k 5 "$limit" "$@" 2>&1; } >>"$out/steps.log" || r=$?
     printf '%s\t%s\t%s\n' "$name" "$r" "$((SECONDS - t0))" >>"$tsv"
