@@ -299,6 +299,19 @@ HORA_NCCL_API(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWind
   return toNccl(horaCommWindowDeregister(H(comm), reinterpret_cast<horaWindow_t>(win)));
 }
 
+// NCCL's device API (nccl_device.h, from 2.28: kernels of the caller's that call NCCL from the
+// GPU) is not Hora's. Its host entry points are exported so that a program linked against them
+// (torch's libtorch_cuda.so imports both, for its symmetric memory) loads; a call is refused.
+HORA_NCCL_API(ncclResult_t, ncclDevCommCreate, (ncclComm_t comm, const void* reqs, void* outDevComm)) {
+  (void)comm, (void)reqs, (void)outDevComm;
+  return ours(ncclInvalidUsage, "ncclDevCommCreate: NCCL's device API (nccl_device.h) is not provided: collectives "
+                                "are called from the host, on a stream");
+}
+HORA_NCCL_API(ncclResult_t, ncclDevCommDestroy, (ncclComm_t comm, const void* devComm)) {
+  (void)comm, (void)devComm;
+  return ours(ncclInvalidUsage, "ncclDevCommDestroy: NCCL's device API (nccl_device.h) is not provided");
+}
+
 // ---- reduction operators ---------------------------------------------------------------------
 
 HORA_NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum,

@@ -77,6 +77,19 @@ void nonblocking(void) {
   cfg.blocking = 0;
   cfg.commName = "nonblocking";
 
+  /* NCCL's device API (nccl_device.h, not nccl.h) is exported for the programs that import it,
+     and refuses with a reason. */
+  {
+    extern ncclResult_t ncclDevCommCreate(ncclComm_t, const void*, void*);
+    extern ncclResult_t ncclDevCommDestroy(ncclComm_t, const void*);
+    char devComm[256];
+    r = ncclDevCommCreate(NULL, NULL, devComm);
+    text = ncclGetLastError(NULL);
+    EXPECT(r == ncclInvalidUsage, "ncclDevCommCreate returned %d", (int)r);
+    EXPECT(strstr(text, "device API") != NULL, "ncclDevCommCreate's text is '%s'", text);
+    EXPECT(ncclDevCommDestroy(NULL, devComm) == ncclInvalidUsage, "ncclDevCommDestroy did not refuse");
+  }
+
   /* A config that was not made by NCCL_CONFIG_INITIALIZER. */
   badCfg.magic = 0x12345678;
   r = ncclCommInitRankConfig(&bad, n, ids[0], me, &badCfg);
