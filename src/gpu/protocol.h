@@ -77,7 +77,9 @@ struct alignas(64) BlockState {
   uint64_t chunks;  // chunks (the value of the last kIn, kOut and kFreed posted)
   uint64_t ll;      // LL calls (the last kLlDone posted)
   uint64_t claim;   // block 0's: non-zero once a block of this rank has written a failure
-  uint64_t pad[4];
+  uint64_t finished, cut;  // its kernels returned, and cut short: copied to the Status, which is
+                           // host memory that a kernel writes but never reads back (a round trip)
+  uint64_t pad[2];
 };
 
 // Where everything is in each rank's region (the same on every rank).
@@ -223,8 +225,10 @@ struct Run {
     for (;;) {
       const uint64_t v = X::load64(word);
       if (v >= target) return true;
-      if (stopped()) return false;
+      // (The abort word is host memory: a read is a round trip over the bus, so it is read
+      // with the other checks, not at every poll.)
       if ((++spins & 63) == 0) {
+        if (stopped()) return false;
         if (!sameCall(peer)) return false;
         const uint64_t now = X::now();
         if (!start) start = now;
@@ -295,12 +299,8 @@ struct Run {
         uint64_t start = 0;
         unsigned spins = 0;
         while (static_cast<uint32_t>((v = X::load64(w)) >> 32) != s) {
-          if (stopped()) {
-            ok = false;
-            break;
-          }
           if ((++spins & 63) == 0) {
-            if (!sameCall(j)) {
+            if (stopped() || !sameCall(j)) {
               ok = false;
               break;
             }
@@ -327,7 +327,7 @@ struct Run {
     }
     // Its words were this call's: it announced the call before writing them.
     if (ok && x.tid() == 0) ok = sameCall(j);
-    return x.agree(ok && !stopped());
+    return x.agree(ok);
   }
 
   HORA_PD bool ll() const {
@@ -485,9 +485,12 @@ struct Run {
       X::store64(&state->calls, call);
       X::store64(&state->chunks, chunkBase + chunksOf(d));
       X::store64(&state->ll, llSeq);
+      const uint64_t cut = X::load64(&state->cut) + (whole ? 0 : 1), finished = X::load64(&state->finished) + 1;
+      X::store64(&state->cut, cut);
+      X::store64(&state->finished, finished);
       X::fenceSystem();
-      if (!whole) X::store64(&d.status->cut[b], X::load64(&d.status->cut[b]) + 1);
-      X::store64(&d.status->finished[b], X::load64(&d.status->finished[b]) + 1);
+      X::store64(&d.status->cut[b], cut);
+      X::store64(&d.status->finished[b], finished);
     }
   }
 };
