@@ -58,12 +58,15 @@ class Runtime final : public Backend {
     return type == CU_MEMORYTYPE_DEVICE || isManaged ? ordinal : -1;
   }
   bool isStream(const void* s) override {
+    cudaStream_t stream = static_cast<cudaStream_t>(const_cast<void*>(s));
     unsigned flags = 0;
-    if (cudaStreamGetFlags(static_cast<cudaStream_t>(const_cast<void*>(s)), &flags) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return true;
+    if (cudaStreamGetFlags(stream, &flags) == cudaSuccess) return true;
+    cudaGetLastError();
+    // A stream being captured (or whose capture an earlier call invalidated) still answers this.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) == cudaSuccess) return true;
+    cudaGetLastError();
+    return false;
   }
   int currentDevice() override {
     int d = -1;
@@ -92,6 +95,7 @@ class Runtime final : public Backend {
   }
   void streamDestroy(void* s) override { cudaStreamDestroy(S(s)); }
   void streamSync(void* s) override { check(cudaStreamSynchronize(S(s)), "cudaStreamSynchronize"); }
+  void deviceSync() override { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
   void streamSyncQuiet(void* s) override {
     if (cudaStreamSynchronize(S(s)) != cudaSuccess) cudaGetLastError();
   }
