@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <map>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "kernels/cpu/scalar.h"
 #include "base/log.h"
 #include "comm/config.h"
+#include "comm/kernel_gate.h"
 #include "comm/trace.h"
 #include "core/device_engine.h"
 #include "gpu/protocol.h"
@@ -169,6 +171,13 @@ struct CommState {
     void* last = nullptr;      // the stream of the last kernel (null: the legacy default stream)
     bool lastSet = false;
     void* lastDone = nullptr;  // recorded on it after that kernel (an event of the pool)
+    // Ranks of this process on this GPU (the clique, by rank; this one among them at cliqueAt):
+    // a kernel is queued once every one has come to its call (kernel_gate.h), and a call on the
+    // legacy stream runs on `ownStream` (the legacy stream is one for every thread).
+    std::vector<int> clique;
+    size_t cliqueAt = 0;
+    std::shared_ptr<KernelGate> gate;
+    void* ownStream = nullptr;
     std::thread watchdog;
     std::mutex stopMu;
     std::condition_variable stopCv;
@@ -258,6 +267,7 @@ struct CommState {
       for (Block& b : pool) cuda::hostFree(b.p);
       for (void* e : events) cuda::eventDestroy(e);
       cuda::eventDestroy(k.lastDone);
+      if (k.ownStream) cuda::streamDestroy(k.ownStream);
       for (void* e : foreignDone) cuda::eventDestroy(e);
       cuda::streamDestroy(copyStream);
     } catch (const std::exception& e) {
@@ -429,7 +439,7 @@ bool ipcFits(const horaComm* c, const coll::Args& a, const Where& w) {
 // `sharing` says which ranks, if any, are processes that share one GPU (the UUIDs exchanged).
 std::vector<uint8_t*> exchangeRegions(horaComm* c, CommState& st, uint8_t* mine, std::vector<void*>& opened,
                                       int32_t* ok, std::string* why, std::vector<uint8_t*>* retained = nullptr,
-                                      std::string* sharing = nullptr) {
+                                      std::string* sharing = nullptr, std::vector<int>* clique = nullptr) {
   struct Info {
     unsigned char handle[64];
     uint64_t region;
@@ -465,6 +475,11 @@ std::vector<uint8_t*> exchangeRegions(horaComm* c, CommState& st, uint8_t* mine,
   g.dtype = DataType::Uint8;
   hora::runCalls(Calls{{c, g}});
   std::vector<uint8_t*> regions(static_cast<size_t>(c->nranks));
+  if (clique) {
+    clique->clear();
+    for (int j = 0; j < c->nranks; ++j)
+      if (all[static_cast<size_t>(j)].pid == me.pid && all[static_cast<size_t>(j)].device == me.device) clique->push_back(j);
+  }
   if (sharing) {
     sharing->clear();
     for (int i = 0; i < c->nranks && sharing->empty(); ++i)
@@ -738,7 +753,7 @@ void setupKernels(horaComm* c, CommState& st) {
     why = e.what();
   }
   std::string sharing;
-  k.regions = exchangeRegions(c, st, k.region, k.opened, &ok, &why, &k.retained, &sharing);
+  k.regions = exchangeRegions(c, st, k.region, k.opened, &ok, &why, &k.retained, &sharing, &k.clique);
   if (!sharing.empty()) {
     // Processes take turns on a GPU (without MPS): a kernel that spins for another's would
     // hold the GPU through its turn. Every rank sees the same UUIDs, so every one says this.
@@ -748,6 +763,12 @@ void setupKernels(horaComm* c, CommState& st) {
   }
   if (everyRank(c, ok)) {
     k.state = Ipc::On;
+    if (k.clique.size() > 1) {
+      k.cliqueAt = static_cast<size_t>(std::find(k.clique.begin(), k.clique.end(), c->rank) - k.clique.begin());
+      k.gate = gateFor(k.regions[static_cast<size_t>(k.clique[0])], k.clique.size());
+      OnDevice on(st.device);
+      k.ownStream = cuda::streamCreate();
+    }
     k.watchdog = std::thread(watchKernels, c, &st);
     {
       std::lock_guard<std::mutex> lock(gKernelCommsMu);
@@ -769,8 +790,59 @@ void setupKernels(horaComm* c, CommState& st) {
 
 // Queues (stream) or runs (null: on the legacy default stream, waiting for it) a call as a
 // device-initiated collective; false where it does not go that way.
+}  // namespace
+
+std::shared_ptr<KernelGate> gateFor(const void* key, size_t members) {
+  static std::mutex mu;
+  static std::map<const void*, std::weak_ptr<KernelGate>> gates;
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto it = gates.begin(); it != gates.end();) it = it->second.expired() ? gates.erase(it) : std::next(it);
+  std::shared_ptr<KernelGate> g = gates[key].lock();
+  if (!g) {
+    g = std::make_shared<KernelGate>(members);
+    gates[key] = g;
+  }
+  return g;
+}
+
+namespace {
+
+// Waits until every rank of this rank's clique has come to call n (kernel_gate.h).
+void awaitClique(horaComm* c, CommState::Kernels& k, uint64_t n) {
+  const int r = k.gate->arrive(k.cliqueAt, n, [c] { return c->aborting.load(); }, c->opts.timeout);
+  if (r == 0) return;
+  c->check();
+  if (r < 0) fail(Errc::InvalidUsage, "the communicator was aborted");
+  const int late = k.clique[static_cast<size_t>(r - 1)];
+  const Error e(Errc::Timeout,
+                format("Timed out: %s did not come to call #%llu of this communicator's device collectives within %lld "
+                       "ms; this rank's kernel for it is queued once every rank of this process on this GPU has come "
+                       "to it (ranks of one GPU whose kernels wait for each other); reported by rank %d",
+                       c->peers[static_cast<size_t>(late)].name().c_str(), static_cast<unsigned long long>(n),
+                       static_cast<long long>(c->opts.timeout.count()), c->rank));
+  c->fail(e);
+  throw e;
+}
+
+// One rank: a collective's result is its input, so the call is a copy on the stream (none in
+// place), at the copy engine's rate and with nothing to set up. Nothing can wait, so the flight
+// recorder has it finished once queued.
+void viaCopy(horaComm* c, const coll::Args& a, const Where& w, void* stream) {
+  c->check();
+  CommState& st = stateOf(c);
+  OnDevice on(st.device);
+  if (w.in && w.out && w.in != w.out) cuda::copyAsync(w.out, w.in, a.count * dataTypeSize(a.dtype), stream);
+  ++c->calls;
+  if (c->trace) c->trace->finish(c->trace->startOnDevice(a), true);
+  if (!stream) cuda::streamSync(nullptr);
+}
+
 bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, bool lone) {
   if (!kernelFits(c, a, w)) return false;
+  if (c->nranks == 1) {
+    viaCopy(c, a, w, stream);
+    return true;
+  }
   CommState& st = stateOf(c);
   CommState::Kernels& k = st.k;
   if (k.state == Ipc::Unknown) {
@@ -822,12 +894,24 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
     // for the last one's event (on the GPU: no host wait). A captured call does not (a graph
     // cannot wait for work outside it): its order is the caller's, as with NCCL.
     const bool capturing = stream && cuda::isCapturing(stream);
-    if (k.lastSet && k.last != stream && !capturing) cuda::streamWaitEvent(stream, k.lastDone);
-    cuda::collectiveAsync(d, stream);
+    if (k.gate && !capturing) awaitClique(c, k, k.calls + 1);
+    // The legacy stream is every thread's: a clique's kernels on it would queue one behind the
+    // other, the first spinning for the second. Such a call runs on the rank's own stream, after
+    // what the legacy stream holds.
+    void* target = stream;
+    if (!stream && k.ownStream) {
+      void* e = st.takeEvent();
+      cuda::eventRecord(e, nullptr);
+      cuda::streamWaitEvent(k.ownStream, e);
+      st.giveEvent(e);
+      target = k.ownStream;
+    }
+    if (k.lastSet && k.last != target && !capturing) cuda::streamWaitEvent(target, k.lastDone);
+    cuda::collectiveAsync(d, target);
     if (!capturing) {
       if (!k.lastDone) k.lastDone = st.takeEvent();
-      cuda::eventRecord(k.lastDone, stream);
-      k.last = stream;
+      cuda::eventRecord(k.lastDone, target);
+      k.last = target;
       k.lastSet = true;
     }
   } catch (const Error& e) {
@@ -848,7 +932,7 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
     return true;
   }
   OnDevice on(st.device);
-  cuda::streamSync(nullptr);
+  cuda::streamSync(k.ownStream);  // (null: the legacy stream)
   if (c->trace)
     c->trace->finish(entry, !gpu::sumOf(k.status->cut) && !__atomic_load_n(&k.status->code, __ATOMIC_ACQUIRE));
   reportKernels(c, st);

@@ -73,6 +73,7 @@ void streamDestroy(void* s) {
   if (s) b().streamDestroy(s);
 }
 void streamSync(void* s) { b().streamSync(s); }
+void deviceSync() { b().deviceSync(); }
 void streamSyncQuiet(void* s) {
   if (usable()) b().streamSyncQuiet(s);
 }

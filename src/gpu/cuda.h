@@ -65,6 +65,8 @@ void* streamCreate();  // non-blocking (no implicit order with the legacy defaul
 void streamDestroy(void* s);
 void streamSync(void* s);
 void streamSyncQuiet(void* s);  // ignoring (and clearing) any error
+// Waits for every stream of the current device (cudaDeviceSynchronize; for tests: programs do this).
+void deviceSync();
 bool streamDone(void* s);       // all its work finished (throws its error, if any)
 void* eventCreate();  // without timing
 void eventDestroy(void* e);

@@ -24,6 +24,7 @@ class Backend {
   virtual void streamDestroy(void* s) = 0;
   virtual void streamSync(void* s) = 0;
   virtual void streamSyncQuiet(void* s) = 0;
+  virtual void deviceSync() = 0;
   virtual bool streamDone(void* s) = 0;
   virtual void* eventCreate() = 0;
   virtual void eventDestroy(void* e) = 0;

@@ -6,7 +6,9 @@
 //     opens device memory; pointers into it, and into mappings of it, are device pointers;
 //   - a stream is a thread that runs its work in order, each piece a little late (kLag), so that
 //     work the library forgets to wait for is still undone when it looks; the legacy default
-//     stream (null) runs each piece at once in the caller's thread;
+//     stream (null) runs each piece at once in the caller's thread, one piece at a time in the
+//     process (it is one stream for every thread, as on a GPU: a kernel on it that waits for
+//     another thread's next piece on it waits for ever);
 //   - kernels are the CPU kernels, run by the stream.
 // Nothing here is used unless HORA_CUDA=emulate; the tests use it (tests/test_device.cc).
 #include <fcntl.h>
@@ -206,12 +208,27 @@ class Emulated final : public Backend {
       std::lock_guard<std::mutex> lock(streamsMu_);
       streams_.erase(s);
     }
+    std::unique_lock<std::shared_mutex> life(lives_);  // (not while deviceSync waits for it)
     delete static_cast<EmuStream*>(s);  // (after its work, as cudaStreamDestroy lets it finish)
   }
   void streamSync(void* s) override {
     if (s) stream(s).sync();
   }
   void streamSyncQuiet(void* s) override { streamSync(s); }
+  // Every stream's work done, the legacy stream's too (a kernel that spins for work queued
+  // after this wait spins for ever, as on a GPU).
+  // The streams are waited for without holding streamsMu_: on a GPU, other threads go on
+  // queueing work meanwhile (work they queue after this wait began is not waited for).
+  void deviceSync() override {
+    std::lock_guard<std::mutex> one(legacy_);
+    std::shared_lock<std::shared_mutex> life(lives_);
+    std::vector<const void*> now;
+    {
+      std::lock_guard<std::mutex> lock(streamsMu_);
+      now.assign(streams_.begin(), streams_.end());
+    }
+    for (const void* s : now) static_cast<EmuStream*>(const_cast<void*>(s))->sync();
+  }
   bool streamDone(void* s) override { return !s || stream(s).done(); }
   void* eventCreate() override {
     std::unique_lock<std::shared_mutex> driver(driver_);
@@ -324,7 +341,10 @@ class Emulated final : public Backend {
     return *static_cast<EmuStream*>(s);
   }
   void run(void* s, std::function<void()> fn) {
-    if (!s) return fn();
+    if (!s) {
+      std::lock_guard<std::mutex> one(legacy_);
+      return fn();
+    }
     stream(s).push(std::move(fn));
   }
   void* add(int fd, size_t bytes, bool owned) {
@@ -371,6 +391,8 @@ class Emulated final : public Backend {
   std::map<uintptr_t, Mem> mem_;
   std::map<uintptr_t, size_t> pinned_;  // hostAlloc's blocks
   std::mutex streamsMu_;  // streams_, and their lives
+  std::mutex legacy_;     // the legacy default stream's pieces, one at a time
+  std::shared_mutex lives_;  // held (shared) by deviceSync, (exclusive) by a stream's end
   std::set<const void*> streams_;
 };
 
