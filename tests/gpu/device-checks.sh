@@ -24,7 +24,8 @@
 #   tests/gpu/device-checks.sh --pack       here (nvcc, no GPU): the three scripts' --pack, and the
 #                                           size of what the call carries
 #   tests/gpu/device-checks.sh --prebuilt [PHASE...]   there: the phases given (default: all, in
-#                                           the order above)
+#                                           the order above); a phase may also be written
+#                                           NAME=SCRIPT:REGEX (the steps of SCRIPT matching REGEX)
 #
 # The device call (the tool `run`):
 #   command: tests/gpu/device-checks.sh --prebuilt
@@ -120,6 +121,9 @@ for p in "${phases[@]}"; do
       run_phase nccl-rest run-nccl-clients.sh '.'
       run_phase core-rest run-on-device.sh '.'
       run_phase torch-rest run-torch-gpu.sh '.' ;;
+    *=*:*)
+      name=${p%%=*} rest=${p#*=}
+      run_phase "$name" "${rest%%:*}" "${rest#*:}" ;;
     *) echo "unknown phase $p" >&2; exit 2 ;;
   esac
 done

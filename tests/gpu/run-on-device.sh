@@ -180,7 +180,7 @@ step "allreduce 2 ranks, staged (HORA_CUDA_IPC=0)" device_perf.txt \
 # host buffers, 2 processes at 64 MiB, over shared memory and over TCP.
 for tr in shm tcp; do
   step "staged 64 MiB, host buffers, $tr" device_perf.txt env HORA_TRANSPORTS=$tr \
-    "$run" -n 2 $b/perf/allreduce_perf -b 64M -e 64M -n 20 -w 5
+    "$run" -n 2 $b/perf/allreduce_perf -M host -b 64M -e 64M -n 20 -w 5
   step "staged 64 MiB, device buffers, $tr" device_perf.txt env HORA_TRANSPORTS=$tr HORA_CUDA_IPC=0 \
     "$run" -n 2 $b/perf/allreduce_perf -M device -b 64M -e 64M -n 20 -w 5
 done
