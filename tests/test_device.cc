@@ -591,9 +591,10 @@ TEST_CASE("ranks as threads of one process share one device", "[device][threads]
   CHECK(e == "");
 }
 
-// A rank's kernel for call n waits on the GPU for the other rank's kernel for call n. A thread
-// that waits for the whole device before it makes call n (cudaDeviceSynchronize, as nccl-tests'
-// check does between calls) must not find the other's kernel n queued and spinning for it.
+// A rank's kernel for call n waits on the GPU for the other rank's kernel for call n (and a call
+// through the worker makes its stream wait for the worker, which waits for the other ranks). A
+// thread that waits for the whole device before it makes call n (cudaDeviceSynchronize, as
+// nccl-tests' check does between calls) must not find the other's call n queued and waiting.
 TEST_CASE("ranks as threads of one GPU: one waits for the whole device between its calls", "[device][threads]") {
   const std::string e = inChild([] {
     auto failures = runThreads(2, [](horaComm_t comm, int rank, int) -> std::string {
@@ -608,6 +609,10 @@ TEST_CASE("ranks as threads of one GPU: one waits for the whole device between i
         if (rank == 0) cu::deviceSync();
         if (horaAllReduce(d, d, count, horaFloat32, horaSum, comm, s) != horaSuccess)
           return "AllReduce " + std::to_string(i) + ": " + horaGetLastError(comm);
+        // A call of no elements goes through the worker: its stream waits for it on the GPU.
+        if (rank == 0) cu::deviceSync();
+        if (horaAllReduce(d, d, 0, horaFloat32, horaSum, comm, s) != horaSuccess)
+          return "AllReduce of 0 elements " + std::to_string(i) + ": " + horaGetLastError(comm);
       }
       cu::copyAsync(host, d, count * 4, stream);
       if (horaStreamSynchronize(s) != horaSuccess) return std::string("the stream: ") + horaGetLastError(comm);

@@ -177,6 +177,7 @@ struct CommState {
     std::vector<int> clique;
     size_t cliqueAt = 0;
     std::shared_ptr<KernelGate> gate;
+    uint64_t gated = 0;  // calls through the gate: every call on a stream, and kernels on none
     void* ownStream = nullptr;
     std::thread watchdog;
     std::mutex stopMu;
@@ -894,7 +895,7 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
     // for the last one's event (on the GPU: no host wait). A captured call does not (a graph
     // cannot wait for work outside it): its order is the caller's, as with NCCL.
     const bool capturing = stream && cuda::isCapturing(stream);
-    if (k.gate && !capturing) awaitClique(c, k, k.calls + 1);
+    if (k.gate && !stream) awaitClique(c, k, ++k.gated);  // (a stream's call: at enqueue)
     // The legacy stream is every thread's: a clique's kernels on it would queue one behind the
     // other, the first spinning for the second. Such a call runs on the rank's own stream, after
     // what the legacy stream holds.
@@ -1163,6 +1164,16 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
   std::vector<horaComm*> comms;
   for (const auto& call : calls)
     if (std::find(comms.begin(), comms.end(), call.first) == comms.end()) comms.push_back(call.first);
+  // Ranks as threads of one GPU: whatever a call queues on its stream (a kernel, or a wait for
+  // the worker) may wait on the GPU for another rank of the clique's same call, so it is queued
+  // once every one of them has come to it (kernel_gate.h). (A capture queues nothing that runs.)
+  bool capturing = false;
+  for (void* s : distinct) capturing = capturing || cuda::isCapturing(s);
+  if (!capturing)
+    for (horaComm* c : comms) {
+      CommState::Kernels& k = stateOf(c).k;
+      if (k.gate) awaitClique(c, k, ++k.gated);
+    }
   // First, everything that may fail or wait (arguments, set-up, staging memory), before any
   // stream is touched.
   struct Item {

@@ -59,12 +59,17 @@ class Runtime final : public Backend {
   }
   bool isStream(const void* s) override {
     cudaStream_t stream = static_cast<cudaStream_t>(const_cast<void*>(s));
+    // First a question a stream being captured may be asked, then (not capturing) the usual
+    // probe: on an H200 a captured collective's launch failed, 'operation failed due to a
+    // previous error during capture', when this asked cudaStreamGetFlags first.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    if (capture != cudaStreamCaptureStatusNone) return true;
     unsigned flags = 0;
     if (cudaStreamGetFlags(stream, &flags) == cudaSuccess) return true;
-    cudaGetLastError();
-    // A stream being captured (or whose capture an earlier call invalidated) still answers this.
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &capture) == cudaSuccess) return true;
     cudaGetLastError();
     return false;
   }
