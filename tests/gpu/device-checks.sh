@@ -72,6 +72,9 @@ out=${OUT:-$root/device-checks-out}
 mkdir -p "$out"
 export GPU_STEP_DONE=$work/done GPU_DEADLINE=$(($(date +%s) + ${DEVICE_BUDGET:-520}))
 export HORA_TIMEOUT_MS=${HORA_TIMEOUT_MS:-30000} PYTHONUNBUFFERED=1
+# The flight recorder's dumps of failed or stopped ranks, into the logs that come back.
+export HORA_DUMP_DIR=$work/dumps
+mkdir -p "$HORA_DUMP_DIR"
 # each script's own budget is the deadline's
 export NCCL_CLIENTS_BUDGET=${DEVICE_BUDGET:-520} TORCH_GPU_BUDGET=${DEVICE_BUDGET:-520}
 

@@ -105,10 +105,12 @@ do_prebuilt() {
     ((r == 0)) || failed=$((failed + 1))
     echo "$name: $([ "$r" = 0 ] && echo PASS || echo "FAIL rc=$r") in $((SECONDS - t0)) s"
   }
-  step distributed-device 120 env TEST_DEVICE=cuda "$py" tests/python/test_distributed_device.py
+  # (HARNESS_TIMEOUT: each rank count's run stops, and reports what its ranks printed, before the
+  # step's limit would cut the whole test off silently)
+  step distributed-device 120 env TEST_DEVICE=cuda HARNESS_TIMEOUT=50 "$py" tests/python/test_distributed_device.py
   [ -f tests/python/test_torch_device.py ] &&
-    step torch-device 150 env TEST_DEVICE=cuda "$py" tests/python/test_torch_device.py
-  step device-buffers 60 env TEST_DEVICE=cuda "$py" tests/python/test_device_buffers.py
+    step torch-device 150 env TEST_DEVICE=cuda HARNESS_TIMEOUT=45 "$py" tests/python/test_torch_device.py
+  step device-buffers 60 env TEST_DEVICE=cuda HARNESS_TIMEOUT=25 "$py" tests/python/test_device_buffers.py
   step examples 200 "$py" tests/gpu/torch_gpu_check.py examples --data-dir "$pack/data"
   step ddp 120 "$py" tests/gpu/torch_gpu_check.py ddp --data-dir "$pack/data"
   [ -f tests/python/torch_dist_suite.py ] &&

@@ -88,12 +88,18 @@ def _env(extra):
 
 
 def launch(nranks, argv, timeout=60, env=None):
+    """hora-run -n nranks argv, stopped after timeout seconds (at most HARNESS_TIMEOUT, where a
+    caller with a limit of its own sets it, so that what the ranks printed is still reported)."""
     runner = os.environ.get("HORA_RUN")
     if not runner:
         return 2, "HORA_RUN (the path of hora-run) is not set"
+    timeout = min(timeout, int(os.environ.get("HARNESS_TIMEOUT", timeout)))
     cmd = [runner, "-n", str(nranks), "--timeout", str(timeout)] + list(argv)
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env(env),
-                       timeout=timeout + 30)
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env(env),
+                           timeout=timeout + 30)
+    except subprocess.TimeoutExpired as e:
+        return 124, (e.stdout or b"").decode("utf-8", "replace") + "\n(hora-run outlived its timeout)\n"
     return p.returncode, p.stdout.decode("utf-8", "replace")
 
 
