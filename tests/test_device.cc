@@ -627,6 +627,53 @@ TEST_CASE("ranks as threads of one GPU: one waits for the whole device between i
   CHECK(e == "");
 }
 
+// Ranks as threads of one GPU with two communicators: a group over both, which one rank lists in
+// the other order (as NCCL allows), passes both communicators' meetings before a call.
+TEST_CASE("ranks as threads of one GPU: a group over two communicators in either order", "[device][threads]") {
+  const std::string e = inChild([] {
+    auto failures = runThreads(2, [](horaComm_t comm, int rank, int) -> std::string {
+      horaComm_t other = nullptr;
+      if (horaCommSplit(comm, 0, rank, &other, nullptr) != horaSuccess) return std::string("split: ") + horaGetLastError(comm);
+      const size_t count = 4096;
+      float* host = static_cast<float*>(cu::hostAlloc(count * 4));
+      float* a = static_cast<float*>(cu::deviceAlloc(count * 4));
+      float* b = static_cast<float*>(cu::deviceAlloc(count * 4));
+      void* stream = cu::streamCreate();
+      horaStream_t s = static_cast<horaStream_t>(stream);
+      for (size_t i = 0; i < count; ++i) host[i] = static_cast<float>(rank + 1);
+      cu::copyAsync(a, host, count * 4, stream);
+      cu::copyAsync(b, host, count * 4, stream);
+      // One call on each alone first (each sets up its kernels and its clique).
+      if (horaAllReduce(a, a, count, horaFloat32, horaSum, comm, s) != horaSuccess ||
+          horaAllReduce(b, b, count, horaFloat32, horaSum, other, s) != horaSuccess)
+        return std::string("alone: ") + horaGetLastError(comm);
+      for (int round = 0; round < 5; ++round) {
+        horaGroupStart();
+        if (rank == 0) {
+          horaAllReduce(a, a, count, horaFloat32, horaSum, comm, s);
+          horaAllReduce(b, b, count, horaFloat32, horaSum, other, s);
+        } else {
+          horaAllReduce(b, b, count, horaFloat32, horaSum, other, s);
+          horaAllReduce(a, a, count, horaFloat32, horaSum, comm, s);
+        }
+        if (horaGroupEnd() != horaSuccess) return "group " + std::to_string(round) + ": " + horaGetLastError(comm);
+      }
+      if (horaStreamSynchronize(s) != horaSuccess) return std::string("the stream: ") + horaGetLastError(comm);
+      const float want = 3.0f * 32.0f;  // 1 + 2, doubled by each of the 5 groups
+      for (float* d : {a, b}) {
+        cu::copyAsync(host, d, count * 4, stream);
+        cu::streamSync(stream);
+        for (size_t i = 0; i < count; ++i)
+          if (host[i] != want) return "element " + std::to_string(i) + " is " + std::to_string(host[i]);
+      }
+      horaCommDestroy(other);
+      return "";
+    });
+    return joinAll(failures);
+  });
+  CHECK(e == "");
+}
+
 TEST_CASE("stream and buffer errors are arguments' errors, and the communicator stays usable", "[device][args]") {
   auto results = runProcesses(2, [](horaComm_t comm, int, int) -> std::string {
     float x[4] = {1, 2, 3, 4};

@@ -808,19 +808,20 @@ std::shared_ptr<KernelGate> gateFor(const void* key, size_t members) {
 
 namespace {
 
-// Waits until every rank of this rank's clique has come to call n (kernel_gate.h).
+// Waits until every rank of this rank's clique has come to call n (kernel_gate.h), which this
+// rank has entered.
 void awaitClique(horaComm* c, CommState::Kernels& k, uint64_t n) {
-  const int r = k.gate->arrive(k.cliqueAt, n, [c] { return c->aborting.load(); }, c->opts.timeout);
+  const int r = k.gate->await(n, [c] { return c->aborting.load(); }, c->opts.timeout);
   if (r == 0) return;
   c->check();
   if (r < 0) fail(Errc::InvalidUsage, "the communicator was aborted");
   const int late = k.clique[static_cast<size_t>(r - 1)];
   const Error e(Errc::Timeout,
-                format("Timed out: %s did not come to call #%llu of this communicator's device collectives within %lld "
-                       "ms; this rank's kernel for it is queued once every rank of this process on this GPU has come "
-                       "to it (ranks of one GPU whose kernels wait for each other); reported by rank %d",
+                format("Timed out: %s did not come to this communicator's call #%llu on a CUDA stream within %lld ms "
+                       "(ranks of one process on one GPU queue a call only once every one of them has come to it: "
+                       "their kernels wait for each other on the GPU)",
                        c->peers[static_cast<size_t>(late)].name().c_str(), static_cast<unsigned long long>(n),
-                       static_cast<long long>(c->opts.timeout.count()), c->rank));
+                       static_cast<long long>(c->opts.timeout.count())));
   c->fail(e);
   throw e;
 }
@@ -895,7 +896,10 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
     // for the last one's event (on the GPU: no host wait). A captured call does not (a graph
     // cannot wait for work outside it): its order is the caller's, as with NCCL.
     const bool capturing = stream && cuda::isCapturing(stream);
-    if (k.gate && !stream) awaitClique(c, k, ++k.gated);  // (a stream's call: at enqueue)
+    if (k.gate && !stream) {  // (a stream's call: at enqueue)
+      k.gate->enter(k.cliqueAt, ++k.gated);
+      awaitClique(c, k, k.gated);
+    }
     // The legacy stream is every thread's: a clique's kernels on it would queue one behind the
     // other, the first spinning for the second. Such a call runs on the rank's own stream, after
     // what the legacy stream holds.
@@ -1169,11 +1173,16 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
   // once every one of them has come to it (kernel_gate.h). (A capture queues nothing that runs.)
   bool capturing = false;
   for (void* s : distinct) capturing = capturing || cuda::isCapturing(s);
-  if (!capturing)
+  if (!capturing) {
     for (horaComm* c : comms) {
       CommState::Kernels& k = stateOf(c).k;
-      if (k.gate) awaitClique(c, k, ++k.gated);
+      if (k.gate) k.gate->enter(k.cliqueAt, ++k.gated);
     }
+    for (horaComm* c : comms) {
+      CommState::Kernels& k = stateOf(c).k;
+      if (k.gate) awaitClique(c, k, k.gated);
+    }
+  }
   // First, everything that may fail or wait (arguments, set-up, staging memory), before any
   // stream is touched.
   struct Item {

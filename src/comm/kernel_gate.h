@@ -19,14 +19,19 @@ class KernelGate {
  public:
   explicit KernelGate(size_t members) : reached_(members, 0) {}
 
-  // Member i has come to call n (numbers grow by one per call): returns 0 once every member
-  // has; else, when stop() says so (checked every millisecond) -1, or when timeout passes with
-  // a member short of n, that member's index + 1.
-  template <class Stop>
-  int arrive(size_t i, uint64_t n, const Stop& stop, std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
+  // Member i has come to call n (numbers grow by one per call).
+  void enter(size_t i, uint64_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
     reached_[i] = n;
     cv_.notify_all();
+  }
+  // Returns 0 once every member has come to call n; else, when stop() says so (checked every
+  // millisecond) -1, or when timeout passes with a member short of n, that member's index + 1.
+  // (A group over several communicators enters every gate first, then waits at each: ranks may
+  // order a group's communicators differently.)
+  template <class Stop>
+  int await(uint64_t n, const Stop& stop, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
     const auto until = std::chrono::steady_clock::now() + timeout;
     for (;;) {
       size_t late = reached_.size();
