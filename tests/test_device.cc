@@ -419,9 +419,9 @@ TEST_CASE("device-initiated collectives on several streams of one communicator r
       int32_t* d = static_cast<int32_t*>(cu::deviceAlloc(count * 4));
       for (size_t e = 0; e < count; ++e) pinned[e] = static_cast<int32_t>(rank * 1000 + i * 10 + static_cast<int>(e % 7));
       cu::copyAsync(d, pinned, count * 4, nullptr);
+      cu::streamSync(nullptr);  // (before pinned is refilled: on a GPU the copy is still to come)
       bufs.push_back(d);
     }
-    cu::streamSync(nullptr);
     for (int i = 0; i < 6; ++i) {
       // stream 0, stream 1, the legacy stream (synchronous), and again
       horaStream_t s = i % 3 == 2 ? nullptr : static_cast<horaStream_t>(streams[i % 3]);
