@@ -6,9 +6,11 @@
 //     opens device memory; pointers into it, and into mappings of it, are device pointers;
 //   - a stream is a thread that runs its work in order, each piece a little late (kLag), so that
 //     work the library forgets to wait for is still undone when it looks; the legacy default
-//     stream (null) runs each piece at once in the caller's thread, one piece at a time in the
-//     process (it is one stream for every thread, as on a GPU: a kernel on it that waits for
-//     another thread's next piece on it waits for ever);
+//     stream (null) is one such stream for every thread of the process, as on a GPU (a kernel on
+//     it that waits for another thread's next piece on it waits for ever), and a copy on it from
+//     pinned memory is as late as any (a program that refills the memory before it has run
+//     copies the new contents, as on a GPU); a copy to or from pageable memory is done when the
+//     call returns, after the stream's earlier work;
 //   - kernels are the CPU kernels, run by the stream.
 // Nothing here is used unless HORA_CUDA=emulate; the tests use it (tests/test_device.cc).
 #include <fcntl.h>
@@ -189,7 +191,7 @@ class Emulated final : public Backend {
   // or destroys an event (or allocates) waits for it, so a worker that a stream waits for must
   // not, while such a copy may be queued behind that wait.
   void copyAsync(void* dst, const void* src, size_t bytes, void* stream) override {
-    if (stream && (pageable(dst) || pageable(src))) {
+    if (pageable(dst) || pageable(src)) {
       std::shared_lock<std::shared_mutex> driver(driver_);
       this->stream(stream).sync();
       memmove(dst, src, bytes);
@@ -211,16 +213,14 @@ class Emulated final : public Backend {
     std::unique_lock<std::shared_mutex> life(lives_);  // (not while deviceSync waits for it)
     delete static_cast<EmuStream*>(s);  // (after its work, as cudaStreamDestroy lets it finish)
   }
-  void streamSync(void* s) override {
-    if (s) stream(s).sync();
-  }
+  void streamSync(void* s) override { stream(s).sync(); }
   void streamSyncQuiet(void* s) override { streamSync(s); }
   // Every stream's work done, the legacy stream's too (a kernel that spins for work queued
   // after this wait spins for ever, as on a GPU).
   // The streams are waited for without holding streamsMu_: on a GPU, other threads go on
   // queueing work meanwhile (work they queue after this wait began is not waited for).
   void deviceSync() override {
-    std::lock_guard<std::mutex> one(legacy_);
+    legacy_.sync();
     std::shared_lock<std::shared_mutex> life(lives_);
     std::vector<const void*> now;
     {
@@ -229,7 +229,7 @@ class Emulated final : public Backend {
     }
     for (const void* s : now) static_cast<EmuStream*>(const_cast<void*>(s))->sync();
   }
-  bool streamDone(void* s) override { return !s || stream(s).done(); }
+  bool streamDone(void* s) override { return stream(s).done(); }
   void* eventCreate() override {
     std::unique_lock<std::shared_mutex> driver(driver_);
     return new EmuEvent();
@@ -333,20 +333,17 @@ class Emulated final : public Backend {
     bool owned;  // allocated here (else a mapping of a peer's)
   };
   void idleAll() {
+    legacy_.sync();
     std::lock_guard<std::mutex> lock(streamsMu_);  // no stream goes meanwhile
     for (const void* s : streams_) static_cast<EmuStream*>(const_cast<void*>(s))->sync();
   }
+  // A stream by its handle; null: the legacy default stream.
   EmuStream& stream(void* s) {
+    if (!s) return legacy_;
     if (!isStream(s)) fail(Errc::Cuda, "invalid resource handle (emulated stream %p)", s);
     return *static_cast<EmuStream*>(s);
   }
-  void run(void* s, std::function<void()> fn) {
-    if (!s) {
-      std::lock_guard<std::mutex> one(legacy_);
-      return fn();
-    }
-    stream(s).push(std::move(fn));
-  }
+  void run(void* s, std::function<void()> fn) { stream(s).push(std::move(fn)); }
   void* add(int fd, size_t bytes, bool owned) {
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
@@ -391,7 +388,7 @@ class Emulated final : public Backend {
   std::map<uintptr_t, Mem> mem_;
   std::map<uintptr_t, size_t> pinned_;  // hostAlloc's blocks
   std::mutex streamsMu_;  // streams_, and their lives
-  std::mutex legacy_;     // the legacy default stream's pieces, one at a time
+  EmuStream legacy_;      // the legacy default stream: one for every thread
   std::shared_mutex lives_;  // held (shared) by deviceSync, (exclusive) by a stream's end
   std::set<const void*> streams_;
 };
