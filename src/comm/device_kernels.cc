@@ -318,6 +318,7 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
   d.tag = coll::makeTag(a) | 1;
   d.ll = gpu::fitsLl(d.coll, d.bytes, d.nranks);
   d.blocks = gpu::blocksFor(d);
+  d.oneGpu = k.clique.size() == static_cast<size_t>(c->nranks);
   if (d.coll == gpu::Coll::Broadcast && c->rank != a.root) d.send = nullptr;
   {
     std::lock_guard<std::mutex> lock(k.mu);

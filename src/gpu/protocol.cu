@@ -119,6 +119,7 @@ struct DevX {
   // On this rank's own device memory: an atomic among its blocks.
   __device__ static bool claim(uint64_t* q) { return atomicCAS(reinterpret_cast<unsigned long long*>(q), 0ull, 1ull) == 0ull; }
   __device__ static void fenceSystem() { __threadfence_system(); }
+  __device__ static void fenceDevice() { __threadfence(); }
   __device__ static uint64_t now() {
     uint64_t t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

@@ -136,6 +136,8 @@ struct Desc {
   Layout layout;
   int blocks = 1;          // launched: the first `blocks` of the layout's (blocksFor)
   bool ll = false;         // by LL (fitsLl)
+  bool oneGpu = false;     // every rank's region on this GPU (ranks as threads of one): the
+                           // counters need ordering among its SMs only, not across the system
   uint64_t tag = 0;        // what the call is (kind, count, type, op, root): equal on every rank
   Status* status = nullptr;
   uint64_t timeoutNs = 0;
@@ -252,10 +254,17 @@ struct Run {
   }
   HORA_PD bool everyone(int counter, uint64_t target) const { return all(counter, target, 0, d.nranks - 1, d.rank); }
 
+  // Orders this rank's stores before the next for its peers: among one GPU's SMs where every
+  // rank is on it (a system-wide fence costs more), else across GPUs and the host.
+  HORA_PD void fence() const {
+    if (d.oneGpu) X::fenceDevice();
+    else X::fenceSystem();
+  }
+
   HORA_PD void post(int counter, uint64_t value) const {
     x.sync();  // every thread's stores before
     if (x.tid() == 0) {
-      X::fenceSystem();
+      fence();
       X::store64(&counters(d.rank)->c[counter], value);
     }
   }
@@ -264,9 +273,9 @@ struct Run {
     if (x.tid() == 0) {
       Counters* mine = counters(d.rank);
       X::store64(&mine->c[kTag + static_cast<int>(call % kTags)], d.tag);
-      X::fenceSystem();
+      fence();
       X::store64(&mine->c[kCall], call);
-      X::fenceSystem();  // before any data of the call
+      fence();  // before any data of the call
     }
     x.sync();
   }

@@ -49,6 +49,7 @@ struct HostX {
     return __atomic_compare_exchange_n(p, &none, 1, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   }
   static void fenceSystem() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+  static void fenceDevice() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
   static uint64_t now() {
     return static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
