@@ -42,6 +42,8 @@ const char* counterName(int counter) {
     case gpu::kOut: return "'out' (a chunk's reduced part ready)";
     case gpu::kFreed: return "'freed' (a slot read by all)";
     case gpu::kLlDone: return "'LL done' (a small call's data read)";
+    case gpu::kPtrs: return "'buffers' (a direct call's buffers published)";
+    case gpu::kDone: return "'done' (a direct call's part written)";
     default: return "counter";
   }
 }
@@ -317,8 +319,9 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
   d.divisor = static_cast<uint64_t>(c->nranks);
   d.tag = coll::makeTag(a) | 1;
   d.ll = gpu::fitsLl(d.coll, d.bytes, d.nranks);
-  d.blocks = gpu::blocksFor(d);
   d.oneGpu = k.clique.size() == static_cast<size_t>(c->nranks);
+  d.direct = d.oneGpu && d.coll == gpu::Coll::AllReduce && !d.ll;
+  d.blocks = gpu::blocksFor(d);
   if (d.coll == gpu::Coll::Broadcast && c->rank != a.root) d.send = nullptr;
   {
     std::lock_guard<std::mutex> lock(k.mu);

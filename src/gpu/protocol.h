@@ -57,16 +57,20 @@ namespace hora::gpu {
 inline constexpr int kMaxRanks = 8;
 inline constexpr int kMaxBlocks = 32;
 inline constexpr size_t kLlBytes = size_t(16) << 10;  // a call's bytes per rank through LL, at most
+inline constexpr size_t kDirectBytes = size_t(256) << 10;  // a direct call's bytes per block, at least
 inline constexpr int kSlots = 2;
 
 enum class Coll : uint8_t { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter };
 // kCall: the last call the owner announced; kTag + call % 3: the tags of its last three calls.
-enum Counter : int { kIn = 0, kOut = 1, kFreed = 2, kLlDone = 3, kCall = 4, kTag = 5 };
+// A direct call (below): kSend and kRecv, the owner's buffers, published by kPtrs = the call's
+// number; kDone = the call's number once the owner's block has written its part everywhere.
+enum Counter : int { kIn = 0, kOut = 1, kFreed = 2, kLlDone = 3, kCall = 4, kTag = 5, kDone = 8, kSend = 9,
+                     kRecv = 10, kPtrs = 11 };
 inline constexpr int kTags = 3;
 enum class Code : uint32_t { Ok = 0, Aborted = 1, TimedOut = 2, Mismatch = 3 };
 
 struct alignas(64) Counters {
-  uint64_t c[8];
+  uint64_t c[16];
 };
 
 // What a block has done so far, in its owner's region, read and advanced by each of its kernels
@@ -138,6 +142,7 @@ struct Desc {
   bool ll = false;         // by LL (fitsLl)
   bool oneGpu = false;     // every rank's region on this GPU (ranks as threads of one): the
                            // counters need ordering among its SMs only, not across the system
+  bool direct = false;     // an AllReduce that reads and writes the ranks' buffers in place
   uint64_t tag = 0;        // what the call is (kind, count, type, op, root): equal on every rank
   Status* status = nullptr;
   uint64_t timeoutNs = 0;
@@ -156,7 +161,7 @@ HORA_PD size_t unitOf(const Desc& d) {
 }
 // Chunks per block of a call (every rank computes the same).
 HORA_PD uint64_t chunksOf(const Desc& d) {
-  if (d.ll || d.bytes == 0) return 0;
+  if (d.ll || d.direct || d.bytes == 0) return 0;
   const size_t step = unitOf(d) * static_cast<size_t>(d.blocks);
   return (d.bytes + step - 1) / step;
 }
@@ -165,6 +170,10 @@ HORA_PD uint64_t chunksOf(const Desc& d) {
 // block's are its own).
 HORA_PD int blocksFor(const Desc& d) {
   if (d.ll || d.bytes == 0) return 1;
+  if (d.direct) {  // a block per kDirectBytes at least
+    const size_t want = (d.bytes + kDirectBytes - 1) / kDirectBytes;
+    return want < static_cast<size_t>(d.layout.blocks) ? static_cast<int>(want) : d.layout.blocks;
+  }
   const size_t unit = unitOf(d);
   const size_t want = unit ? (d.bytes + unit - 1) / unit : 1;
   return want < static_cast<size_t>(d.layout.blocks) ? static_cast<int>(want) : d.layout.blocks;
@@ -387,6 +396,44 @@ struct Run {
     return true;
   }
 
+  // ---- direct: every rank a thread of this process on this GPU ----
+  // An AllReduce between ranks whose buffers this kernel can address (threads of one process
+  // on one GPU) reads and writes them in place: no slot, no chunk. Block b takes slice b of the
+  // buffer and rank r part r of the slice: it waits for every rank's block b to publish its
+  // buffers for the call, reduces part r of the slice from every rank's input into every rank's
+  // output, posts kDone and waits for every rank's block b to have done the same (so that no
+  // rank's kernel ends while its input is still read or its output still written). Each
+  // element is read once from each input and written once to each output.
+  HORA_PD bool direct() const {
+    const int n = d.nranks, r = d.rank;
+    if (x.tid() == 0) {
+      Counters* mine = counters(r);
+      X::store64(&mine->c[kSend], static_cast<uint64_t>(reinterpret_cast<uintptr_t>(d.send)));
+      X::store64(&mine->c[kRecv], static_cast<uint64_t>(reinterpret_cast<uintptr_t>(d.recv)));
+      fence();
+      X::store64(&mine->c[kPtrs], call);
+    }
+    if (!everyone(kPtrs, call)) return false;
+    const size_t count = d.bytes / d.esize, unit = d.esize < 16 ? 16 / d.esize : 1;
+    const auto roundUp = [unit](size_t v) { return (v + unit - 1) / unit * unit; };
+    const size_t per = roundUp((count + static_cast<size_t>(d.blocks) - 1) / static_cast<size_t>(d.blocks));
+    const size_t sa = static_cast<size_t>(b) * per < count ? static_cast<size_t>(b) * per : count;
+    const size_t se = count - sa < per ? count : sa + per;
+    const size_t pp = roundUp((se - sa + static_cast<size_t>(n) - 1) / static_cast<size_t>(n));
+    const size_t pa = sa + static_cast<size_t>(r) * pp < se ? sa + static_cast<size_t>(r) * pp : se;
+    const size_t pe = se - pa < pp ? se : pa + pp;
+    const void* srcs[kMaxRanks];
+    void* dsts[kMaxRanks];
+    for (int j = 0; j < n; ++j) {
+      const Counters* theirs = counters(j);
+      srcs[j] = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(X::load64(&theirs->c[kSend]))) + pa * d.esize;
+      dsts[j] = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(X::load64(&theirs->c[kRecv]))) + pa * d.esize;
+    }
+    x.reduceN(dsts, n, srcs, n, pe - pa, d);
+    post(kDone, call);
+    return everyone(kDone, call);
+  }
+
   // ---- counters ----
   HORA_PD uint8_t* slot(int j, uint64_t g, int out) const {
     return d.regions[j] + d.layout.slotAt(b, static_cast<int>(g % kSlots), out);
@@ -487,7 +534,7 @@ struct Run {
     bool whole = false;
     if (!stopped()) {
       announce();
-      whole = d.ll ? b != 0 || ll() : chunks();
+      whole = d.ll ? b != 0 || ll() : d.direct ? direct() : chunks();
     }
     x.sync();
     if (x.tid() == 0) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "kernels/cpu/reduce.h"
 
@@ -39,6 +40,14 @@ struct HostX {
   void reduce2(void* a, void* b, const void* const* srcs, int n, size_t count, const Desc& d) const {
     void* dsts[2] = {a, b};
     if (count) kernels::reduce(dsts, a == b ? 1 : 2, srcs, n, count, spec(d));
+  }
+  // Into m destinations, through a buffer of its own (a destination may be a source).
+  void reduceN(void* const* dsts, int m, const void* const* srcs, int n, size_t count, const Desc& d) const {
+    if (!count) return;
+    std::vector<uint8_t> out(count * d.esize);
+    void* to = out.data();
+    kernels::reduce(&to, 1, srcs, n, count, spec(d));
+    for (int k = 0; k < m; ++k) memcpy(dsts[k], out.data(), out.size());
   }
   static uint64_t load64(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
   static void store64(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
