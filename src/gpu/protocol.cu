@@ -69,44 +69,10 @@ struct DevX {
     for (size_t k = done + threadIdx.x; k < bytes; k += blockDim.x) o[k] = static_cast<char>(__ldcg(reinterpret_cast<const unsigned char*>(i) + k));
   }
 
-  // 16 bytes of every source per thread and step where every pointer is 16-aligned (the
-  // elements after the last whole pack one at a time), else one element at a time.
-  __device__ void reduceInto(void* a, void* b, const void* const* srcs, int n, size_t count) const {
-    constexpr size_t V = 16 / sizeof(E);
-    union Pack {
-      uint4 v;
-      E e[V];
-    };
-    uintptr_t ors = reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b);
-    for (int k = 0; k < n; ++k) ors |= reinterpret_cast<uintptr_t>(srcs[k]);
-    const size_t packs = (ors & 15) == 0 ? count / V : 0;
-    for (size_t q = threadIdx.x; q < packs; q += blockDim.x) {
-      Pack in;
-      in.v = __ldcg(static_cast<const uint4*>(srcs[0]) + q);
-      typename D::C acc[V];
-#pragma unroll
-      for (size_t j = 0; j < V; ++j) acc[j] = el::first<D>(in.e[j], p);
-      for (int k = 1; k < n; ++k) {
-        in.v = __ldcg(static_cast<const uint4*>(srcs[k]) + q);
-#pragma unroll
-        for (size_t j = 0; j < V; ++j) acc[j] = el::combine<D, Op>(acc[j], in.e[j]);
-      }
-      Pack out;
-#pragma unroll
-      for (size_t j = 0; j < V; ++j) out.e[j] = el::last<D>(acc[j], p);
-      static_cast<uint4*>(a)[q] = out.v;
-      if (b) static_cast<uint4*>(b)[q] = out.v;
-    }
-    for (size_t i = packs * V + threadIdx.x; i < count; i += blockDim.x) {
-      typename D::C acc = el::first<D>(loadCg<E>(static_cast<const E*>(srcs[0]) + i), p);
-      for (int k = 1; k < n; ++k) acc = el::combine<D, Op>(acc, loadCg<E>(static_cast<const E*>(srcs[k]) + i));
-      const E out = el::last<D>(acc, p);
-      static_cast<E*>(a)[i] = out;
-      if (b) static_cast<E*>(b)[i] = out;
-    }
-  }
-  // Into m destinations (each pack is loaded from every source, then stored to each: a
-  // destination that is also a source is read before it is written).
+  // Into m destinations: 16 bytes of every source per thread and step where every pointer is
+  // 16-aligned (the elements after the last whole pack one at a time), else one element at a
+  // time; each pack is loaded from every source, then stored to each destination (one that is
+  // also a source is read before it is written).
   __device__ void reduceN(void* const* dsts, int m, const void* const* srcs, int n, size_t count, const Desc&) const {
     constexpr size_t V = 16 / sizeof(E);
     union Pack {
@@ -140,11 +106,12 @@ struct DevX {
       for (int k = 0; k < m; ++k) static_cast<E*>(dsts[k])[i] = out;
     }
   }
-  __device__ void reduce(void* dst, const void* const* srcs, int n, size_t count, const Desc&) const {
-    reduceInto(dst, nullptr, srcs, n, count);
+  __device__ void reduce(void* dst, const void* const* srcs, int n, size_t count, const Desc& d) const {
+    reduceN(&dst, 1, srcs, n, count, d);
   }
-  __device__ void reduce2(void* a, void* b, const void* const* srcs, int n, size_t count, const Desc&) const {
-    reduceInto(a, a == b ? nullptr : b, srcs, n, count);
+  __device__ void reduce2(void* a, void* b, const void* const* srcs, int n, size_t count, const Desc& d) const {
+    void* dsts[2] = {a, b};
+    reduceN(dsts, a == b ? 1 : 2, srcs, n, count, d);
   }
 
   __device__ static uint64_t load64(const uint64_t* q) { return *reinterpret_cast<const volatile uint64_t*>(q); }
