@@ -60,6 +60,8 @@ std::vector<Case> deviceSweep(int n) {
   // Large: several 8 MiB slots of the IPC stage, and several staging blocks.
   out.push_back(Case{Coll::AllReduce, horaFloat32, horaSum, (5u << 20) + 3, false, 0});
   out.push_back(Case{Coll::AllReduce, horaInt64, horaMax, 4097, true, 0});  // past LL, one block
+  out.push_back(Case{Coll::Broadcast, horaFloat64, horaSum, 300001, false, (n - 1) / 2});
+  out.push_back(Case{Coll::Reduce, horaInt32, horaSum, 300001, true, (n - 1) / 2});
   out.push_back(Case{Coll::AllReduce, horaBfloat16, horaNumOps, (3u << 20) + 1, true, 0});
   out.push_back(Case{Coll::AllGather, horaFloat32, horaSum, (1u << 20) + 7, false, 0});
   out.push_back(Case{Coll::ReduceScatter, horaInt32, horaMax, (1u << 20) + 5, true, 0});

@@ -320,7 +320,7 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
   d.tag = coll::makeTag(a) | 1;
   d.ll = gpu::fitsLl(d.coll, d.bytes, d.nranks);
   d.oneGpu = k.clique.size() == static_cast<size_t>(c->nranks);
-  d.direct = d.oneGpu && d.coll == gpu::Coll::AllReduce && !d.ll;
+  d.direct = d.oneGpu && !d.ll;
   d.blocks = gpu::blocksFor(d);
   if (d.coll == gpu::Coll::Broadcast && c->rank != a.root) d.send = nullptr;
   {

@@ -217,18 +217,7 @@ class Emulated final : public Backend {
   void streamSyncQuiet(void* s) override { streamSync(s); }
   // Every stream's work done, the legacy stream's too (a kernel that spins for work queued
   // after this wait spins for ever, as on a GPU).
-  // The streams are waited for without holding streamsMu_: on a GPU, other threads go on
-  // queueing work meanwhile (work they queue after this wait began is not waited for).
-  void deviceSync() override {
-    legacy_.sync();
-    std::shared_lock<std::shared_mutex> life(lives_);
-    std::vector<const void*> now;
-    {
-      std::lock_guard<std::mutex> lock(streamsMu_);
-      now.assign(streams_.begin(), streams_.end());
-    }
-    for (const void* s : now) static_cast<EmuStream*>(const_cast<void*>(s))->sync();
-  }
+  void deviceSync() override { idleAll(); }
   bool streamDone(void* s) override { return stream(s).done(); }
   void* eventCreate() override {
     std::unique_lock<std::shared_mutex> driver(driver_);
@@ -332,10 +321,19 @@ class Emulated final : public Backend {
     int fd;
     bool owned;  // allocated here (else a mapping of a peer's)
   };
+  // Waits for every stream's work, the legacy stream's too. The streams are waited for without
+  // holding streamsMu_: on a GPU, other threads go on queueing work meanwhile (a rank whose
+  // kernel another rank's waits for may be queueing it right now); a stream is not destroyed
+  // while this waits for it (lives_).
   void idleAll() {
     legacy_.sync();
-    std::lock_guard<std::mutex> lock(streamsMu_);  // no stream goes meanwhile
-    for (const void* s : streams_) static_cast<EmuStream*>(const_cast<void*>(s))->sync();
+    std::shared_lock<std::shared_mutex> life(lives_);
+    std::vector<const void*> now;
+    {
+      std::lock_guard<std::mutex> lock(streamsMu_);
+      now.assign(streams_.begin(), streams_.end());
+    }
+    for (const void* s : now) static_cast<EmuStream*>(const_cast<void*>(s))->sync();
   }
   // A stream by its handle; null: the legacy default stream.
   EmuStream& stream(void* s) {

@@ -142,7 +142,7 @@ struct Desc {
   bool ll = false;         // by LL (fitsLl)
   bool oneGpu = false;     // every rank's region on this GPU (ranks as threads of one): the
                            // counters need ordering among its SMs only, not across the system
-  bool direct = false;     // an AllReduce that reads and writes the ranks' buffers in place
+  bool direct = false;     // reads and writes the ranks' buffers in place (Run::direct)
   uint64_t tag = 0;        // what the call is (kind, count, type, op, root): equal on every rank
   Status* status = nullptr;
   uint64_t timeoutNs = 0;
@@ -397,13 +397,17 @@ struct Run {
   }
 
   // ---- direct: every rank a thread of this process on this GPU ----
-  // An AllReduce between ranks whose buffers this kernel can address (threads of one process
-  // on one GPU) reads and writes them in place: no slot, no chunk. Block b takes slice b of the
-  // buffer and rank r part r of the slice: it waits for every rank's block b to publish its
-  // buffers for the call, reduces part r of the slice from every rank's input into every rank's
-  // output, posts kDone and waits for every rank's block b to have done the same (so that no
-  // rank's kernel ends while its input is still read or its output still written). Each
-  // element is read once from each input and written once to each output.
+  // A call between ranks whose buffers this kernel can address (threads of one process on one
+  // GPU) reads and writes them in place: no slot, no chunk. Block b takes slice b of the buffer:
+  // it waits for every rank's block b to publish its buffers for the call, does its share, posts
+  // kDone and waits for every rank's block b to have done the same (so that no rank's kernel
+  // ends while its buffers are still read or written). The shares:
+  //   AllReduce, Reduce: part r of the slice, reduced from every rank's input into every rank's
+  //     output (Reduce: the root's);
+  //   ReduceScatter: this rank's output slice, reduced from its block of every rank's input;
+  //   AllGather: this rank's input slice, copied to its place in every rank's output;
+  //   Broadcast: this rank's output slice, copied from the root's input.
+  // Each element is read once from each input it needs and written once to each output.
   HORA_PD bool direct() const {
     const int n = d.nranks, r = d.rank;
     if (x.tid() == 0) {
@@ -414,22 +418,45 @@ struct Run {
       X::store64(&mine->c[kPtrs], call);
     }
     if (!everyone(kPtrs, call)) return false;
-    const size_t count = d.bytes / d.esize, unit = d.esize < 16 ? 16 / d.esize : 1;
+    const size_t count = d.bytes / d.esize, unit = d.esize < 16 ? 16 / d.esize : 1, e = d.esize;
     const auto roundUp = [unit](size_t v) { return (v + unit - 1) / unit * unit; };
+    const auto clip = [](size_t v, size_t hi) { return v < hi ? v : hi; };
     const size_t per = roundUp((count + static_cast<size_t>(d.blocks) - 1) / static_cast<size_t>(d.blocks));
-    const size_t sa = static_cast<size_t>(b) * per < count ? static_cast<size_t>(b) * per : count;
-    const size_t se = count - sa < per ? count : sa + per;
-    const size_t pp = roundUp((se - sa + static_cast<size_t>(n) - 1) / static_cast<size_t>(n));
-    const size_t pa = sa + static_cast<size_t>(r) * pp < se ? sa + static_cast<size_t>(r) * pp : se;
-    const size_t pe = se - pa < pp ? se : pa + pp;
-    const void* srcs[kMaxRanks];
-    void* dsts[kMaxRanks];
+    const size_t sa = clip(static_cast<size_t>(b) * per, count), se = clip(sa + per, count);
+    const uint8_t* send[kMaxRanks];
+    uint8_t* recv[kMaxRanks];
     for (int j = 0; j < n; ++j) {
       const Counters* theirs = counters(j);
-      srcs[j] = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(X::load64(&theirs->c[kSend]))) + pa * d.esize;
-      dsts[j] = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(X::load64(&theirs->c[kRecv]))) + pa * d.esize;
+      send[j] = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(X::load64(&theirs->c[kSend])));
+      recv[j] = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(X::load64(&theirs->c[kRecv])));
     }
-    x.reduceN(dsts, n, srcs, n, pe - pa, d);
+    const void* srcs[kMaxRanks];
+    void* dsts[kMaxRanks];
+    switch (d.coll) {
+      case Coll::AllReduce:
+      case Coll::Reduce: {
+        const size_t pp = roundUp((se - sa + static_cast<size_t>(n) - 1) / static_cast<size_t>(n));
+        const size_t pa = clip(sa + static_cast<size_t>(r) * pp, se), pe = clip(pa + pp, se);
+        for (int j = 0; j < n; ++j) {
+          srcs[j] = send[j] + pa * e;
+          dsts[j] = recv[j] + pa * e;
+        }
+        if (d.coll == Coll::AllReduce) x.reduceN(dsts, n, srcs, n, pe - pa, d);
+        else x.reduceN(&dsts[d.root], 1, srcs, n, pe - pa, d);
+        break;
+      }
+      case Coll::ReduceScatter:
+        for (int j = 0; j < n; ++j) srcs[j] = send[j] + (static_cast<size_t>(r) * count + sa) * e;
+        dsts[0] = recv[r] + sa * e;
+        x.reduceN(dsts, 1, srcs, n, se - sa, d);
+        break;
+      case Coll::AllGather:
+        for (int j = 0; j < n; ++j) x.copy(recv[j] + (static_cast<size_t>(r) * count + sa) * e, send[r] + sa * e, (se - sa) * e);
+        break;
+      case Coll::Broadcast:
+        x.copy(recv[r] + sa * e, send[d.root] + sa * e, (se - sa) * e);
+        break;
+    }
     post(kDone, call);
     return everyone(kDone, call);
   }
