@@ -437,12 +437,14 @@ struct Run {
       case Coll::Reduce: {
         const size_t pp = roundUp((se - sa + static_cast<size_t>(n) - 1) / static_cast<size_t>(n));
         const size_t pa = clip(sa + static_cast<size_t>(r) * pp, se), pe = clip(pa + pp, se);
-        for (int j = 0; j < n; ++j) {
-          srcs[j] = send[j] + pa * e;
-          dsts[j] = recv[j] + pa * e;
+        for (int j = 0; j < n; ++j) srcs[j] = send[j] + pa * e;
+        if (d.coll == Coll::AllReduce) {
+          for (int j = 0; j < n; ++j) dsts[j] = recv[j] + pa * e;
+          x.reduceN(dsts, n, srcs, n, pe - pa, d);
+        } else {  // (only the root has an output)
+          dsts[0] = recv[d.root] + pa * e;
+          x.reduceN(dsts, 1, srcs, n, pe - pa, d);
         }
-        if (d.coll == Coll::AllReduce) x.reduceN(dsts, n, srcs, n, pe - pa, d);
-        else x.reduceN(&dsts[d.root], 1, srcs, n, pe - pa, d);
         break;
       }
       case Coll::ReduceScatter:
