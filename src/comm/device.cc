@@ -3,27 +3,16 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
-#include <condition_variable>
-#include <cstddef>
-#include <deque>
-#include <map>
 #include <cstring>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 
-#include "gpu/cuda.h"
-#include "kernels/cpu/scalar.h"
+#include "base/host.h"
 #include "base/log.h"
 #include "comm/config.h"
-#include "comm/kernel_gate.h"
-#include "comm/trace.h"
-#include "core/device_engine.h"
-#include "gpu/protocol.h"
-#include "base/host.h"
-#include "transports/cuda_ipc/stage.h"
 #include "comm/device_state.h"
+#include "kernels/cpu/scalar.h"
+#include "transports/cuda_ipc/stage.h"
 
 namespace hora::device {
 
@@ -84,6 +73,45 @@ void releaseRegion(uint8_t* p) {
     if (it != sharedRegions().end()) sharedRegions().erase(it);
   }
   cuda::deviceFree(p);
+}
+
+// The peers may still be reading this rank's region for the last chunk (their copies out of
+// its out-slots): wait, a while at most, until each has said it is done with it, or is gone.
+void CommState::awaitPeersDone() {
+  if (!stage || !lastIpcChunk) return;
+  const auto until = Clock::now() + std::chrono::seconds(5);
+  std::vector<pollfd> fds;
+  while (Clock::now() < until && !stage->reached(kOutFreeCounter, lastIpcChunk)) {
+    Errc relayed = Errc::Success;
+    fds.clear();
+    const std::string gone = stage->arm(-1, &relayed, fds);
+    stage->disarm();
+    if (!gone.empty()) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+CommState::~CommState() {
+  worker.reset();
+  endKernels();
+  try {
+    engine.reset();
+    awaitPeersDone();
+    stage.reset();
+    for (void* p : opened) cuda::ipcClose(p);
+    for (void* p : k.opened) cuda::ipcClose(p);
+    for (uint8_t* p : k.retained) releaseRegion(p);
+    cuda::deviceFree(region);
+    releaseRegion(k.region);
+    for (Block& b : pool) cuda::hostFree(b.p);
+    for (void* e : events) cuda::eventDestroy(e);
+    cuda::eventDestroy(k.lastDone);
+    if (k.ownStream) cuda::streamDestroy(k.ownStream);
+    for (void* e : foreignDone) cuda::eventDestroy(e);
+    cuda::streamDestroy(copyStream);
+  } catch (const std::exception& e) {
+    HORA_WARN(log::kColl, "freeing the communicator's device resources: %s", e.what());
+  }
 }
 
 void destroy(CommState* s) { delete s; }
@@ -545,9 +573,11 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
   // Ranks as threads of one GPU: whatever a call queues on its stream (a kernel, or a wait for
   // the worker) may wait on the GPU for another rank of the clique's same call, so it is queued
   // once every one of them has come to it (kernel_gate.h). (A capture queues nothing that runs.)
-  bool capturing = false;
-  for (void* s : distinct) capturing = capturing || cuda::isCapturing(s);
-  if (!capturing) {
+  bool gated = false, capturing = false;
+  for (horaComm* c : comms) gated = gated || stateOf(c).k.gate;
+  if (gated)
+    for (void* s : distinct) capturing = capturing || cuda::isCapturing(s);
+  if (gated && !capturing) {
     for (horaComm* c : comms) {
       CommState::Kernels& k = stateOf(c).k;
       if (k.gate) k.gate->enter(k.cliqueAt, ++k.gated);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 
+#include "base/wait.h"
 #include "comm/config.h"
 #include "comm/device_state.h"
 
@@ -73,6 +74,16 @@ Error statusError(const horaComm* c, const CommState& st, const gpu::Status& s) 
                                      static_cast<long long>(c->opts.timeout.count()), waited.c_str()));
 }
 
+// Whether this is the kernels' first failure report (with k.reportMu held); then `streams`, the
+// streams they were queued on.
+bool firstReport(CommState::Kernels& k, std::vector<void*>& streams) {
+  std::lock_guard<std::mutex> lock(k.mu);
+  if (k.reported) return false;
+  k.reported = true;
+  streams = k.streams;
+  return true;
+}
+
 // The kernels' failure, once: the communicator's error (its peers hear of it) and the error of
 // every stream they were queued on.
 void reportKernels(horaComm* c, CommState& st) {
@@ -80,12 +91,7 @@ void reportKernels(horaComm* c, CommState& st) {
   if (!k.status || !__atomic_load_n(&k.status->code, __ATOMIC_ACQUIRE)) return;
   std::lock_guard<std::mutex> report(k.reportMu);
   std::vector<void*> streams;
-  {
-    std::lock_guard<std::mutex> lock(k.mu);
-    if (k.reported) return;
-    k.reported = true;
-    streams = k.streams;
-  }
+  if (!firstReport(k, streams)) return;
   const Error e = statusError(c, st, *k.status);
   noteStreamError(streams, "a collective on a CUDA stream", e);
   if (!c->aborting.load()) c->fail(e);
@@ -147,12 +153,7 @@ void settleKernels(horaComm* c, CommState& st) {
     // The streams learn why: the communicator's error.
     std::lock_guard<std::mutex> report(k.reportMu);
     std::vector<void*> streams;
-    {
-      std::lock_guard<std::mutex> g(k.mu);
-      if (k.reported) return;
-      k.reported = true;
-      streams = k.streams;
-    }
+    if (!firstReport(k, streams)) return;
     Error why(Errc::InvalidUsage, "the communicator was aborted");
     try {
       c->check();
@@ -245,21 +246,27 @@ std::shared_ptr<KernelGate> gateFor(const void* key, size_t members) {
 
 
 // Waits until every rank of this rank's clique has come to call n (kernel_gate.h), which this
-// rank has entered.
+// rank has entered: the one wait, spinning first only where every rank has a core.
 void awaitClique(horaComm* c, CommState::Kernels& k, uint64_t n) {
-  const int r = k.gate->await(n, [c] { return c->aborting.load(); }, c->opts.timeout);
-  if (r == 0) return;
-  c->check();
-  if (r < 0) fail(Errc::InvalidUsage, "the communicator was aborted");
-  const int late = k.clique[static_cast<size_t>(r - 1)];
-  const Error e(Errc::Timeout,
-                format("Timed out: %s did not come to this communicator's call #%llu on a CUDA stream within %lld ms "
-                       "(ranks of one process on one GPU queue a call only once every one of them has come to it: "
-                       "their kernels wait for each other on the GPU)",
-                       c->peers[static_cast<size_t>(late)].name().c_str(), static_cast<unsigned long long>(n),
-                       static_cast<long long>(c->opts.timeout.count())));
-  c->fail(e);
-  throw e;
+  if (k.gate->all(n)) return;
+  Waiter w(c->opts.timeout, &c->aborting, [c, &k, n] {
+    const size_t late = k.gate->late(n);
+    const int rank = late < k.clique.size() ? k.clique[late] : c->rank;
+    return format("%s to come to this communicator's call #%llu on a CUDA stream (ranks of one process on one GPU "
+                  "queue a call only once every one of them has come to it: their kernels wait for each other on "
+                  "the GPU)",
+                  c->peers[static_cast<size_t>(rank)].name().c_str(), static_cast<unsigned long long>(n));
+  }, c->spinFor);
+  try {
+    while (!k.gate->all(n)) w.idle([&](milliseconds most) { k.gate->sleep(n, most); });
+  } catch (const Error& e) {
+    if (c->aborting.load()) {
+      c->check();
+      throw;
+    }
+    c->fail(e);
+    throw;
+  }
 }
 
 // One rank: a collective's result is its input, so the call is a copy on the stream (none in

@@ -28,7 +28,10 @@
 #include "core/device_engine.h"
 #include "gpu/cuda.h"
 #include "gpu/protocol.h"
-#include "transports/cuda_ipc/stage.h"
+
+namespace hora::transport {
+class CudaIpcStage;  // (comm/device.cc makes it)
+}
 
 namespace hora::device {
 
@@ -194,47 +197,14 @@ struct CommState {
 
   // The peers may still be reading this rank's region for the last chunk (their copies out of
   // its out-slots): wait, a while at most, until each has said it is done with it, or is gone.
-  void awaitPeersDone() {
-    if (!stage || !lastIpcChunk) return;
-    const auto until = Clock::now() + std::chrono::seconds(5);
-    std::vector<pollfd> fds;
-    while (Clock::now() < until && !stage->reached(kOutFreeCounter, lastIpcChunk)) {
-      Errc relayed = Errc::Success;
-      fds.clear();
-      const std::string gone = stage->arm(-1, &relayed, fds);
-      stage->disarm();
-      if (!gone.empty()) return;
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-  }
+  void awaitPeersDone();
 
   // Ends the kernels' watchdog, makes every kernel of this rank stop (a peer's may still be
   // waiting for it: they see it gone or time out) and waits, a while at most, until they have
   // and the peers are done reading this rank's region.
   void endKernels();
 
-  ~CommState() {
-    worker.reset();
-    endKernels();
-    try {
-      engine.reset();
-      awaitPeersDone();
-      stage.reset();
-      for (void* p : opened) cuda::ipcClose(p);
-      for (void* p : k.opened) cuda::ipcClose(p);
-      for (uint8_t* p : k.retained) releaseRegion(p);
-      cuda::deviceFree(region);
-      releaseRegion(k.region);
-      for (Block& b : pool) cuda::hostFree(b.p);
-      for (void* e : events) cuda::eventDestroy(e);
-      cuda::eventDestroy(k.lastDone);
-      if (k.ownStream) cuda::streamDestroy(k.ownStream);
-      for (void* e : foreignDone) cuda::eventDestroy(e);
-      cuda::streamDestroy(copyStream);
-    } catch (const std::exception& e) {
-      HORA_WARN(log::kColl, "freeing the communicator's device resources: %s", e.what());
-    }
-  }
+  ~CommState();
 };
 
 // The device state of c, made by its first device call.

@@ -12,11 +12,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 namespace hora::device {
 
+// The members' call numbers, and a condition to sleep on; the wait itself is the caller's, through
+// the library's one wait (base/wait.h): a rank spins (where every rank has a core), yields, then
+// sleeps here until a member comes to the call.
 class KernelGate {
  public:
   explicit KernelGate(size_t members) : reached_(members) {
@@ -31,60 +33,22 @@ class KernelGate {
       cv_.notify_all();
     }
   }
-  // Returns 0 once every member has come to call n; else, when stop() says so (checked every
-  // millisecond) -1, or when timeout passes with a member short of n, that member's index + 1.
-  // (A group over several communicators enters every gate first, then waits at each: ranks may
-  // order a group's communicators differently.)
-  // The threads of a clique come to a call within microseconds of each other, and a sleep on the
-  // condition and its wake-up cost tens of them (21 us a meeting of 2 threads on 2 cores, against
-  // well under 1 us looking): it looks first, pausing, then yielding, and sleeps only after.
-  template <class Stop>
-  int await(uint64_t n, const Stop& stop, std::chrono::milliseconds timeout) {
-    for (int k = 0; k < kLooks; ++k) {
-      if (late(n) == reached_.size()) return 0;
-      if (k < kLooks / 2) {
-        pause();
-      } else {
-        std::this_thread::yield();
-      }
-    }
-    const auto until = std::chrono::steady_clock::now() + timeout;
-    std::unique_lock<std::mutex> lock(mu_);
-    sleepers_.fetch_add(1);  // (then a look: enter() stores, then reads this; both in order)
-    int result = 0;
-    for (;;) {
-      const size_t l = late(n);
-      if (l == reached_.size()) break;
-      if (stop()) {
-        result = -1;
-        break;
-      }
-      if (std::chrono::steady_clock::now() >= until) {
-        result = static_cast<int>(l) + 1;
-        break;
-      }
-      cv_.wait_for(lock, std::chrono::milliseconds(1));
-    }
-    sleepers_.fetch_sub(1);
-    return result;
-  }
-
- private:
-  static constexpr int kLooks = 2000;
-  static void pause() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
-  }
-  // The first member short of call n, or the members' count.
+  // The first member short of call n, or the members' count once every one has come to it.
   size_t late(uint64_t n) const {
     for (size_t j = 0; j < reached_.size(); ++j)
       if (reached_[j].load() < n) return j;
     return reached_.size();
   }
+  bool all(uint64_t n) const { return late(n) == reached_.size(); }
+  // Sleeps until every member has come to call n, or for `most` at most (Waiter::idle's block).
+  void sleep(uint64_t n, std::chrono::milliseconds most) {
+    std::unique_lock<std::mutex> lock(mu_);
+    sleepers_.fetch_add(1);  // (then a look: enter() stores, then reads this; both in order)
+    cv_.wait_for(lock, most, [&] { return all(n); });
+    sleepers_.fetch_sub(1);
+  }
 
+ private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::atomic<uint64_t>> reached_;  // by member: the last call it has come to
