@@ -85,6 +85,11 @@ std::string inChild(const std::function<std::string()>& fn) {
   return r[0].ok() ? "" : describe(r);
 }
 
+// n ranks as threads of one child process: "" or their failures.
+std::string onThreads(int n, const RankFn& fn) {
+  return inChild([&] { return joinAll(runThreads(n, fn)); });
+}
+
 // The ranks of a test of the device-initiated kernels: processes on the emulated GPU; on a real
 // one, threads of one child process (ranks as threads of one GPU run as kernels). "" or the
 // failures.
@@ -95,7 +100,7 @@ std::string onKernelRanks(int n, const RankFn& fn) {
       if (!r.ok()) return describe(results);
     return "";
   }
-  return inChild([&] { return joinAll(runThreads(n, fn)); });
+  return onThreads(n, fn);
 }
 
 }  // namespace
@@ -569,27 +574,21 @@ TEST_CASE("processes sharing a GPU are detected and take a path that does not sp
   });
   INFO(describe(results));
   for (const auto& r : results) CHECK(r.ok());
-  const std::string e = inChild([] {
-    auto failures = runThreads(2, [](horaComm_t comm, int rank, int nranks) -> std::string {
-      std::string e = runCase(comm, rank, nranks, Case{Coll::AllReduce, horaFloat32, horaSum, 1000, false, 0}, Memory{true, nullptr});
-      if (!e.empty()) return e;
-      if (!hora::device::kernelsActive(reinterpret_cast<horaComm*>(comm))) return "threads on one GPU did not run kernels";
-      return "";
-    });
-    return joinAll(failures);
+  const std::string e = onThreads(2, [](horaComm_t comm, int rank, int nranks) -> std::string {
+    std::string e = runCase(comm, rank, nranks, Case{Coll::AllReduce, horaFloat32, horaSum, 1000, false, 0}, Memory{true, nullptr});
+    if (!e.empty()) return e;
+    if (!hora::device::kernelsActive(reinterpret_cast<horaComm*>(comm))) return "threads on one GPU did not run kernels";
+    return "";
   });
   CHECK(e == "");
 }
 
 TEST_CASE("ranks as threads of one process share one device", "[device][threads]") {
-  const std::string e = inChild([] {
-    auto failures = runThreads(4, [](horaComm_t comm, int rank, int nranks) -> std::string {
-      std::string e = runSweep(comm, rank, nranks, deviceSweep(nranks), Memory{true, nullptr});
-      if (!e.empty()) return e;
-      if (!hora::device::kernelsActive(reinterpret_cast<horaComm*>(comm))) return "no device-initiated collectives between threads";
-      return "";
-    });
-    return joinAll(failures);
+  const std::string e = onThreads(4, [](horaComm_t comm, int rank, int nranks) -> std::string {
+    std::string e = runSweep(comm, rank, nranks, deviceSweep(nranks), Memory{true, nullptr});
+    if (!e.empty()) return e;
+    if (!hora::device::kernelsActive(reinterpret_cast<horaComm*>(comm))) return "no device-initiated collectives between threads";
+    return "";
   });
   CHECK(e == "");
 }
@@ -599,33 +598,30 @@ TEST_CASE("ranks as threads of one process share one device", "[device][threads]
 // thread that waits for the whole device before it makes call n (cudaDeviceSynchronize, as
 // nccl-tests' check does between calls) must not find the other's call n queued and waiting.
 TEST_CASE("ranks as threads of one GPU: one waits for the whole device between its calls", "[device][threads]") {
-  const std::string e = inChild([] {
-    auto failures = runThreads(2, [](horaComm_t comm, int rank, int) -> std::string {
-      const size_t count = 1000;
-      float* d = static_cast<float*>(cu::deviceAlloc(count * 4));
-      float* host = static_cast<float*>(cu::hostAlloc(count * 4));
-      for (size_t i = 0; i < count; ++i) host[i] = static_cast<float>(rank + 1);
-      void* stream = cu::streamCreate();
-      horaStream_t s = static_cast<horaStream_t>(stream);
-      cu::copyAsync(d, host, count * 4, stream);
-      for (int i = 0; i < 20; ++i) {
-        if (rank == 0) cu::deviceSync();
-        if (horaAllReduce(d, d, count, horaFloat32, horaSum, comm, s) != horaSuccess)
-          return "AllReduce " + std::to_string(i) + ": " + horaGetLastError(comm);
-        // A call of no elements goes through the worker: its stream waits for it on the GPU.
-        if (rank == 0) cu::deviceSync();
-        if (horaAllReduce(d, d, 0, horaFloat32, horaSum, comm, s) != horaSuccess)
-          return "AllReduce of 0 elements " + std::to_string(i) + ": " + horaGetLastError(comm);
-      }
-      cu::copyAsync(host, d, count * 4, stream);
-      if (horaStreamSynchronize(s) != horaSuccess) return std::string("the stream: ") + horaGetLastError(comm);
-      if (!hora::device::kernelsActive(reinterpret_cast<horaComm*>(comm))) return "no device-initiated collectives";
-      const float want = 3.0f * static_cast<float>(1 << 19);  // 1 + 2, doubled by each of the 19 after
-      for (size_t i = 0; i < count; ++i)
-        if (host[i] != want) return "element " + std::to_string(i) + " is " + std::to_string(host[i]);
-      return "";
-    });
-    return joinAll(failures);
+  const std::string e = onThreads(2, [](horaComm_t comm, int rank, int) -> std::string {
+    const size_t count = 1000;
+    float* d = static_cast<float*>(cu::deviceAlloc(count * 4));
+    float* host = static_cast<float*>(cu::hostAlloc(count * 4));
+    for (size_t i = 0; i < count; ++i) host[i] = static_cast<float>(rank + 1);
+    void* stream = cu::streamCreate();
+    horaStream_t s = static_cast<horaStream_t>(stream);
+    cu::copyAsync(d, host, count * 4, stream);
+    for (int i = 0; i < 20; ++i) {
+      if (rank == 0) cu::deviceSync();
+      if (horaAllReduce(d, d, count, horaFloat32, horaSum, comm, s) != horaSuccess)
+        return "AllReduce " + std::to_string(i) + ": " + horaGetLastError(comm);
+      // A call of no elements goes through the worker: its stream waits for it on the GPU.
+      if (rank == 0) cu::deviceSync();
+      if (horaAllReduce(d, d, 0, horaFloat32, horaSum, comm, s) != horaSuccess)
+        return "AllReduce of 0 elements " + std::to_string(i) + ": " + horaGetLastError(comm);
+    }
+    cu::copyAsync(host, d, count * 4, stream);
+    if (horaStreamSynchronize(s) != horaSuccess) return std::string("the stream: ") + horaGetLastError(comm);
+    if (!hora::device::kernelsActive(reinterpret_cast<horaComm*>(comm))) return "no device-initiated collectives";
+    const float want = 3.0f * static_cast<float>(1 << 19);  // 1 + 2, doubled by each of the 19 after
+    for (size_t i = 0; i < count; ++i)
+      if (host[i] != want) return "element " + std::to_string(i) + " is " + std::to_string(host[i]);
+    return "";
   });
   CHECK(e == "");
 }
@@ -633,46 +629,43 @@ TEST_CASE("ranks as threads of one GPU: one waits for the whole device between i
 // Ranks as threads of one GPU with two communicators: a group over both, which one rank lists in
 // the other order (as NCCL allows), passes both communicators' meetings before a call.
 TEST_CASE("ranks as threads of one GPU: a group over two communicators in either order", "[device][threads]") {
-  const std::string e = inChild([] {
-    auto failures = runThreads(2, [](horaComm_t comm, int rank, int) -> std::string {
-      horaComm_t other = nullptr;
-      if (horaCommSplit(comm, 0, rank, &other, nullptr) != horaSuccess) return std::string("split: ") + horaGetLastError(comm);
-      const size_t count = 4096;
-      float* host = static_cast<float*>(cu::hostAlloc(count * 4));
-      float* a = static_cast<float*>(cu::deviceAlloc(count * 4));
-      float* b = static_cast<float*>(cu::deviceAlloc(count * 4));
-      void* stream = cu::streamCreate();
-      horaStream_t s = static_cast<horaStream_t>(stream);
-      for (size_t i = 0; i < count; ++i) host[i] = static_cast<float>(rank + 1);
-      cu::copyAsync(a, host, count * 4, stream);
-      cu::copyAsync(b, host, count * 4, stream);
-      // One call on each alone first (each sets up its kernels and its clique).
-      if (horaAllReduce(a, a, count, horaFloat32, horaSum, comm, s) != horaSuccess ||
-          horaAllReduce(b, b, count, horaFloat32, horaSum, other, s) != horaSuccess)
-        return std::string("alone: ") + horaGetLastError(comm);
-      for (int round = 0; round < 5; ++round) {
-        horaGroupStart();
-        if (rank == 0) {
-          horaAllReduce(a, a, count, horaFloat32, horaSum, comm, s);
-          horaAllReduce(b, b, count, horaFloat32, horaSum, other, s);
-        } else {
-          horaAllReduce(b, b, count, horaFloat32, horaSum, other, s);
-          horaAllReduce(a, a, count, horaFloat32, horaSum, comm, s);
-        }
-        if (horaGroupEnd() != horaSuccess) return "group " + std::to_string(round) + ": " + horaGetLastError(comm);
+  const std::string e = onThreads(2, [](horaComm_t comm, int rank, int) -> std::string {
+    horaComm_t other = nullptr;
+    if (horaCommSplit(comm, 0, rank, &other, nullptr) != horaSuccess) return std::string("split: ") + horaGetLastError(comm);
+    const size_t count = 4096;
+    float* host = static_cast<float*>(cu::hostAlloc(count * 4));
+    float* a = static_cast<float*>(cu::deviceAlloc(count * 4));
+    float* b = static_cast<float*>(cu::deviceAlloc(count * 4));
+    void* stream = cu::streamCreate();
+    horaStream_t s = static_cast<horaStream_t>(stream);
+    for (size_t i = 0; i < count; ++i) host[i] = static_cast<float>(rank + 1);
+    cu::copyAsync(a, host, count * 4, stream);
+    cu::copyAsync(b, host, count * 4, stream);
+    // One call on each alone first (each sets up its kernels and its clique).
+    if (horaAllReduce(a, a, count, horaFloat32, horaSum, comm, s) != horaSuccess ||
+        horaAllReduce(b, b, count, horaFloat32, horaSum, other, s) != horaSuccess)
+      return std::string("alone: ") + horaGetLastError(comm);
+    for (int round = 0; round < 5; ++round) {
+      horaGroupStart();
+      if (rank == 0) {
+        horaAllReduce(a, a, count, horaFloat32, horaSum, comm, s);
+        horaAllReduce(b, b, count, horaFloat32, horaSum, other, s);
+      } else {
+        horaAllReduce(b, b, count, horaFloat32, horaSum, other, s);
+        horaAllReduce(a, a, count, horaFloat32, horaSum, comm, s);
       }
-      if (horaStreamSynchronize(s) != horaSuccess) return std::string("the stream: ") + horaGetLastError(comm);
-      const float want = 3.0f * 32.0f;  // 1 + 2, doubled by each of the 5 groups
-      for (float* d : {a, b}) {
-        cu::copyAsync(host, d, count * 4, stream);
-        cu::streamSync(stream);
-        for (size_t i = 0; i < count; ++i)
-          if (host[i] != want) return "element " + std::to_string(i) + " is " + std::to_string(host[i]);
-      }
-      horaCommDestroy(other);
-      return "";
-    });
-    return joinAll(failures);
+      if (horaGroupEnd() != horaSuccess) return "group " + std::to_string(round) + ": " + horaGetLastError(comm);
+    }
+    if (horaStreamSynchronize(s) != horaSuccess) return std::string("the stream: ") + horaGetLastError(comm);
+    const float want = 3.0f * 32.0f;  // 1 + 2, doubled by each of the 5 groups
+    for (float* d : {a, b}) {
+      cu::copyAsync(host, d, count * 4, stream);
+      cu::streamSync(stream);
+      for (size_t i = 0; i < count; ++i)
+        if (host[i] != want) return "element " + std::to_string(i) + " is " + std::to_string(host[i]);
+    }
+    horaCommDestroy(other);
+    return "";
   });
   CHECK(e == "");
 }
