@@ -415,6 +415,12 @@ struct Rank {
     for (int i = 0; i < opt.warmup; ++i) call(tc, send, recv, opt.aggIters);
     if (device) dev::sync(stream);
     const int iters = itersFor(c.send * ts);
+    // Every rank starts timing together, as nccl-tests and the peers' harnesses do (a barrier
+    // before the timed calls): without it a rank that returns early from the last test (rank 0
+    // prints its row) starts late, and a rank whose calls run ahead of it (a Reduce's senders)
+    // counts the wait for it in its own time.
+    if (nranks > 1) check(horaBarrier(comm, device ? stream : nullptr), "horaBarrier");
+    if (device) dev::sync(stream);
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) call(tc, send, recv, opt.aggIters);
     if (device) dev::sync(stream);

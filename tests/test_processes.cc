@@ -330,18 +330,21 @@ std::string broadcastsTake(horaComm_t comm, int rank, int nranks, size_t count, 
   return "";
 }
 
-// A process that may not read another's memory, as a container's seccomp profile can make it:
-// process_vm_readv fails with EPERM.
-bool forbidCrossMemoryReads() {
+// A process that may not make system call `nr` (it fails with EPERM), as a container's seccomp
+// profile can make it.
+bool forbidSyscall(uint32_t nr) {
   sock_filter code[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, nr, 0, 1),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
   sock_fprog prog{static_cast<unsigned short>(sizeof code / sizeof code[0]), code};
   return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
 }
+
+// A process that may not read another's memory: process_vm_readv fails with EPERM.
+bool forbidCrossMemoryReads() { return forbidSyscall(SYS_process_vm_readv); }
 }  // namespace
 
 // Two processes: a Broadcast from 16 KiB reads the root's buffer where it lies (one chunk of the
@@ -385,6 +388,77 @@ TEST_CASE("a rank that may not read the others' memory turns the single copy off
     if (horaCommInitRank(&comm, nranks, id, rank) != horaSuccess) return "init failed";
     std::string e = comm->stage->memberAccess() == Access::None ? "" : "the single copy is on";
     if (e.empty()) e = broadcastsTake(comm, rank, nranks, size_t(1) << 20, 2);
+    horaCommDestroy(comm);
+    return e;
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+// ---- Doorbells: fence-free posts where every rank could register for membarrier ---------------
+
+namespace {
+
+// Small calls of every kind, each result checked, among ranks that outnumber the cores (so they
+// sleep, and the doorbells ring): 3000 AllReduces, Broadcasts and Reduces with the root moving.
+std::string smallCallsRight(horaComm_t comm, int rank, int nranks) {
+  for (int k = 0; k < 3000; ++k) {
+    const int root = k % nranks;
+    float in[4], out[4] = {-1, -1, -1, -1};
+    for (int i = 0; i < 4; ++i) in[i] = static_cast<float>(rank * 10 + i + k % 7);
+    horaResult_t r;
+    float want[4];
+    switch (k % 3) {
+      case 0:
+        r = horaAllReduce(in, out, 4, horaFloat, horaSum, comm, nullptr);
+        for (int i = 0; i < 4; ++i) want[i] = static_cast<float>(10 * nranks * (nranks - 1) / 2 + nranks * (i + k % 7));
+        break;
+      case 1:
+        r = horaBroadcast(in, out, 4, horaFloat, root, comm, nullptr);
+        for (int i = 0; i < 4; ++i) want[i] = static_cast<float>(root * 10 + i + k % 7);
+        break;
+      default:
+        r = horaReduce(in, out, 4, horaFloat, horaSum, root, comm, nullptr);
+        for (int i = 0; i < 4; ++i) want[i] = rank == root ? static_cast<float>(10 * nranks * (nranks - 1) / 2 + nranks * (i + k % 7)) : -1;
+        break;
+    }
+    if (r != horaSuccess) return "call " + std::to_string(k) + " failed: " + horaGetLastError(comm);
+    for (int i = 0; i < 4; ++i)
+      if (out[i] != want[i]) return "call " + std::to_string(k) + ": element " + std::to_string(i) + " wrong";
+  }
+  // A Reduce's senders may leave before its root has read: finalize waits for every rank.
+  if (horaCommFinalize(comm) != horaSuccess) return std::string("finalize failed: ") + horaGetLastError(comm);
+  return "";
+}
+
+bool asymmetricDoorbells(horaComm_t comm) {
+  const auto* w = dynamic_cast<const hora::shm::World*>(comm->stage.get());
+  return w && w->asymmetric;
+}
+}  // namespace
+
+// Where this process may register for membarrier, so may its children: every rank's posts are
+// fence-free, and small calls among more ranks than cores (which sleep, and are rung) are right.
+TEST_CASE("fence-free doorbells where every rank may use membarrier, every result right", "[processes][doorbells]") {
+  const bool canRegister = hora::shm::registerHeavyBarrier().empty();
+  auto results = runProcesses(3, [canRegister](horaComm_t comm, int rank, int nranks) -> std::string {
+    if (asymmetricDoorbells(comm) != canRegister)
+      return canRegister ? "posts are fenced, though every rank may use membarrier" : "fence-free posts without membarrier";
+    return smallCallsRight(comm, rank, nranks);
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+// A rank that may not call membarrier says so, and every rank fences its posts: the same
+// protocol everywhere, every result right.
+TEST_CASE("a rank that may not use membarrier turns fence-free doorbells off on every rank", "[processes][doorbells]") {
+  auto results = runRawProcesses(3, [](const horaUniqueId& id, int rank, int nranks) -> std::string {
+    if (rank == 1 && !forbidSyscall(SYS_membarrier)) return std::string("seccomp: ") + strerror(errno);
+    horaComm_t comm = nullptr;
+    if (horaCommInitRank(&comm, nranks, id, rank) != horaSuccess) return "init failed";
+    std::string e = asymmetricDoorbells(comm) ? "posts are fence-free though rank 1 may not use membarrier" : "";
+    if (e.empty()) e = smallCallsRight(comm, rank, nranks);
     horaCommDestroy(comm);
     return e;
   });

@@ -35,7 +35,7 @@ void failEntries(std::vector<Traced>& entries) {
 struct BusyGuard {
   std::vector<horaComm*>& comms;  // thread_local storage: no allocation per call
   ~BusyGuard() {
-    for (horaComm* c : comms) c->busy.store(false);
+    for (horaComm* c : comms) c->busy.store(false, std::memory_order_release);
     comms.clear();
   }
 };
@@ -218,7 +218,7 @@ bool runLone(horaComm* c, const coll::Args& a) {
   take(c);
   struct Release {
     horaComm* c;
-    ~Release() { c->busy.store(false); }
+    ~Release() { c->busy.store(false, std::memory_order_release); }
   } release{c};
   const horaComm::CachedPlan& cached = planned(c, a, topo, true);
   if (!cached.runsNow) return false;  // released: runCalls takes it again
@@ -282,7 +282,7 @@ void awaitLinkChecks(horaComm* c, bool meet) {
   take(c);
   struct Release {
     horaComm* c;
-    ~Release() { c->busy.store(false); }
+    ~Release() { c->busy.store(false, std::memory_order_release); }
   } release{c};
   ThreadState& ts = threadState();
   LinkChecks& lc = c->linkChecks;

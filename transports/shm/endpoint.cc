@@ -91,16 +91,18 @@ void recvDescriptors(int link, int expectRank, Fd* segment, Fd* doorbell, Waiter
   }
 }
 
-// The single copy's agreement: a word per peer, its magic and whether the sender may read
-// the memory of every rank of the host.
+// The host's agreement: a word per peer, its magic and what the sender can (kMayRead: read the
+// memory of every rank of the host, for the single copy; kHeavyBarrier: make every rank's
+// posts fence-free, World::asymmetric).
 constexpr uint32_t kCanReadMagic = 0x44414552;  // "READ"
+constexpr uint32_t kMayRead = 1, kHeavyBarrier = 2;
 struct CanRead {
   uint32_t magic;
   uint32_t ok;
 };
 
-void sendCanRead(int link, bool ok, Waiter& w, const std::string& who) {
-  const CanRead word{kCanReadMagic, ok ? 1u : 0u};
+void sendCanRead(int link, uint32_t flags, Waiter& w, const std::string& who) {
+  const CanRead word{kCanReadMagic, flags};
   for (;;) {
     const ssize_t n = ::send(link, &word, sizeof word, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n == static_cast<ssize_t>(sizeof word)) return;
@@ -114,7 +116,7 @@ void sendCanRead(int link, bool ok, Waiter& w, const std::string& who) {
   }
 }
 
-bool recvCanRead(int link, Waiter& w, const std::string& who) {
+uint32_t recvCanRead(int link, Waiter& w, const std::string& who) {
   for (;;) {
     CanRead word{};
     const ssize_t n = ::recv(link, &word, sizeof word, MSG_DONTWAIT);
@@ -127,9 +129,9 @@ bool recvCanRead(int link, Waiter& w, const std::string& who) {
     }
     if (n == 0) fail(Errc::Remote, "%s closed the link before the shared-memory agreement", who.c_str());
     if (n < 0) fail(Errc::Remote, "receiving the shared-memory agreement from %s: %s", who.c_str(), errnoText(errno).c_str());
-    if (n != static_cast<ssize_t>(sizeof word) || word.magic != kCanReadMagic || word.ok > 1)
+    if (n != static_cast<ssize_t>(sizeof word) || word.magic != kCanReadMagic || word.ok > (kMayRead | kHeavyBarrier))
       fail(Errc::Remote, "%s sent a malformed shared-memory agreement (%zd bytes)", who.c_str(), n);
-    return word.ok == 1;
+    return word.ok;
   }
 }
 
@@ -225,12 +227,28 @@ std::shared_ptr<World> Endpoint::connectAll(std::vector<int> localRanks, const s
   for (size_t i = 0; i < wd.peers.size() && whyNot.empty(); ++i)
     if (i != wd.localIndex && !wd.peers[i].sameProcess) whyNot = probeAccess(wd.peers[i]);
   bool all = whyNot.empty();
-  for (const LocalPeer& p : peers) sendCanRead(links[static_cast<size_t>(p.rank)][0].get(), all, w, p.name);
+  // Fence-free posts (World::asymmetric), where every rank of the host could register for the
+  // heavy barrier that its sleeps then take instead.
+  std::string heavyWhyNot = wd.nlocal > 1 ? registerHeavyBarrier() : "one rank on the host";
+  bool heavy = heavyWhyNot.empty();
   for (const LocalPeer& p : peers)
-    if (!recvCanRead(links[static_cast<size_t>(p.rank)][0].get(), w, p.name) && all) {
+    sendCanRead(links[static_cast<size_t>(p.rank)][0].get(), (all ? kMayRead : 0) | (heavy ? kHeavyBarrier : 0), w, p.name);
+  for (const LocalPeer& p : peers) {
+    const uint32_t theirs = recvCanRead(links[static_cast<size_t>(p.rank)][0].get(), w, p.name);
+    if (!(theirs & kMayRead) && all) {
       all = false;
       whyNot = p.name + " cannot read and write every rank's memory";
     }
+    if (!(theirs & kHeavyBarrier) && heavy) {
+      heavy = false;
+      heavyWhyNot = p.name + " could not register for membarrier";
+    }
+  }
+  wd.asymmetric = heavy;
+  if (wd.nlocal > 1)
+    HORA_INFO(log::kNet, "doorbells between the ranks of this host: %s",
+              heavy ? "fence-free posts, a sleeping rank's membarrier orders them"
+                    : ("a fence per post (" + heavyWhyNot + ")").c_str());
   const bool oneProcess =
       std::all_of(wd.peers.begin(), wd.peers.end(), [&](const Peer& p) { return &p == &wd.peers[wd.localIndex] || p.sameProcess; });
   wd.access = !all ? World::Access::None : oneProcess ? World::Access::Direct : World::Access::Kernel;

@@ -26,7 +26,7 @@
 namespace hora::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x474553414d524f48ull;  // "HORAMSEG"
-inline constexpr uint32_t kSegmentVersion = 6;
+inline constexpr uint32_t kSegmentVersion = 7;
 inline constexpr int kCounters = 4;
 
 // Why the owner failed (World::markFailed), for ranks that wait on its counters rather than

@@ -1,5 +1,7 @@
 #include "transports/shm/world.h"
 
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -8,10 +10,30 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/log.h"
 
 namespace hora::shm {
 
 namespace {
+int membarrier(int cmd) { return static_cast<int>(::syscall(__NR_membarrier, cmd, 0, 0)); }
+}  // namespace
+
+std::string registerHeavyBarrier() {
+  const int supported = membarrier(MEMBARRIER_CMD_QUERY);
+  if (supported < 0) return "membarrier: " + errnoText(errno);
+  if (!(supported & MEMBARRIER_CMD_GLOBAL_EXPEDITED)) return "membarrier has no global expedited command";
+  if (membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) != 0) return "membarrier register: " + errnoText(errno);
+  return "";
+}
+
+namespace {
+// The publisher's side of the doorbells' ordering (world.h): a full fence, or with the
+// sleepers' membarrier (asymmetric) only the compiler's.
+void publisherFence(bool asymmetric) {
+  if (asymmetric) std::atomic_signal_fence(std::memory_order_seq_cst);
+  else std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
 // After the caller's fence: rings the doorbell of a peer that said it is going to sleep.
 void ringIfSleeping(const Peer& p) {
   if (p.segment.header()->sleeping.load(std::memory_order_relaxed)) {
@@ -22,12 +44,12 @@ void ringIfSleeping(const Peer& p) {
 }  // namespace
 
 void World::wake(uint32_t peer) const {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  publisherFence(asymmetric);
   ringIfSleeping(peers[peer]);
 }
 
 void World::wakeAll() const {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  publisherFence(asymmetric);
   for (uint32_t p = 0; p < nlocal; ++p)
     if (p != localIndex) ringIfSleeping(peers[p]);
 }
@@ -35,6 +57,13 @@ void World::wakeAll() const {
 void World::armDoorbell() const {
   own.header()->sleeping.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Every publisher that has not seen `sleeping` yet has its post visible once this returns.
+  // (It cannot fail once registered; if it ever did, a wake-up could be missed, and the
+  // sleeper's poll, never longer than Waiter::kMaxBlock, would find the post late, not never.)
+  if (asymmetric && membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) HORA_WARN(log::kNet, "membarrier: %s; a wake-up may come late", errnoText(errno).c_str());
+  }
 }
 
 void World::disarmDoorbell() const {
