@@ -100,10 +100,15 @@ void awaitEarlierCalls(horaComm* c, bool everyone) {
     const int* m;
     uint64_t last;
   } what{c, &waitingFor, last};
-  Waiter w(c->opts.timeout, &c->aborting, [x = &what] {
-    return format("%s to compare its calls through call #%llu of the communicator with its neighbour's",
-                  x->c->stage->memberName(*x->m).c_str(), static_cast<unsigned long long>(x->last));
-  });
+  // It spins first, as every wait of a call does where every rank has a core: the predecessor
+  // is usually a few calls behind, microseconds away.
+  Waiter w(
+      c->opts.timeout, &c->aborting,
+      [x = &what] {
+        return format("%s to compare its calls through call #%llu of the communicator with its neighbour's",
+                      x->c->stage->memberName(*x->m).c_str(), static_cast<unsigned long long>(x->last));
+      },
+      c->spinFor);
   std::vector<pollfd> fds;
   uint64_t from = c->uncheckedFrom;
   auto block = [&](milliseconds most) {

@@ -200,6 +200,7 @@ struct horaComm {
   // call numbers; from 0: none), since it left them without hearing from every rank
   // (coll::stageChecksLater; run.cc's checkEarlierCalls).
   uint64_t uncheckedFrom = 0, uncheckedTo = 0;
+  uint64_t compareAgainAt = 0;  // a lone call compares its batch again from this call on (run.cc)
   bool comparedLater = false;  // some call of this rank was (horaCommFinalize then waits for all)
   // The same over the links: the checks sent to the successor not yet received from the
   // predecessor (comm/call_check.h).

@@ -153,8 +153,14 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const c
   c->stage->announce(j.callNo, j.callTag);
   try {
     // Compared in batches (each a read of the predecessor's announcements), and before any call
-    // that reads no cell.
-    if (c->uncheckedFrom && (!later || c->uncheckedTo - c->uncheckedFrom >= kCompareBatch)) compareEarlierCalls(c);
+    // that reads no cell. A batch the predecessor has not reached yet (a Reduce's senders run
+    // ahead of its root) is not looked at again for another batch of calls: looking at every
+    // call read the predecessor's announcement line while it wrote it, a cache line crossing
+    // cores twice per call.
+    if (c->uncheckedFrom &&
+        (!later || (c->uncheckedTo - c->uncheckedFrom >= kCompareBatch && c->uncheckedTo >= c->compareAgainAt)) &&
+        !compareEarlierCalls(c))
+      c->compareAgainAt = c->uncheckedTo + kCompareBatch;
     auto await = [&](int counter, uint64_t value, int only, bool check) {
       executor.awaitCounter(j, counter, value, only, check, c->opts.timeout, c->spinFor);
     };
