@@ -72,7 +72,7 @@ void checkEarlierCalls(horaComm* c) {
 // Until this rank has compared its calls with its predecessor's and, with `everyone`, every
 // member has compared its own through this rank's last call (or closed its communicator): a
 // mismatch found anywhere then fails here too, relayed.
-void awaitEarlierCalls(horaComm* c, bool everyone) {
+void awaitEarlierCalls(horaComm* c, bool everyone, uint64_t leave) {
   if (!c->stage || c->stage->size() < 2 || !c->comparedLater) return;
   const transport::SharedStage& st = *c->stage;
   const int n = st.size(), me = st.index();
@@ -81,7 +81,7 @@ void awaitEarlierCalls(horaComm* c, bool everyone) {
   int waitingFor = pred;
   auto done = [&] {
     waitingFor = pred;
-    if (!compareEarlierCalls(c)) return false;
+    if (!compareEarlierCalls(c)) return !everyone && c->uncheckedTo - c->uncheckedFrom + 1 < leave;
     if (!everyone) return true;
     for (int m = 0; m < n; ++m) {
       if (m == me || st.checkedThrough(m) >= last) continue;

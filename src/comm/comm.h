@@ -257,10 +257,11 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls);
 void runOne(horaComm* c, const coll::Args& a);
 // Compares the calls this rank left unchecked (horaComm::uncheckedFrom) with its predecessor's
 // on the stage, as far as the predecessor has announced them; throws a mismatch. The await
-// form waits (up to the communicator's timeout) until every one is compared and, with
-// `everyone`, until every member has compared its own through this rank's last call: finalize.
+// form waits (up to the communicator's timeout) until fewer than `leave` are left uncompared
+// (0: none) and, with `everyone`, until every member has compared its own through this rank's
+// last call: finalize.
 void checkEarlierCalls(horaComm* c);
-void awaitEarlierCalls(horaComm* c, bool everyone);
+void awaitEarlierCalls(horaComm* c, bool everyone, uint64_t leave = 0);
 // Over the links (comm/call_check.h): receives every check still expected from the predecessor
 // and, with `meet`, then meets every rank (a dissemination barrier), so that a mismatch that any
 // rank finds fails this one too: horaCommFinalize (meet) and horaCommDestroy (not: a rank that

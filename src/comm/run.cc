@@ -165,9 +165,11 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const c
       executor.awaitCounter(j, counter, value, only, check, c->opts.timeout, c->spinFor);
     };
     algo.runNow(a, topo, coll::AwaitFn(await, j.callNo, j.callTag));
-    // Never further behind than the announcements are kept: compare, waiting if need be.
+    // Never further behind than the announcements are kept: compare, waiting if need be, until
+    // half the window is left, not all of it: a predecessor that catches up wholly then waits
+    // for this rank's next call, and the two meet every kUncheckedMost calls.
     if (later && c->uncheckedFrom && c->uncheckedTo - c->uncheckedFrom >= kUncheckedMost)
-      awaitEarlierCalls(c, false);
+      awaitEarlierCalls(c, false, kUncheckedMost / 2);
   } catch (const Error& e) {
     c->trace->finish(entry, false);
     if (!c->aborting.load()) c->fail(e);
