@@ -141,7 +141,9 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
     // The next call's note, last read by the peers 64 calls ago, is fetched for writing now, in
     // the background of this call's return: its first store then finds the line here, where it
     // waited for the line to leave the reader's core (and held up the next locked instruction).
-    __builtin_prefetch(t.stage->note(r, s + 1), 1, 3);
+    const char* next = reinterpret_cast<const char*>(t.stage->note(r, s + 1));
+    __builtin_prefetch(next, 1, 3);
+    if (twoLines) __builtin_prefetch(next + 64, 1, 3);  // its second line
   }
   t.stage->post(kInReady, s);
   if (!waits) {  // nothing to read: done, with one wake for all (a root's own result from its input)
