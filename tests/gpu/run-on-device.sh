@@ -11,7 +11,8 @@
 #   - allreduce_perf -M device with 2 ranks as threads of one GPU, as kernels and through the
 #     worker (HORA_CUDA_KERNELS=0), and with 1 rank;
 #   - allreduce_perf -M device between 2 ranks of one GPU, through CUDA IPC and staged
-#     (HORA_CUDA_IPC=0); a staged 64 MiB call beside the same call on host buffers, over shared
+#     (HORA_CUDA_IPC=0); a staged 64 MiB call beside the same call on host buffers, between 2
+#     ranks as threads (one CUDA context: staging's own cost) and between 2 processes over shared
 #     memory and over TCP; and the other tools with device buffers at 4 ranks.
 # GPU_STEP_FILTER, GPU_STEP_DONE and GPU_DEADLINE choose the steps and bound them
 # (tests/gpu/step-control.sh; tests/gpu/device-checks.sh runs this script's steps that way).
@@ -177,7 +178,12 @@ step "allreduce 2 ranks, CUDA IPC" device_perf.txt \
 step "allreduce 2 ranks, staged (HORA_CUDA_IPC=0)" device_perf.txt \
   env HORA_CUDA_IPC=0 "$run" -n 2 $b/perf/allreduce_perf -M device -b 1M -e 256M -f 4 -n 20 -w 5
 # A staged call on device buffers (through host memory: HORA_CUDA_IPC=0) against the same call on
-# host buffers, 2 processes at 64 MiB, over shared memory and over TCP.
+# host buffers at 64 MiB: first 2 ranks as threads (one CUDA context, so no time slices between
+# processes: what staging itself costs), then 2 processes over shared memory and over TCP.
+step "staged 64 MiB, threads, host buffers" device_perf.txt \
+  $b/perf/allreduce_perf -N 2 -M host -b 64M -e 64M -n 20 -w 5
+step "staged 64 MiB, threads, device buffers" device_perf.txt \
+  env HORA_CUDA_KERNELS=0 HORA_CUDA_IPC=0 $b/perf/allreduce_perf -N 2 -M device -b 64M -e 64M -n 20 -w 5
 for tr in shm tcp; do
   step "staged 64 MiB, host buffers, $tr" device_perf.txt env HORA_TRANSPORTS=$tr \
     "$run" -n 2 $b/perf/allreduce_perf -M host -b 64M -e 64M -n 20 -w 5
