@@ -1,6 +1,7 @@
 // The shared stage: a capability that a transport may offer to the ranks it connects when they
-// can all address one another's memory (shared memory between the processes of one host; CUDA
-// IPC between their GPUs, transports/cuda_ipc). The shared-stage algorithms (src/coll/stage.cc) and
+// can all address one another's memory (shared memory between the processes of one host; the
+// ranks' GPU memory mapped through CUDA IPC, a RegionStage over the host's). The shared-stage
+// algorithms (src/coll/stage.cc) and
 // the executor's Signal and Wait ops use it through this interface alone, without knowing which
 // transport is under it.
 //
@@ -204,6 +205,44 @@ class SharedStage {
   std::unique_ptr<std::atomic<uint64_t>[]> seen_;  // by member and counter: reachedBy
   size_t regionBytes_ = 0;
   int self_ = 0;
+};
+
+// A stage whose regions are given (the members' device memory, each mapped by the others through
+// CUDA IPC, or the pointer itself between ranks of one process: comm/device.cc maps them) over
+// another stage of the same members: its counters, call announcements, failure records and
+// wake-ups are that host stage's, so a dead or stopped member is found exactly as there. The
+// shared-stage algorithms run on it unchanged; their reductions and copies then read the peers'
+// regions, as kernels on a device engine (core/device_engine.h).
+class RegionStage final : public SharedStage {
+ public:
+  // host: the ranks' stage; regions: each member's region (this rank's own and the others'
+  // mappings), regionBytes each.
+  RegionStage(std::shared_ptr<const SharedStage> host, std::vector<uint8_t*> regions, size_t regionBytes)
+      : host_(std::move(host)) {
+    mapCountersOf(*host_, std::move(regions), regionBytes);
+  }
+  int size() const override { return host_->size(); }
+  int index() const override { return host_->index(); }
+  const std::vector<int>& ranks() const override { return host_->ranks(); }
+  const std::string& memberName(int member) const override { return host_->memberName(member); }
+  void wakeAll() const override { host_->wakeAll(); }
+  std::string arm(int only, Errc* relayed, std::vector<pollfd>& fds) const override {
+    return host_->arm(only, relayed, fds);
+  }
+  void disarm() const override { host_->disarm(); }
+  void announce(uint64_t no, uint64_t tag) const override { host_->announce(no, tag); }
+  int mismatch(uint64_t no, uint64_t tag, uint64_t* theirs, int only = -1) const override {
+    return host_->mismatch(no, tag, theirs, only);
+  }
+  bool announced(int member, uint64_t no, uint64_t* tag) const override { return host_->announced(member, no, tag); }
+  uint64_t lastCall(int member) const override { return host_->lastCall(member); }
+  void publishUnchecked(uint64_t from) const override { host_->publishUnchecked(from); }
+  uint64_t checkedThrough(int member) const override { return host_->checkedThrough(member); }
+  bool closed(int member) const override { return host_->closed(member); }
+  void markFailed(const std::string& why, Errc code) const override { host_->markFailed(why, code); }
+
+ private:
+  std::shared_ptr<const SharedStage> host_;
 };
 
 }  // namespace hora::transport

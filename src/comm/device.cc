@@ -12,7 +12,7 @@
 #include "comm/config.h"
 #include "comm/device_state.h"
 #include "kernels/cpu/scalar.h"
-#include "transports/cuda_ipc/stage.h"
+#include "transports/stage.h"
 
 namespace hora::device {
 
@@ -334,7 +334,7 @@ void setupIpc(horaComm* c, CommState& st) {
     }
   }
   if (everyRank(c, ok)) {
-    st.stage = std::make_shared<transport::CudaIpcStage>(c->stage, std::move(regions), regionBytes);
+    st.stage = std::make_shared<transport::RegionStage>(c->stage, std::move(regions), regionBytes);
     st.ipc = Ipc::On;
     HORA_INFO(log::kInit, "rank %d: device AllReduce through CUDA IPC between the %d ranks of this host (device %d, "
               "%zu MiB slots)", c->rank, c->nranks, st.device, kIpcSlotBytes >> 20);

@@ -7,7 +7,7 @@
 //
 // How a call with device buffers runs:
 //   - an AllReduce whose ranks are all on this host, with every buffer on the device, goes
-//     through the CUDA IPC stage (transports/cuda_ipc): the shared-stage AllReduce with its
+//     through the CUDA IPC stage (transport::RegionStage): the shared-stage AllReduce with its
 //     reductions as kernels reading the peers' GPU memory; the stage is set up, collectively, by
 //     the first such call (if a rank cannot map a peer's memory, every rank falls back to staging
 //     for good);

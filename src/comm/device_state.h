@@ -30,7 +30,7 @@
 #include "gpu/protocol.h"
 
 namespace hora::transport {
-class CudaIpcStage;  // (comm/device.cc makes it)
+class RegionStage;  // (transports/stage.h; comm/device.cc makes it)
 }
 
 namespace hora::device {
@@ -94,7 +94,7 @@ struct CommState {
   Ipc ipc = Ipc::Unknown;
   uint8_t* region = nullptr;
   std::vector<void*> opened;
-  std::shared_ptr<transport::CudaIpcStage> stage;
+  std::shared_ptr<transport::RegionStage> stage;
   uint64_t lastIpcChunk = 0;  // the stage sequence of the last chunk through it
   std::unique_ptr<core::DeviceEngine> engine;
   // Events of this device, reused: creating or destroying one takes a lock in the driver that a
