@@ -149,6 +149,7 @@ void stageBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& 
     raw.dtype = DataType::Uint8;
     // Each rank's word, in its in-slot of the chunk: the root's says where its buffer is and
     // what it puts itself, a reader's where its result is.
+    b.exposeBuffers();
     auto publish = [&](const void* buf, uint64_t put) {
       auto* mine = static_cast<Published*>(scratch.get(sizeof(Published)));
       *mine = Published{s, reinterpret_cast<uintptr_t>(buf), bytes, put};

@@ -251,8 +251,14 @@ struct horaComm {
 
 namespace hora {
 
-// Runs the calls (possibly on several communicators) together, as one group.
-void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls);
+namespace core {
+struct DeviceCopies;
+}
+// Runs the calls (possibly on several communicators) together, as one group. With `copies`
+// (by call; empty for most): the call's buffers stand for device buffers, copied in and out as
+// ops of its program (core/device_copies.h).
+void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls,
+              const std::vector<core::DeviceCopies>* copies = nullptr);
 // runCalls of one call, without a vector where it runs at once through the shared stage.
 void runOne(horaComm* c, const coll::Args& a);
 // Compares the calls this rank left unchecked (horaComm::uncheckedFrom) with its predecessor's

@@ -132,6 +132,11 @@ const Variable kVariables[] = {
      "0: device buffers of the ranks of one host are staged through host memory instead of the CUDA IPC stage; "
      "must agree on every rank",
      "NCCL_P2P_DISABLE", "1 as 0 (stage through host memory)"},
+    {"HORA_CUDA_STAGE_CHUNK", Topic::Cuda, "size", "1M", "0, or 4096 to 256M bytes (K and M suffixes)",
+     "device buffers staged through host memory (across hosts, or with HORA_CUDA_IPC=0) are copied in and out "
+     "in chunks of this size (at most 32 each way, larger chunks for larger buffers), each copy an op of the "
+     "call's program, so that the copies, the wire and the reductions overlap; 0: each buffer is copied whole, "
+     "in before the call and out after it; may differ between ranks"},
     {"HORA_CUDA_KERNELS", Topic::Cuda, "0 or 1", "1", "0 or 1",
      "1: a collective whose buffers are all on the device, between ranks of one host, is a kernel on the "
      "caller's stream that moves and reduces the data itself through the ranks' mapped device memory (no host "
@@ -506,6 +511,12 @@ Config parseConfig(const EnvLookup& env) {
     c.cudaIpc = parseIntVariable("HORA_CUDA_IPC", *s.value, 0, 1, "0 or 1") != 0;
   } else {
     readNcclCudaIpc(c, s);
+  }
+  if (auto v = env("HORA_CUDA_STAGE_CHUNK")) {
+    c.cudaStageChunk = static_cast<size_t>(parseBytes("HORA_CUDA_STAGE_CHUNK", *v, 0, 256LL << 20,
+                                                      "0, or a size from 4096 to 256M (K and M suffixes allowed)"));
+    if (c.cudaStageChunk && c.cudaStageChunk < 4096)
+      bad("HORA_CUDA_STAGE_CHUNK", *v, "0, or a size from 4096 to 256M (K and M suffixes allowed)");
   }
   if (auto v = env("HORA_CUDA_KERNELS")) c.cudaKernels = parseIntVariable("HORA_CUDA_KERNELS", *v, 0, 1, "0 or 1") != 0;
   if (KnobSource s = source(env, "HORA_COMM_BLOCKING", c); s.value) {

@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "comm/config.h"
 #include "comm/device_state.h"
+#include "core/device_copies.h"
 #include "kernels/cpu/scalar.h"
 #include "transports/stage.h"
 
@@ -21,19 +22,12 @@ namespace {
 // a chunk of a large AllReduce. 8 MiB per slot keeps a kernel's launch small beside its work.
 constexpr size_t kIpcSlotBytes = size_t(8) << 20;
 
-
-
-
-
-
 // The first unreported failure of the library's work on each CUDA stream.
 std::mutex gErrorsMu;
 std::unordered_map<void*, Error>& streamErrors() {
   static auto* m = new std::unordered_map<void*, Error>();  // never destroyed: workers may outlive exit
   return *m;
 }
-
-
 
 void takeStreamError(void* s) {
   std::lock_guard<std::mutex> lock(gErrorsMu);
@@ -96,6 +90,7 @@ CommState::~CommState() {
   endKernels();
   try {
     engine.reset();
+    copier_.reset();
     awaitPeersDone();
     stage.reset();
     for (void* p : opened) cuda::ipcClose(p);
@@ -115,6 +110,12 @@ CommState::~CommState() {
 }
 
 void destroy(CommState* s) { delete s; }
+
+core::DeviceEngine& CommState::copier() {
+  std::lock_guard<std::mutex> lock(poolMu);
+  if (!copier_) copier_ = std::make_unique<core::DeviceEngine>(device);
+  return *copier_;
+}
 
 int commDevice(int given) {
   if (given >= 0) return given;
@@ -382,13 +383,10 @@ void awaitLegacyStream(const horaComm* c, CommState& st) {
 // set-up and CUDA allocations are safe): through the IPC stage, or staged through pinned blocks
 // taken here and given back when it goes.
 struct Staging {
-  struct Copy {
-    void* dst;
-    const void* src;
-    size_t bytes;
-  };
   Calls calls;  // pinned buffers in place of the device ones
-  std::vector<Copy> ins, outs;
+  // By call: its copies between the device buffers and the blocks, as ops of its program
+  // (core/device_copies.h), on its communicator's copy engine.
+  std::vector<core::DeviceCopies> copies;
   std::vector<std::pair<CommState*, uint8_t*>> taken;
   bool ipc = false;
   Staging() = default;
@@ -419,11 +417,15 @@ std::unique_ptr<Staging> stagingFor(const Calls& calls, const std::vector<Where>
       return p;
     }
   }
+  p->copies.resize(calls.size());
   for (size_t i = 0; i < calls.size(); ++i) {
     const Where& w = ws[i];
     if (!w.any()) continue;
     CommState& st = stateOf(calls[i].first);
     coll::Args& a = p->calls[i].second;
+    core::DeviceCopies& dc = p->copies[i];
+    dc.engine = &st.copier();
+    dc.chunkBytes = config().cudaStageChunk;
     const auto lo = [](const void* q) { return reinterpret_cast<uintptr_t>(q); };
     const bool both = w.inDev >= 0 && w.outDev >= 0;
     if (both && lo(w.in) < lo(w.out) + w.outBytes && lo(w.out) < lo(w.in) + w.inBytes) {
@@ -434,21 +436,21 @@ std::unique_ptr<Staging> stagingFor(const Calls& calls, const std::vector<Where>
       p->taken.emplace_back(&st, b);
       a.sendbuf = b + (lo(w.in) - base);
       a.recvbuf = b + (lo(w.out) - base);
-      p->ins.push_back(Staging::Copy{b + (lo(w.in) - base), w.in, w.inBytes});
-      p->outs.push_back(Staging::Copy{w.out, b + (lo(w.out) - base), w.outBytes});
+      dc.ins.push_back(core::DeviceCopy{b + (lo(w.in) - base), w.in, w.inBytes});
+      dc.outs.push_back(core::DeviceCopy{w.out, b + (lo(w.out) - base), w.outBytes});
       continue;
     }
     if (w.inDev >= 0) {
       uint8_t* b = st.take(w.inBytes);
       p->taken.emplace_back(&st, b);
       a.sendbuf = b;
-      p->ins.push_back(Staging::Copy{b, w.in, w.inBytes});
+      dc.ins.push_back(core::DeviceCopy{b, w.in, w.inBytes});
     }
     if (w.outDev >= 0) {
       uint8_t* b = st.take(w.outBytes);
       p->taken.emplace_back(&st, b);
       a.recvbuf = b;
-      p->outs.push_back(Staging::Copy{w.out, b, w.outBytes});
+      dc.outs.push_back(core::DeviceCopy{w.out, b, w.outBytes});
     }
   }
   return p;
@@ -462,8 +464,9 @@ long long usSince(Clock::time_point t) {
   return static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t).count());
 }
 
-// Runs a staging, its copies on `stream` (null: the legacy default stream, after waiting for it).
-// Nothing of it is in flight when this returns or throws.
+// Runs a staging: with `stream` null, on the legacy default stream's behalf (after what was
+// queued there; a worker has waited for its streams' events instead). Nothing of it is in
+// flight when this returns or throws.
 void execute(Staging& p, void* stream) {
   if (p.ipc) {
     horaComm* c = p.calls[0].first;
@@ -478,21 +481,13 @@ void execute(Staging& p, void* stream) {
     st.lastIpcChunk = c->stageSeq;
     return;
   }
-  try {
-    const Clock::time_point t0 = tracing() ? Clock::now() : Clock::time_point();
-    for (const Staging::Copy& k : p.ins) cuda::copyAsync(k.dst, k.src, k.bytes, stream);
-    if (!p.ins.empty()) cuda::streamSync(stream);
-    const long long in = usSince(t0);
-    hora::runCalls(p.calls);
-    const long long call = usSince(t0) - in;
-    for (const Staging::Copy& k : p.outs) cuda::copyAsync(k.dst, k.src, k.bytes, stream);
-    if (!p.outs.empty()) cuda::streamSync(stream);
-    HORA_TRACE(log::kColl, "staged %s: copies in %lld us, the call %lld us, copies out %lld us",
-               coll::describe(p.calls[0].second).c_str(), in, call, usSince(t0) - in - call);
-  } catch (...) {
-    cuda::streamSyncQuiet(stream);  // no copy may still touch a block given back
-    throw;
-  }
+  // The copies run on each communicator's copy engine, a stream of its own: on the legacy
+  // default stream's behalf, after what was queued there before.
+  if (!stream) awaitLegacyStream(p.calls[0].first, stateOf(p.calls[0].first));
+  const Clock::time_point t0 = tracing() ? Clock::now() : Clock::time_point();
+  hora::runCalls(p.calls, &p.copies);
+  HORA_TRACE(log::kColl, "staged %s: %lld us, copies included", coll::describe(p.calls[0].second).c_str(),
+             usSince(t0));
 }
 
 // A call on CUDA streams failed: before the streams go on (whoever looks once they have must see

@@ -97,6 +97,11 @@ struct CommState {
   std::shared_ptr<transport::RegionStage> stage;
   uint64_t lastIpcChunk = 0;  // the stage sequence of the last chunk through it
   std::unique_ptr<core::DeviceEngine> engine;
+  // The copies between device buffers and the pinned blocks that stand in for them, as ops of
+  // the calls' programs (core/device_copies.h): made by the first call staged, in its caller's
+  // thread (a stream and events).
+  core::DeviceEngine& copier();
+  std::unique_ptr<core::DeviceEngine> copier_;
   // Events of this device, reused: creating or destroying one takes a lock in the driver that a
   // thread blocked on a stream (a copy to pageable memory, say) may hold until that stream's
   // wait for this worker passes, so the worker neither creates nor destroys any, and the callers

@@ -10,6 +10,7 @@
 #include "base/wait.h"
 #include "comm/comm.h"
 #include "comm/link_check.h"
+#include "core/device_copies.h"
 #include "core/executor.h"
 
 namespace hora {
@@ -62,6 +63,7 @@ struct ThreadState {
   std::vector<size_t> atOnce;
   std::vector<Traced> traced;  // by call
   std::vector<std::pair<horaComm*, coll::Args>> one;  // runOne's call, where it goes to runCalls
+  core::Program copies;  // copies of device buffers that are not ops of a call's program
   CheckPlans checks;  // the call checks a call sends and receives (planChecks)
 };
 // The thread's state, behind one load from the thread pointer (base/tls.h). (GCC treats the
@@ -199,6 +201,23 @@ void runAtOnceTogether(const std::vector<std::pair<horaComm*, coll::Args>>& call
   for (std::thread& t : threads) t.join();
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
+}
+
+// Copies between device buffers and their host blocks, now, on the engine of `dc` (for a call
+// that does not run as a program of its own: at once through the shared stage).
+void runCopies(horaComm* c, core::Executor& executor, const core::DeviceCopies& dc, bool in) {
+  const std::vector<core::DeviceCopy>& list = in ? dc.ins : dc.outs;
+  if (list.empty()) return;
+  core::Program& p = threadState().copies;
+  core::copiesProgram(p, list);
+  core::Job j = jobOf(c, &p, nullptr);
+  j.copies = dc.engine;
+  try {
+    executor.run({j}, c->opts.timeout, c->spinFor);
+  } catch (...) {
+    dc.engine->reset();  // nothing of it still running when the blocks go back
+    throw;
+  }
 }
 
 // Marks c as in use by this thread's call, after checking its state.
@@ -340,8 +359,11 @@ void runOne(horaComm* c, const coll::Args& a) {
   runCalls(ts.one);
 }
 
-void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
-  if (calls.size() == 1 && runLone(calls[0].first, calls[0].second)) return;
+void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls, const std::vector<core::DeviceCopies>* copies) {
+  if (calls.size() == 1 && !copies && runLone(calls[0].first, calls[0].second)) return;
+  const auto staged = [copies](size_t i) -> const core::DeviceCopies* {
+    return copies && i < copies->size() && !(*copies)[i].empty() ? &(*copies)[i] : nullptr;
+  };
   ThreadState& ts = threadState();
   core::Executor& executor = ts.executor;
   std::vector<core::Program>& programs = ts.programs;
@@ -405,6 +427,9 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     bool sameComm = false;
     for (size_t k = 1; k < atOnce.size(); ++k)
       sameComm |= calls[atOnce[k]].first->commId == calls[atOnce[k - 1]].first->commId;
+    // Their device buffers, if any, are copied in whole before and out after.
+    for (size_t i : atOnce)
+      if (const core::DeviceCopies* dc = staged(i)) runCopies(calls[i].first, executor, *dc, true);
     if (sameComm) {
       runAtOnceTogether(calls, adjusted, plans, atOnce, traced);
     } else {
@@ -414,6 +439,8 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
           fail(Errc::Internal, "a shared-stage plan did not run at once");
       }
     }
+    for (size_t i : atOnce)
+      if (const core::DeviceCopies* dc = staged(i)) runCopies(calls[i].first, executor, *dc, false);
     if (atOnce.size() == calls.size()) {
       traceGuard.ok = true;
       return;
@@ -435,7 +462,17 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
     ++c->calls;
     HORA_TRACE(log::kColl, "%s: %s by %s, chunk %zu bytes, %zu ops", c->describeCall().c_str(),
                coll::describe(a).c_str(), coll::algoName(plan.algo), plan.chunkBytes, programs[i].ops.size());
+    const core::DeviceCopies* dc = staged(i);
+    if (dc) {
+      // A receive that lands in scratch first (above) is copied out once it is in its block.
+      core::DeviceCopies mine = *dc;
+      if (a.recvbuf != calls[i].second.recvbuf) mine.outs.clear();
+      const core::CopiesAdded n = core::addDeviceCopies(programs[i], mine);
+      HORA_TRACE(log::kColl, "%s: device buffers through host blocks, %zu copies in and %zu out (%zu unchanged, "
+                 "not copied out) as ops of its program", c->describeCall().c_str(), n.in, n.out, n.outSkipped);
+    }
     jobs.push_back(jobOf(c, &programs[i], traced[i].entry));
+    if (dc) jobs.back().copies = dc->engine;
     jobs.back().pointToPoint = a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv;
     timeout = std::min(timeout, c->opts.timeout);
     spinFor = std::min(spinFor, c->spinFor);
@@ -473,8 +510,14 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls) {
       if (c->uncheckedFrom && c->stage) compareEarlierCalls(c);
     executor.run(jobs, timeout, spinFor);
     for (const Deferred& d : deferred) memcpy(d.to, d.from, d.bytes);
+    for (size_t i = 0; i < calls.size(); ++i)
+      if (const core::DeviceCopies* dc = staged(i); dc && adjusted[i].recvbuf != calls[i].second.recvbuf)
+        runCopies(calls[i].first, executor, *dc, false);
     traceGuard.ok = true;
   } catch (const Error& e) {
+    // No copy of a device buffer is left running when its block goes back.
+    for (size_t i = 0; i < calls.size(); ++i)
+      if (const core::DeviceCopies* dc = staged(i)) dc->engine->reset();
     failEntries(traced);
     // Every communicator of the group may have half-done work: all of them stop.
     for (horaComm* c : guard.comms)

@@ -20,6 +20,8 @@ class ComputeEngine {
   // Appends the cookies of finished actions; returns whether there were any.
   virtual bool progress(std::vector<transport::Cookie>& completed) = 0;
   virtual bool busy() const = 0;
+  // Forgets what a run that ended early (by an error) left, once nothing of it still runs.
+  virtual void reset() = 0;
 };
 
 // Runs one action on this thread with the CPU kernels.
@@ -38,8 +40,7 @@ class CpuEngine final : public ComputeEngine {
     return true;
   }
   bool busy() const override { return !done_.empty(); }
-  // Forgets what a run that ended early (by an error) left unreported.
-  void reset() { done_.clear(); }
+  void reset() override { done_.clear(); }
 
  private:
   std::vector<transport::Cookie> done_;

@@ -21,7 +21,7 @@ class DeviceEngine final : public ComputeEngine {
   bool progress(std::vector<transport::Cookie>& completed) override;
   bool busy() const override { return !inFlight_.empty(); }
   // Forgets what a run that ended early left (after the stream has finished it).
-  void reset();
+  void reset() override;
   void* stream() const { return stream_; }
   int device() const { return device_; }
 

@@ -42,7 +42,12 @@ bool Executor::drainEngines() {
 }
 
 ComputeEngine& Executor::engineOf(uint32_t g) const {
-  ComputeEngine* e = jobs_->at(refs_[g].job).engine;
+  const Job& job = jobs_->at(refs_[g].job);
+  if (op(g).action.engine == Engine::Copies) {
+    if (!job.copies) fail(Errc::Internal, "a program copies device memory where its job has no copy engine");
+    return *job.copies;
+  }
+  ComputeEngine* e = job.engine;
   return e ? *e : const_cast<CpuEngine&>(cpu_);
 }
 
@@ -475,6 +480,8 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
   for (const Job& j : jobs) {
     ComputeEngine* e = j.engine ? j.engine : &cpu_;
     if (std::find(engines_.begin(), engines_.end(), e) == engines_.end()) engines_.push_back(e);
+    if (j.copies && std::find(engines_.begin(), engines_.end(), j.copies) == engines_.end())
+      engines_.push_back(j.copies);
   }
   size_t nq = 0;
   for (uint32_t j = 0; j < jobs.size(); ++j) {
@@ -574,22 +581,25 @@ void Executor::loop(const std::vector<Job>& jobs, milliseconds timeout, std::chr
     // Post: actions whose dependencies are done.
     const bool scan = doneAtScan != ndone_;
     doneAtScan = ndone_;
-    for (size_t i = 0; scan && i < locals_.size();) {
-      uint32_t g = locals_[i];
-      if (!ready(g)) {
-        ++i;
-        continue;
+    // (In program order: an engine runs what it is given in the order it is given it.)
+    if (scan) {
+      size_t kept = 0;
+      for (size_t i = 0; i < locals_.size(); ++i) {
+        const uint32_t g = locals_[i];
+        if (!ready(g)) {
+          locals_[kept++] = g;
+          continue;
+        }
+        if (op(g).kind == OpKind::Fetch || op(g).kind == OpKind::Put) {
+          copyRemote(g);
+          done_[g] = 1;
+          ++ndone_;
+        } else {
+          engineOf(g).post(op(g).action, *jobs_->at(refs_[g].job).program, g);
+        }
+        moved = true;
       }
-      if (op(g).kind == OpKind::Fetch || op(g).kind == OpKind::Put) {
-        copyRemote(g);
-        done_[g] = 1;
-        ++ndone_;
-      } else {
-        engineOf(g).post(op(g).action, *jobs_->at(refs_[g].job).program, g);
-      }
-      locals_[i] = locals_.back();
-      locals_.pop_back();
-      moved = true;
+      locals_.resize(kept);
     }
     // Test and complete: actions.
     moved |= drainEngines();

@@ -38,6 +38,7 @@ struct Job {
   // (Executor::run).
   const ProcessRef* localProcs = nullptr;
   ComputeEngine* engine = nullptr;  // for actions; null: the executor's CPU engine
+  ComputeEngine* copies = nullptr;  // for the actions of Engine::Copies (device_copies.h)
   // With a stage: the collective call announced there (SharedStage::announce), checked against
   // the peers' when this job waits; tag 0 for none.
   uint64_t callNo = 0, callTag = 0;

@@ -40,6 +40,7 @@ int32_t ProgramBuilder::localAll(Action a, const std::vector<int32_t>& deps, con
 
 int32_t ProgramBuilder::splice(const Program& sub, const std::vector<int>& team, int32_t gate) {
   const auto first = static_cast<int32_t>(p_.ops.size());
+  p_.exposes |= sub.exposes;
   const auto depBase = static_cast<uint32_t>(p_.depLists.size()), srcBase = static_cast<uint32_t>(p_.srcLists.size());
   for (int32_t d : sub.depLists) p_.depLists.push_back(d < 0 ? d : d + first);
   p_.srcLists.insert(p_.srcLists.end(), sub.srcLists.begin(), sub.srcLists.end());

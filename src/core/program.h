@@ -40,8 +40,12 @@ enum class OpKind : uint8_t { Send, Recv, Local, Signal, Wait, Fetch, Put };
 // with nsrcList > 0 the sources are instead Program::srcLists[srcList .. srcList+nsrcList).
 // With dst2 the same result also goes there, in the same pass (the kernels' fused
 // reduce-copy): one read of the sources for two places.
+// Where it runs: the job's compute engine, or its copy engine (Job::copies: the copies between
+// device buffers and the host blocks a program runs on, device_copies.h).
+enum class Engine : uint8_t { Compute, Copies };
 struct Action {
   bool active = false;
+  Engine engine = Engine::Compute;
   void* dst = nullptr;
   void* dst2 = nullptr;
   const void* src0 = nullptr;
@@ -79,8 +83,12 @@ struct Program {
   // The collective's number on its communicator, from 1 modulo 65536 (0: send/recv), carried
   // by every message too (transports/frame.h).
   uint16_t call = 0;
+  // Peers read or write this rank's buffers themselves, at addresses given in data (the stage's
+  // single copy: Fetch, Put), not only through this program's messages.
+  bool exposes = false;
   void clear() {
     call = 0;
+    exposes = false;
     ops.clear();
     depLists.clear();
     srcLists.clear();
@@ -129,6 +137,7 @@ class ProgramBuilder {
   // An op that completes once every op in [first, last) has (and at once when there is none).
   int32_t join(int32_t first, int32_t last);
   size_t size() const { return p_.ops.size(); }
+  void exposeBuffers() { p_.exposes = true; }  // Program::exposes
 
  private:
   int32_t add(Op op);

@@ -45,6 +45,7 @@ ALLOWED = {
     "a program uses shared-stage counters it does not have": "a plan the library built is inconsistent: a bug of this library",
     "a program addresses rank \x00, which has no connection": "a plan the library built is inconsistent: a bug of this library",
     "a shared-stage plan did not run at once": "a plan the library built is inconsistent: a bug of this library",
+    "a program copies device memory where its job has no copy engine": "the device path gives every job whose program it added copies to an engine (comm/run.cc): a bug of this library",
     "module \x00 has no attribute \x00": "basics.py's module __getattr__: Python's own error for a misspelt name",
 }
 # (compared as normalized below)

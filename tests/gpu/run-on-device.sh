@@ -11,7 +11,8 @@
 #   - allreduce_perf -M device with 2 ranks as threads of one GPU, as kernels and through the
 #     worker (HORA_CUDA_KERNELS=0), and with 1 rank;
 #   - allreduce_perf -M device between 2 ranks of one GPU, through CUDA IPC and staged
-#     (HORA_CUDA_IPC=0); a staged 64 MiB call beside the same call on host buffers, between 2
+#     (HORA_CUDA_IPC=0); a staged 64 MiB call (chunk by chunk, and whole) beside the same call on
+#     host buffers, between 2
 #     ranks as threads (one CUDA context: staging's own cost) and between 2 processes over shared
 #     memory and over TCP; and the other tools with device buffers at 4 ranks.
 # GPU_STEP_FILTER, GPU_STEP_DONE and GPU_DEADLINE choose the steps and bound them
@@ -184,11 +185,16 @@ step "staged 64 MiB, threads, host buffers" device_perf.txt \
   $b/perf/allreduce_perf -N 2 -M host -b 64M -e 64M -n 20 -w 5
 step "staged 64 MiB, threads, device buffers" device_perf.txt \
   env HORA_CUDA_KERNELS=0 HORA_CUDA_IPC=0 $b/perf/allreduce_perf -N 2 -M device -b 64M -e 64M -n 20 -w 5
+# The same, each buffer copied whole (in, the call, out: the previous design), against the chunks.
+step "staged 64 MiB, threads, device buffers, whole (HORA_CUDA_STAGE_CHUNK=0)" device_perf.txt \
+  env HORA_CUDA_KERNELS=0 HORA_CUDA_IPC=0 HORA_CUDA_STAGE_CHUNK=0 $b/perf/allreduce_perf -N 2 -M device -b 64M -e 64M -n 20 -w 5
 for tr in shm tcp; do
   step "staged 64 MiB, host buffers, $tr" device_perf.txt env HORA_TRANSPORTS=$tr \
     "$run" -n 2 $b/perf/allreduce_perf -M host -b 64M -e 64M -n 20 -w 5
   step "staged 64 MiB, device buffers, $tr" device_perf.txt env HORA_TRANSPORTS=$tr HORA_CUDA_IPC=0 \
     "$run" -n 2 $b/perf/allreduce_perf -M device -b 64M -e 64M -n 20 -w 5
+  step "staged 64 MiB, device buffers, $tr, whole" device_perf.txt env HORA_TRANSPORTS=$tr HORA_CUDA_IPC=0 \
+    HORA_CUDA_STAGE_CHUNK=0 "$run" -n 2 $b/perf/allreduce_perf -M device -b 64M -e 64M -n 20 -w 5
 done
 for t in allreduce broadcast reduce allgather reducescatter sendrecv; do
   step "${t}_perf 4 ranks" device_perf.txt "$run" -n 4 $b/perf/${t}_perf -M device -b 8 -e 64M -f 16 -n 5 -w 2

@@ -13,6 +13,7 @@
 //           HORA_ALGO=collective:name would), a sample of dtypes and ops, in place and out,
 //           every root; then Send/Recv between every pair
 //   sample  a few collectives up to some MiB, chosen by the planner (for impaired links)
+//   device  the same with device buffers (HORA_CUDA=emulate), without a stream and on one
 //   loop C  AllReduce of C floats until a call fails; "looping <rank>" after the first call
 //   one     one AllReduce of 1024 floats
 //   large [C...]  collectives C (all by default) with 64 MiB buffers (the whole vector, or every
@@ -37,6 +38,7 @@
 #include "coll/algorithm.h"
 #include "collective_check.h"
 #include "comm/comm.h"
+#include "gpu/cuda.h"
 #include "harness.h"
 #ifdef HORA_TEST_IB
 #include "transports/ib/device.h"
@@ -189,9 +191,9 @@ int sweep(horaComm_t comm, int rank, int n) {
   return wrong ? 1 : 0;
 }
 
-int sample(horaComm_t comm, int rank, int n) {
+std::vector<Case> sampleCases(int n) {
   const size_t MiB = size_t(1) << 20;
-  const Case cases[] = {
+  return {
       {Coll::AllReduce, horaFloat32, horaSum, 1000, false, 0},
       {Coll::AllReduce, horaFloat32, horaSum, 2 * MiB + 1, false, 0},  // 8 MiB
       {Coll::AllReduce, horaBfloat16, horaAvg, MiB, true, 0},
@@ -203,7 +205,10 @@ int sample(horaComm_t comm, int rank, int n) {
       {Coll::Gather, horaInt32, horaSum, MiB / 4 / static_cast<size_t>(n) + 5, false, n / 2},
       {Coll::Scatter, horaFloat32, horaSum, MiB / 4 / static_cast<size_t>(n) + 3, true, n - 1},
   };
-  for (const Case& cs : cases) {
+}
+
+int sample(horaComm_t comm, int rank, int n) {
+  for (const Case& cs : sampleCases(n)) {
     std::string e = runCase(comm, rank, n, cs);
     if (!e.empty()) {
       say("wrong", e);
@@ -216,6 +221,23 @@ int sample(horaComm_t comm, int rank, int n) {
     say("wrong", e);
     return 1;
   }
+  return 0;
+}
+
+// The sample with every buffer in device memory (the emulated GPU under HORA_CUDA=emulate),
+// without a stream and on one: staged through host blocks, the copies ops of the calls' programs.
+int onDevice(horaComm_t comm, int rank, int n) {
+  void* stream = cuda::streamCreate();
+  for (void* s : {static_cast<void*>(nullptr), stream})
+    for (const Case& cs : sampleCases(n)) {
+      const std::string e = runCase(comm, rank, n, cs, Memory{true, s});
+      if (!e.empty()) {
+        say("wrong", describe(cs) + (s ? " on a stream: " : ": ") + e);
+        return 1;
+      }
+      say("ran", describe(cs) + (s ? " on a stream" : ""));
+    }
+  cuda::streamDestroy(stream);
   return 0;
 }
 
@@ -327,8 +349,9 @@ int one(horaComm_t comm) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "sweep" && mode != "sample" && mode != "loop" && mode != "one" && mode != "large" && mode != "regcache") {
-    fprintf(stderr, "usage: mh_rank sweep|sample|loop COUNT|one|large|regcache (as a rank: HORA_ROOT, HORA_SECRET, HORA_RANK, HORA_SIZE)\n");
+  if (mode != "sweep" && mode != "sample" && mode != "loop" && mode != "one" && mode != "large" && mode != "regcache" &&
+      mode != "device") {
+    fprintf(stderr, "usage: mh_rank sweep|sample|device|loop COUNT|one|large|regcache (as a rank: HORA_ROOT, HORA_SECRET, HORA_RANK, HORA_SIZE)\n");
     return 2;
   }
   const char* r = getenv("HORA_RANK");
@@ -347,6 +370,7 @@ int main(int argc, char** argv) {
   int status = 0;
   if (mode == "sweep") status = sweep(comm, rank, n);
   if (mode == "sample") status = sample(comm, rank, n);
+  if (mode == "device") status = onDevice(comm, rank, n);
   if (mode == "loop") status = loop(comm, argc > 2 ? strtoull(argv[2], nullptr, 10) : size_t(1) << 20);
   if (mode == "one") status = one(comm);
   if (mode == "large") status = large(comm, rank, n, std::vector<std::string>(argv + 2, argv + argc));
