@@ -67,7 +67,7 @@ TEST_CASE("a peer killed during a collective: every other rank gets horaRemoteEr
     if (rank == 2) {
       // Dies inside its sixth call (busy is set while a call runs).
       std::thread([comm] {
-        while (comm->calls < 6 || !comm->busy.load()) usleep(50);
+        while (comm->seq.calls < 6 || !comm->busy.load()) usleep(50);
         killSelf(SIGKILL);
       }).detach();
     }

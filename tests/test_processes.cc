@@ -314,13 +314,13 @@ std::string broadcastsTake(horaComm_t comm, int rank, int nranks, size_t count, 
       for (size_t i = 0; i < count; ++i) send[i] = rank == root ? value(i) : 0xEE;
       std::fill(recv.begin(), recv.end(), 0xDD);
       uint8_t* buf = inPlace ? send.data() : recv.data();
-      const uint64_t before = comm->stageSeq;
+      const uint64_t before = comm->seq.stageSeq;
       if (horaBroadcast(send.data(), buf, count, horaUint8, root, comm, nullptr) != horaSuccess)
         return std::string("Broadcast failed: ") + horaGetLastError(comm);
       const std::string where = " (" + std::to_string(count) + " bytes, root " + std::to_string(root) +
                                 (inPlace ? ", in place)" : ", out of place)");
-      if (chunks && comm->stageSeq - before != chunks)
-        return "took " + std::to_string(comm->stageSeq - before) + " chunks of the stage, not " + std::to_string(chunks) + where;
+      if (chunks && comm->seq.stageSeq - before != chunks)
+        return "took " + std::to_string(comm->seq.stageSeq - before) + " chunks of the stage, not " + std::to_string(chunks) + where;
       for (size_t i = 0; i < count; ++i)
         if (buf[i] != value(i)) return "wrong byte " + std::to_string(i) + where;
       if (rank == root && !inPlace)
@@ -475,7 +475,7 @@ TEST_CASE("the root killed during single-copy Broadcasts: the reader fails namin
     std::vector<uint8_t> buf(size_t(32) << 20, static_cast<uint8_t>(rank));
     if (rank == 0)
       std::thread([comm] {
-        while (comm->calls < 6 || !comm->busy.load()) usleep(20);
+        while (comm->seq.calls < 6 || !comm->busy.load()) usleep(20);
         kill(getpid(), SIGKILL);
       }).detach();
     for (int i = 0; i < 100000; ++i) {

@@ -13,12 +13,12 @@ namespace hora {
 static_assert(kUncheckedMost + transport::SharedStage::kCells < transport::SharedStage::kHistory);
 
 void compareLater(horaComm* c, uint64_t callNo) {
-  c->comparedLater = true;
-  if (!c->uncheckedFrom) {
-    c->uncheckedFrom = callNo;
+  c->seq.comparedLater = true;
+  if (!c->seq.uncheckedFrom) {
+    c->seq.uncheckedFrom = callNo;
     c->stage->publishUnchecked(callNo);
   }
-  c->uncheckedTo = callNo;
+  c->seq.uncheckedTo = callNo;
 }
 
 // The calls this rank has not compared with its predecessor's and the predecessor has
@@ -27,11 +27,11 @@ void compareLater(horaComm* c, uint64_t callNo) {
 // compare it then; every rank compares such calls with one neighbour's, so that if any two ranks
 // differ, two neighbours do, and the one that finds it fails the communicator (so every rank).
 bool compareEarlierCalls(horaComm* c) {
-  if (!c->uncheckedFrom) return true;
+  if (!c->seq.uncheckedFrom) return true;
   const transport::SharedStage& st = *c->stage;
   const int n = st.size(), me = st.index(), p = (me + n - 1) % n;
-  const uint64_t upTo = std::min(c->uncheckedTo, st.lastCall(p));
-  for (uint64_t no = c->uncheckedFrom; no <= upTo; ++no) {
+  const uint64_t upTo = std::min(c->seq.uncheckedTo, st.lastCall(p));
+  for (uint64_t no = c->seq.uncheckedFrom; no <= upTo; ++no) {
     uint64_t mine = 0, theirs = 0;
     if (!st.announced(p, no, &theirs)) break;  // being written: later
     if (!st.announced(me, no, &mine))
@@ -42,14 +42,14 @@ bool compareEarlierCalls(horaComm* c) {
            "mismatched calls: %s was in %s, this rank in %s (call #%llu of the communicator; found at this rank's "
            "call #%llu)",
            st.memberName(p).c_str(), transport::describeTag(theirs).c_str(), transport::describeTag(mine).c_str(),
-           static_cast<unsigned long long>(no), static_cast<unsigned long long>(c->collectives));
-    c->uncheckedFrom = no + 1;
+           static_cast<unsigned long long>(no), static_cast<unsigned long long>(c->seq.collectives));
+    c->seq.uncheckedFrom = no + 1;
   }
-  if (c->uncheckedFrom <= c->uncheckedTo) {
-    st.publishUnchecked(c->uncheckedFrom);
+  if (c->seq.uncheckedFrom <= c->seq.uncheckedTo) {
+    st.publishUnchecked(c->seq.uncheckedFrom);
     return false;
   }
-  c->uncheckedFrom = c->uncheckedTo = 0;
+  c->seq.uncheckedFrom = c->seq.uncheckedTo = 0;
   st.publishUnchecked(0);
   return true;
 }
@@ -66,22 +66,22 @@ void throwPublished(const transport::SharedStage& st, int only) {
 }  // namespace
 
 void checkEarlierCalls(horaComm* c) {
-  if (c->uncheckedFrom && c->stage) compareEarlierCalls(c);
+  if (c->seq.uncheckedFrom && c->stage) compareEarlierCalls(c);
 }
 
 // Until this rank has compared its calls with its predecessor's and, with `everyone`, every
 // member has compared its own through this rank's last call (or closed its communicator): a
 // mismatch found anywhere then fails here too, relayed.
 void awaitEarlierCalls(horaComm* c, bool everyone, uint64_t leave) {
-  if (!c->stage || c->stage->size() < 2 || !c->comparedLater) return;
+  if (!c->stage || c->stage->size() < 2 || !c->seq.comparedLater) return;
   const transport::SharedStage& st = *c->stage;
   const int n = st.size(), me = st.index();
-  const uint64_t last = c->collectives;
+  const uint64_t last = c->seq.collectives;
   const int pred = (me + n - 1) % n;
   int waitingFor = pred;
   auto done = [&] {
     waitingFor = pred;
-    if (!compareEarlierCalls(c)) return !everyone && c->uncheckedTo - c->uncheckedFrom + 1 < leave;
+    if (!compareEarlierCalls(c)) return !everyone && c->seq.uncheckedTo - c->seq.uncheckedFrom + 1 < leave;
     if (!everyone) return true;
     for (int m = 0; m < n; ++m) {
       if (m == me || st.checkedThrough(m) >= last) continue;
@@ -110,10 +110,10 @@ void awaitEarlierCalls(horaComm* c, bool everyone, uint64_t leave) {
       },
       c->spinFor);
   std::vector<pollfd> fds;
-  uint64_t from = c->uncheckedFrom;
+  uint64_t from = c->seq.uncheckedFrom;
   auto block = [&](milliseconds most) {
-    if (c->uncheckedFrom != from) {  // the predecessor moves: the timeout counts from its last step
-      from = c->uncheckedFrom;
+    if (c->seq.uncheckedFrom != from) {  // the predecessor moves: the timeout counts from its last step
+      from = c->seq.uncheckedFrom;
       w.progressed();
     }
     fds.clear();

@@ -86,7 +86,7 @@ struct LinkChecks {
 // The shared stage's form. compareLater: call number callNo (about to be announced) is one this
 // rank leaves without having compared it with every rank's, pending from now on (said before
 // the call is announced: horaCommFinalize's peers look at both). compareEarlierCalls: compares
-// the calls this rank left unchecked (horaComm::uncheckedFrom) with its predecessor's, as far
+// the calls this rank left unchecked (CallSequence::uncheckedFrom) with its predecessor's, as far
 // as the predecessor has announced them; throws a mismatch; true when none is left.
 void compareLater(horaComm* c, uint64_t callNo);
 bool compareEarlierCalls(horaComm* c);

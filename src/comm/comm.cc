@@ -286,7 +286,7 @@ void horaComm::init(const UniqueId& id) {
     for (auto& p : c->conns) c->connPtrs.push_back(p.get());
     if (c->nranks > 1) {  // the call checks wait unread on the link from the predecessor
       const size_t pred = static_cast<size_t>((c->rank + c->nranks - 1) % c->nranks);
-      c->linkChecks.window = std::max<uint64_t>(2 * kCheckBatch, c->conns[pred]->unreadMost());
+      c->seq.linkChecks.window = std::max<uint64_t>(2 * kCheckBatch, c->conns[pred]->unreadMost());
     }
     stage = "every rank to finish connecting (bootstrap barrier)";
     bs.barrier(w);
@@ -327,7 +327,7 @@ void horaComm::init(const UniqueId& id) {
     c->shape.nranks = nranks;
     if (c->stage && c->stage->size() == nranks) {  // the stage algorithms may run
       c->shape.stage = c->stage.get();
-      c->shape.stageSeq = &c->stageSeq;
+      c->shape.stageSeq = &c->seq.stageSeq;
     }
     c->shape.hosts = static_cast<int>(hostList.size());
     for (const PeerInfo& p : c->peers) {
@@ -352,7 +352,7 @@ void horaComm::init(const UniqueId& id) {
       const std::vector<int>& mates = c->layout.hosts[static_cast<size_t>(c->layout.hostOf[static_cast<size_t>(rank)])];
       if (c->stage && c->stage->ranks() == mates && cfg.hierStage) {
         c->shape.hostStage = c->stage.get();
-        c->shape.hostStageSeq = &c->stageSeq;
+        c->shape.hostStageSeq = &c->seq.stageSeq;
       }
     }
     const int myHost = c->shape.layout ? c->layout.hostOf[static_cast<size_t>(rank)] : 0;
@@ -597,6 +597,6 @@ bool horaComm::destroyPreMulOp(int op) {
 }
 
 std::string horaComm::describeCall() const {
-  return format("call #%llu on rank %d of %d%s%s", static_cast<unsigned long long>(calls.load()), rank, nranks,
+  return format("call #%llu on rank %d of %d%s%s", static_cast<unsigned long long>(seq.calls.load()), rank, nranks,
                 opts.name.empty() ? "" : " of ", opts.name.c_str());
 }

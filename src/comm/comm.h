@@ -97,6 +97,43 @@ struct PreMulOp {
   const void* at = nullptr;  // horaScalarDevice: where the scalar is, read as each call runs
 };
 
+// The numbering of a communicator's calls, which every rank advances alike, call by call, and
+// what its call checks have still to compare: changed only by the rank's call in progress
+// (comm/run.cc, with the checks of comm/call_check.cc and comm/link_check.cc).
+struct CallSequence {
+  std::atomic<uint64_t> calls{0};  // calls made so far (collectives, sends and receives)
+  uint64_t collectives = 0;  // groups with a collective run so far: the call number announced on the host
+  uint16_t frameCall = 0;    // the last collective's number in frames (transports/frame.h), 0 skipped
+  uint16_t nextFrameCall() { return ++frameCall ? frameCall : ++frameCall; }
+  uint64_t stageSeq = 0;  // chunks through the shared stage so far (coll/stage.cc)
+  // The calls this rank has not yet compared with its predecessor's on the stage (from..to,
+  // call numbers; from 0: none), since it left them without hearing from every rank
+  // (coll::stageChecksLater; run.cc's checkEarlierCalls).
+  uint64_t uncheckedFrom = 0, uncheckedTo = 0;
+  uint64_t compareAgainAt = 0;  // a lone call compares its batch again from this call on (run.cc)
+  bool comparedLater = false;  // some call of this rank was (horaCommFinalize then waits for all)
+  // The same over the links: the checks sent to the successor not yet received from the
+  // predecessor (comm/call_check.h).
+  LinkChecks linkChecks;
+};
+
+// The plans of a communicator's recent calls, by (collective, bytes, alone): a repeated call is
+// planned once (comm/run.cc's planned()). With each plan, what the run needs to know of it that
+// depends on no more than the key: a lone call (alone) that its algorithm runs at once through
+// the shared stage, and one that compares its call with the other ranks' later
+// (coll::stageChecksLater).
+struct PlanCache {
+  struct Entry {
+    uint64_t key = 0;  // 0: empty
+    coll::Plan plan;
+    bool runsNow = false;
+    bool checksLater = false;
+  };
+  std::array<Entry, 64> entries{};
+  // The collectives and size classes whose choice has been explained at INFO (kind << 8 | log2).
+  std::vector<uint32_t> explained;
+};
+
 }  // namespace hora
 
 struct horaComm {
@@ -183,7 +220,6 @@ struct horaComm {
   std::atomic<int> callers{0};    // threads inside an entry point on it (api/guard.h)
   hora::Fd wakeFd;                // eventfd, polled by waits, written by abort
   hora::core::Scratch scratch;
-  std::atomic<uint64_t> calls{0};
   // Waits spin a little before yielding when this host has a CPU for each of its ranks.
   std::chrono::microseconds spinFor{0};
   uint64_t commId = 0;  // the same on every rank of this communicator (UniqueId::commId)
@@ -192,19 +228,8 @@ struct horaComm {
   // survivors of a failure find each other here without a new unique id (api shrink).
   hora::Fd rejoin;
   int shrinks = 0;  // shrinks made from this communicator so far (each derives its own secret)
-  uint64_t collectives = 0;  // groups with a collective run so far: the call number announced on the host
-  uint16_t frameCall = 0;    // the last collective's number in frames (transports/frame.h), 0 skipped
-  uint16_t nextFrameCall() { return ++frameCall ? frameCall : ++frameCall; }
-  uint64_t stageSeq = 0;  // chunks through the shared stage so far (coll/stage.cc)
-  // The calls this rank has not yet compared with its predecessor's on the stage (from..to,
-  // call numbers; from 0: none), since it left them without hearing from every rank
-  // (coll::stageChecksLater; run.cc's checkEarlierCalls).
-  uint64_t uncheckedFrom = 0, uncheckedTo = 0;
-  uint64_t compareAgainAt = 0;  // a lone call compares its batch again from this call on (run.cc)
-  bool comparedLater = false;  // some call of this rank was (horaCommFinalize then waits for all)
-  // The same over the links: the checks sent to the successor not yet received from the
-  // predecessor (comm/call_check.h).
-  hora::LinkChecks linkChecks;
+  // The numbering of its calls and their checks (run.cc, call_check.cc, link_check.cc).
+  hora::CallSequence seq;
   // Calls queued on host streams and not yet done (comm/stream.h); changed under streamMu.
   std::mutex streamMu;
   std::condition_variable streamIdle;
@@ -222,20 +247,8 @@ struct horaComm {
   // The flight recorder of its calls (comm/trace.h); made with the communicator.
   std::unique_ptr<hora::trace::Recorder> trace;
 
-  // Last, away from the fields every call touches:
-  // the collectives and size classes whose choice has been explained at INFO (kind << 8 | log2),
-  std::vector<uint32_t> explained;
-  // and the plans of recent calls, by (collective, bytes, alone): a repeated call is planned once.
-  // With each plan, what the run needs to know of it that depends on no more than the key: a lone
-  // call (alone) that its algorithm runs at once through the shared stage, and one that compares
-  // its call with the other ranks' later (coll::stageChecksLater).
-  struct CachedPlan {
-    uint64_t key = 0;  // 0: empty
-    hora::coll::Plan plan;
-    bool runsNow = false;
-    bool checksLater = false;
-  };
-  std::array<CachedPlan, 64> planCache{};
+  // Last, away from the fields every call touches: the plans of recent calls (run.cc).
+  hora::PlanCache plans;
 
  private:
   horaComm();  // registers it as live (isLive)
@@ -261,7 +274,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls,
               const std::vector<core::DeviceCopies>* copies = nullptr);
 // runCalls of one call, without a vector where it runs at once through the shared stage.
 void runOne(horaComm* c, const coll::Args& a);
-// Compares the calls this rank left unchecked (horaComm::uncheckedFrom) with its predecessor's
+// Compares the calls this rank left unchecked (CallSequence::uncheckedFrom) with its predecessor's
 // on the stage, as far as the predecessor has announced them; throws a mismatch. The await
 // form waits (up to the communicator's timeout) until fewer than `leave` are left uncompared
 // (0: none) and, with `everyone`, until every member has compared its own through this rank's

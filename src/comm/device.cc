@@ -478,7 +478,7 @@ void execute(Staging& p, void* stream) {
       st.engine->reset();
       throw;
     }
-    st.lastIpcChunk = c->stageSeq;
+    st.lastIpcChunk = c->seq.stageSeq;
     return;
   }
   // The copies run on each communicator's copy engine, a stream of its own: on the legacy

@@ -277,7 +277,7 @@ void viaCopy(horaComm* c, const coll::Args& a, const Where& w, void* stream) {
   CommState& st = stateOf(c);
   OnDevice on(st.device);
   if (w.in && w.out && w.in != w.out) cuda::copyAsync(w.out, w.in, a.count * dataTypeSize(a.dtype), stream);
-  ++c->calls;
+  ++c->seq.calls;
   if (c->trace) c->trace->finish(c->trace->startOnDevice(a), true);
   if (!stream) cuda::streamSync(nullptr);
 }
@@ -372,7 +372,7 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
   ++k.calls;  // (the kernel's own number, outside a graph's replays)
   const uint64_t launched = k.blocks.fetch_add(static_cast<uint64_t>(d.blocks)) + static_cast<uint64_t>(d.blocks);
   k.recent[k.calls % k.recent.size()] = {k.calls, a};
-  ++c->calls;
+  ++c->seq.calls;
   trace::Entry* entry = c->trace ? c->trace->startOnDevice(a) : nullptr;
   if (stream) {
     if (entry) {

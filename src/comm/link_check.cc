@@ -44,7 +44,7 @@ core::Job checkSendJob(CheckPlans& cp, size_t slot, horaComm* c, const LinkCheck
 // that one of a call whose ranks differ is found behind them.
 std::string earlierCheck(void* ctx, transport::Connection* conn, int peer) {
   auto* c = static_cast<horaComm*>(ctx);
-  LinkChecks& lc = c->linkChecks;
+  LinkChecks& lc = c->seq.linkChecks;
   if (peer != (c->rank + c->nranks - 1) % c->nranks) return {};
   while (!lc.expected.empty()) {
     uint16_t call = 0;
@@ -56,7 +56,7 @@ std::string earlierCheck(void* ctx, transport::Connection* conn, int peer) {
       return format("mismatched calls: %s was in %s, this rank in %s (call #%llu on this rank; found at its call #%llu)",
                     c->peers[static_cast<size_t>(peer)].name().c_str(), transport::describeTag(tag).c_str(),
                     transport::describeTag(e.tag).c_str(), static_cast<unsigned long long>(e.call),
-                    static_cast<unsigned long long>(c->calls.load()));
+                    static_cast<unsigned long long>(c->seq.calls.load()));
     if (!conn->takePendingFrame()) return {};
     lc.expected.pop();
   }
@@ -80,7 +80,7 @@ std::string describeCheck(const void* ctx) {
 // one program (each receive with its own call's tag and number), in program slot `slot`; they
 // are taken off the expected.
 core::Job checkRecvJob(CheckPlans& cp, size_t slot, horaComm* c, size_t n, trace::Entry* entry) {
-  LinkChecks& lc = c->linkChecks;
+  LinkChecks& lc = c->seq.linkChecks;
   core::Program& p = cp.programs[slot];
   p.clear();
   const LinkChecks::Pending& first = lc.expected.front();
@@ -111,7 +111,7 @@ void planChecks(CheckPlans& cp, const std::vector<horaComm*>& comms,
   size_t slot = 0;
   std::vector<uint64_t>& tags = cp.tags;
   for (horaComm* c : comms) {
-    LinkChecks& lc = c->linkChecks;
+    LinkChecks& lc = c->seq.linkChecks;
     const int n = c->nranks;
     if (n < 2) continue;
     bool agree = false;
@@ -144,7 +144,7 @@ void planChecks(CheckPlans& cp, const std::vector<horaComm*>& comms,
       continue;
     }
     if (!agree && lc.expected.empty()) continue;
-    const uint64_t now = c->calls.load(std::memory_order_relaxed);
+    const uint64_t now = c->seq.calls.load(std::memory_order_relaxed);
     const int succ = (c->rank + 1) % n, pred = (c->rank + n - 1) % n;
     if (agree) {
       const LinkChecks::Pending mine{coll::groupTag(tags), now, last};

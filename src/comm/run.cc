@@ -102,12 +102,12 @@ namespace {
 // The plan of a collective (not a send or receive), cached with what running it needs to know
 // of it, and explained at INFO the first time a communicator makes one for its collective and
 // size class (a power of two).
-const horaComm::CachedPlan& planned(horaComm* c, const coll::Args& a, const coll::Topo& topo, bool alone) {
+const PlanCache::Entry& planned(horaComm* c, const coll::Args& a, const coll::Topo& topo, bool alone) {
   // Every prediction depends on the collective, its bytes and whether it is alone (the rest is
   // the communicator's): the last plan of each is kept.
   const uint64_t bytes = a.count * dataTypeSize(a.dtype);
   const uint64_t key = (static_cast<uint64_t>(a.kind) << 57 | static_cast<uint64_t>(alone) << 56 | bytes) + 1;
-  horaComm::CachedPlan& slot = c->planCache[(key ^ key >> 17 ^ key >> 31) % c->planCache.size()];
+  PlanCache::Entry& slot = c->plans.entries[(key ^ key >> 17 ^ key >> 31) % c->plans.entries.size()];
   if (slot.key == key && bytes < (uint64_t(1) << 56)) return slot;
   coll::Choice why;
   const coll::Plan p = coll::plan(a, topo, c->planner, alone, &why);
@@ -119,8 +119,8 @@ const horaComm::CachedPlan& planned(horaComm* c, const coll::Args& a, const coll
     uint32_t cls = 0;
     while ((uint64_t(1) << cls) < bytes) ++cls;
     const uint32_t sizeClass = static_cast<uint32_t>(a.kind) << 8 | cls;
-    if (std::find(c->explained.begin(), c->explained.end(), sizeClass) == c->explained.end()) {
-      c->explained.push_back(sizeClass);
+    if (std::find(c->plans.explained.begin(), c->plans.explained.end(), sizeClass) == c->plans.explained.end()) {
+      c->plans.explained.push_back(sizeClass);
       HORA_INFO(log::kColl, "%s", coll::explain(a, topo, p, why).c_str());
     }
   }
@@ -144,12 +144,12 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const c
                core::Executor& executor, trace::Entry* entry, bool later) {
   const coll::Algorithm& algo = coll::algorithm(plan.algo);
   if (!topo.stage) return false;
-  ++c->calls;
-  c->nextFrameCall();  // numbered as the same call going through messages would be
+  ++c->seq.calls;
+  c->seq.nextFrameCall();  // numbered as the same call going through messages would be
   HORA_TRACE(log::kColl, "%s: %s by %s, at once through the shared stage", c->describeCall().c_str(),
              coll::describe(a).c_str(), algo.name());
   core::Job j = jobOf(c, nullptr, entry);
-  j.callNo = ++c->collectives;
+  j.callNo = ++c->seq.collectives;
   j.callTag = coll::makeTag(a);
   if (later) compareLater(c, j.callNo);
   c->stage->announce(j.callNo, j.callTag);
@@ -159,10 +159,10 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const c
     // ahead of its root) is not looked at again for another batch of calls: looking at every
     // call read the predecessor's announcement line while it wrote it, a cache line crossing
     // cores twice per call.
-    if (c->uncheckedFrom &&
-        (!later || (c->uncheckedTo - c->uncheckedFrom >= kCompareBatch && c->uncheckedTo >= c->compareAgainAt)) &&
+    if (c->seq.uncheckedFrom &&
+        (!later || (c->seq.uncheckedTo - c->seq.uncheckedFrom >= kCompareBatch && c->seq.uncheckedTo >= c->seq.compareAgainAt)) &&
         !compareEarlierCalls(c))
-      c->compareAgainAt = c->uncheckedTo + kCompareBatch;
+      c->seq.compareAgainAt = c->seq.uncheckedTo + kCompareBatch;
     auto await = [&](int counter, uint64_t value, int only, bool check) {
       executor.awaitCounter(j, counter, value, only, check, c->opts.timeout, c->spinFor);
     };
@@ -170,7 +170,7 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const c
     // Never further behind than the announcements are kept: compare, waiting if need be, until
     // half the window is left, not all of it: a predecessor that catches up wholly then waits
     // for this rank's next call, and the two meet every kUncheckedMost calls.
-    if (later && c->uncheckedFrom && c->uncheckedTo - c->uncheckedFrom >= kUncheckedMost)
+    if (later && c->seq.uncheckedFrom && c->seq.uncheckedTo - c->seq.uncheckedFrom >= kUncheckedMost)
       awaitEarlierCalls(c, false, kUncheckedMost / 2);
   } catch (const Error& e) {
     c->trace->finish(entry, false);
@@ -247,7 +247,7 @@ bool runLone(horaComm* c, const coll::Args& a) {
     horaComm* c;
     ~Release() { c->busy.store(false, std::memory_order_release); }
   } release{c};
-  const horaComm::CachedPlan& cached = planned(c, a, topo, true);
+  const PlanCache::Entry& cached = planned(c, a, topo, true);
   if (!cached.runsNow) return false;  // released: runCalls takes it again
   const coll::Plan plan = cached.plan;
   const bool later = cached.checksLater;
@@ -271,7 +271,7 @@ void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& 
   claim(c, guard);
   coll::Topo t = c->shape;
   t.stage = &stage;
-  t.stageSeq = &c->stageSeq;
+  t.stageSeq = &c->seq.stageSeq;
   coll::Plan plan;
   plan.algo = coll::Algo::Slice;
   ts.traced.clear();
@@ -281,8 +281,8 @@ void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& 
   core::Program& p = ts.programs[0];
   p.clear();
   coll::build(a, t, plan, c->scratch, p);
-  ++c->calls;
-  p.call = c->nextFrameCall();
+  ++c->seq.calls;
+  p.call = c->seq.nextFrameCall();
   HORA_TRACE(log::kColl, "%s: %s by %s through a stage of its own, %zu ops", c->describeCall().c_str(),
              coll::describe(a).c_str(), coll::algoName(plan.algo), p.ops.size());
   ts.jobs.clear();
@@ -290,11 +290,11 @@ void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& 
   core::Job& j = ts.jobs.back();
   j.stage = &stage;
   j.engine = &engine;
-  j.callNo = ++c->collectives;
+  j.callNo = ++c->seq.collectives;
   j.callTag = p.tag;
   stage.announce(j.callNo, j.callTag);
   try {
-    if (c->uncheckedFrom) compareEarlierCalls(c);
+    if (c->seq.uncheckedFrom) compareEarlierCalls(c);
     ts.executor.run(ts.jobs, c->opts.timeout, c->spinFor);
     traceGuard.ok = true;
   } catch (const Error& e) {
@@ -305,14 +305,14 @@ void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& 
 }
 
 void awaitLinkChecks(horaComm* c, bool meet) {
-  if (!c->linkChecks.used || c->nranks < 2) return;
+  if (!c->seq.linkChecks.used || c->nranks < 2) return;
   take(c);
   struct Release {
     horaComm* c;
     ~Release() { c->busy.store(false, std::memory_order_release); }
   } release{c};
   ThreadState& ts = threadState();
-  LinkChecks& lc = c->linkChecks;
+  LinkChecks& lc = c->seq.linkChecks;
   const size_t expected = lc.expected.size();
   ts.checks.reserve(3);  // the rest received, the meeting, the flush
   ts.checks.jobs.clear();
@@ -333,7 +333,7 @@ void awaitLinkChecks(horaComm* c, bool meet) {
     coll::Args barrier;
     barrier.kind = coll::Kind::Barrier;
     coll::buildAgreement(topoOf(c), coll::makeTag(barrier), c->scratch, p);
-    p.call = c->nextFrameCall();
+    p.call = c->seq.nextFrameCall();
     ts.checks.of[slot] = CheckOf{c, 0, false};
     core::Job j = jobOf(c, &p, nullptr);
     j.describe = describeCheck;
@@ -459,7 +459,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls, const 
     }
     const coll::Plan& plan = plans[i];
     coll::build(a, topo, plan, c->scratch, programs[i]);
-    ++c->calls;
+    ++c->seq.calls;
     HORA_TRACE(log::kColl, "%s: %s by %s, chunk %zu bytes, %zu ops", c->describeCall().c_str(),
                coll::describe(a).c_str(), coll::algoName(plan.algo), plan.chunkBytes, programs[i].ops.size());
     const core::DeviceCopies* dc = staged(i);
@@ -482,7 +482,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls, const 
   for (size_t i = 0; i < calls.size(); ++i)
     if (calls[i].second.kind != coll::Kind::Send && calls[i].second.kind != coll::Kind::Recv &&
         std::find(atOnce.begin(), atOnce.end(), i) == atOnce.end())
-      programs[i].call = calls[i].first->nextFrameCall();
+      programs[i].call = calls[i].first->seq.nextFrameCall();
   // Announce each communicator's collectives on its host, for a cheap mismatch check.
   std::vector<uint64_t>& tags = ts.tags;
   for (horaComm* c : guard.comms) {
@@ -497,7 +497,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls, const 
       if (!first) first = &jobs[i];
     }
     if (!first) continue;
-    first->callNo = ++c->collectives;
+    first->callNo = ++c->seq.collectives;
     first->callTag = coll::groupTag(tags);
     c->stage->announce(first->callNo, first->callTag);
   }
@@ -507,7 +507,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls, const 
   jobs.insert(jobs.end(), ts.checks.lateJobs.begin(), ts.checks.lateJobs.end());
   try {
     for (horaComm* c : guard.comms)
-      if (c->uncheckedFrom && c->stage) compareEarlierCalls(c);
+      if (c->seq.uncheckedFrom && c->stage) compareEarlierCalls(c);
     executor.run(jobs, timeout, spinFor);
     for (const Deferred& d : deferred) memcpy(d.to, d.from, d.bytes);
     for (size_t i = 0; i < calls.size(); ++i)

@@ -143,7 +143,7 @@ int sweep(horaComm_t comm, int rank, int n) {
       // As HORA_ALGO=collective:name: this collective forced to it; no cached plan survives.
       c->planner.forced.fill(-1);
       c->planner.forced[static_cast<size_t>(kind)] = static_cast<int>(algo->id());
-      c->planCache.fill({});
+      c->plans.entries.fill({});
       const std::string pair = format("%s:%s", coll::kindName(kind), algo->name());
       int ran = 0;
       std::string refused;
@@ -180,7 +180,7 @@ int sweep(horaComm_t comm, int rank, int n) {
     }
   }
   c->planner.forced.fill(-1);
-  c->planCache.fill({});
+  c->plans.entries.fill({});
   std::string e = sendRecvEveryPair(comm, rank, n);
   if (!e.empty()) {
     say("wrong", e);
