@@ -192,6 +192,49 @@ TEST_CASE("a group over two CUDA streams waits for both and both wait for it", "
   for (const auto& r : results) CHECK(r.ok());
 }
 
+TEST_CASE("a group of 40 staged collectives on a CUDA stream: each copied in chunks, every result exact",
+          "[device][stream]") {
+  // A group is staged (no kernel runs a group): 40 AllReduces of 300 KiB each, every one's
+  // copies ops of its program, 2 x 40 x up to 33 of them on the communicator's copy stream in
+  // one run, with the events made beforehand in the caller's thread.
+  auto results = runProcesses(3, [](horaComm_t comm, int rank, int nranks) -> std::string {
+    const int calls = 40;
+    const size_t count = 76801;
+    void* s = cu::streamCreate();
+    std::vector<float*> bufs;
+    std::vector<float> host(count);
+    for (int k = 0; k < calls; ++k) {
+      for (size_t i = 0; i < count; ++i) host[i] = static_cast<float>((rank + 1) * (k + 1) + static_cast<int>(i % 7));
+      bufs.push_back(static_cast<float*>(cu::deviceAlloc(count * 4)));
+      cu::copyAsync(bufs.back(), host.data(), count * 4, s);
+      cu::streamSync(s);
+    }
+    horaGroupStart();
+    for (int k = 0; k < calls; ++k) horaAllReduce(bufs[k], bufs[k], count, horaFloat32, horaSum, comm, static_cast<horaStream_t>(s));
+    if (horaGroupEnd() != horaSuccess) return std::string("horaGroupEnd: ") + horaGetLastError(comm);
+    std::string e;
+    const float ranks = static_cast<float>(nranks * (nranks + 1) / 2);
+    for (int k = 0; k < calls && e.empty(); ++k) {
+      cu::copyAsync(host.data(), bufs[k], count * 4, s);
+      if (horaStreamSynchronize(static_cast<horaStream_t>(s)) != horaSuccess)
+        return std::string("horaStreamSynchronize: ") + horaGetLastError(nullptr);
+      for (size_t i = 0; i < count; ++i) {
+        const float want = ranks * static_cast<float>(k + 1) + static_cast<float>(nranks * static_cast<int>(i % 7));
+        if (host[i] != want) {
+          e = "call " + std::to_string(k) + " element " + std::to_string(i) + ": " + std::to_string(host[i]) +
+              ", want " + std::to_string(want);
+          break;
+        }
+      }
+    }
+    for (float* b : bufs) cu::deviceFree(b);
+    cu::streamDestroy(s);
+    return e;
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
 TEST_CASE("a PreMulSum scalar in device memory is read in stream order, as each call runs", "[device][stream]") {
   auto results = runProcesses(3, [](horaComm_t comm, int rank, int nranks) -> std::string {
     const size_t count = 4099;

@@ -418,13 +418,18 @@ std::unique_ptr<Staging> stagingFor(const Calls& calls, const std::vector<Where>
     }
   }
   p->copies.resize(calls.size());
+  std::vector<std::pair<core::DeviceEngine*, size_t>> copiers;  // and the copies each may hold in flight
   for (size_t i = 0; i < calls.size(); ++i) {
     const Where& w = ws[i];
     if (!w.any()) continue;
     CommState& st = stateOf(calls[i].first);
     coll::Args& a = p->calls[i].second;
     core::DeviceCopies& dc = p->copies[i];
-    dc.engine = &st.copier();
+    core::DeviceEngine& copier = st.copier();
+    dc.engine = &copier;
+    auto it = std::find_if(copiers.begin(), copiers.end(), [&](const auto& e) { return e.first == &copier; });
+    if (it == copiers.end()) it = copiers.insert(copiers.end(), {&copier, 0});
+    it->second += 2 * core::kMaxCopyChunks + 2;  // (each way at most kMaxCopyChunks and a copy's rest)
     dc.chunkBytes = config().cudaStageChunk;
     const auto lo = [](const void* q) { return reinterpret_cast<uintptr_t>(q); };
     const bool both = w.inDev >= 0 && w.outDev >= 0;
@@ -453,6 +458,7 @@ std::unique_ptr<Staging> stagingFor(const Calls& calls, const std::vector<Where>
       dc.outs.push_back(core::DeviceCopy{w.out, b, w.outBytes});
     }
   }
+  for (auto& [copier, events] : copiers) copier->reserve(events);
   return p;
 }
 

@@ -10,6 +10,7 @@ DeviceEngine::DeviceEngine(int device) : device_(device) {
   // Made here, in the caller's thread: an event made later, in a worker that a stream waits for,
   // could wait for a driver lock that a thread blocked on that stream holds.
   for (int i = 0; i < kEvents; ++i) freeEvents_.push_back(cuda::eventCreate());
+  made_ = kEvents;
 }
 
 DeviceEngine::~DeviceEngine() {
@@ -17,6 +18,14 @@ DeviceEngine::~DeviceEngine() {
   for (const InFlight& f : inFlight_) cuda::eventDestroy(f.event);
   for (void* e : freeEvents_) cuda::eventDestroy(e);
   cuda::streamDestroy(stream_);
+}
+
+void DeviceEngine::reserve(size_t events) {
+  std::lock_guard<std::mutex> lock(eventsMu_);
+  while (made_ < events) {
+    freeEvents_.push_back(cuda::eventCreate());
+    ++made_;
+  }
 }
 
 void DeviceEngine::post(const Action& a, const Program& p, transport::Cookie cookie) {
@@ -36,11 +45,15 @@ void DeviceEngine::post(const Action& a, const Program& p, transport::Cookie coo
     }
   }
   void* ev;
-  if (freeEvents_.empty()) {
-    ev = cuda::eventCreate();
-  } else {
-    ev = freeEvents_.back();
-    freeEvents_.pop_back();
+  {
+    std::lock_guard<std::mutex> lock(eventsMu_);
+    if (freeEvents_.empty()) {
+      ev = cuda::eventCreate();
+      ++made_;
+    } else {
+      ev = freeEvents_.back();
+      freeEvents_.pop_back();
+    }
   }
   cuda::eventRecord(ev, stream_);
   inFlight_.push_back(InFlight{ev, cookie});
@@ -50,6 +63,7 @@ bool DeviceEngine::progress(std::vector<transport::Cookie>& completed) {
   bool any = false;
   while (!inFlight_.empty() && cuda::eventDone(inFlight_.front().event)) {
     completed.push_back(inFlight_.front().cookie);
+    std::lock_guard<std::mutex> lock(eventsMu_);
     freeEvents_.push_back(inFlight_.front().event);
     inFlight_.pop_front();
     any = true;
@@ -59,6 +73,7 @@ bool DeviceEngine::progress(std::vector<transport::Cookie>& completed) {
 
 void DeviceEngine::reset() {
   cuda::streamSyncQuiet(stream_);
+  std::lock_guard<std::mutex> lock(eventsMu_);
   for (const InFlight& f : inFlight_) freeEvents_.push_back(f.event);
   inFlight_.clear();
 }

@@ -5,6 +5,7 @@
 // device memory.
 #pragma once
 #include <deque>
+#include <mutex>
 #include <vector>
 
 #include "core/compute.h"
@@ -22,6 +23,10 @@ class DeviceEngine final : public ComputeEngine {
   bool busy() const override { return !inFlight_.empty(); }
   // Forgets what a run that ended early left (after the stream has finished it).
   void reset() override;
+  // Makes events until `events` actions can be in flight at once without making one in post():
+  // an event made in a worker that a stream waits for may wait for a lock that a thread blocked
+  // on that stream holds, so the caller's thread makes them first (beside a worker's run).
+  void reserve(size_t events);
   void* stream() const { return stream_; }
   int device() const { return device_; }
 
@@ -33,8 +38,10 @@ class DeviceEngine final : public ComputeEngine {
   static constexpr int kEvents = 64;  // made up front; more only if that many are ever in flight
   int device_;
   void* stream_ = nullptr;
+  std::mutex eventsMu_;  // freeEvents_: reserve() runs in a caller's thread beside a worker's run
   std::deque<InFlight> inFlight_;
   std::vector<void*> freeEvents_;
+  size_t made_ = 0;  // events made (free or in flight)
 };
 
 }  // namespace hora::core
