@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "base/error.h"
+#include "coll/fit.h"
 #include "coll/planner.h"
 #include "stub_stage.h"
 
@@ -243,10 +244,18 @@ TEST_CASE("planner: tune files", "[planner]") {
   Costs c;
   c.links["tcp"] = {9.5, 1.25};
   c.baseUs["ring"] = 7;
+  c.baseUs["ring-allgather"] = 3;
+  c.byteFactor["tree-broadcast"] = 0.5;
   const Costs back = parseCosts(formatCosts(c), "test");
   CHECK(back.link("tcp").latencyUs == Approx(9.5));
   CHECK(back.link("tcp").gbps == Approx(1.25));
-  CHECK(back.base("ring") == Approx(7));
+  // An algorithm's costs for one collective, else its own, else none.
+  CHECK(back.base("ring", Kind::AllReduce) == Approx(7));
+  CHECK(back.base("ring", Kind::AllGather) == Approx(3));
+  CHECK(back.base("tree", Kind::AllGather) == Approx(0));
+  CHECK(back.factor("tree", Kind::Broadcast) == Approx(0.5));
+  CHECK(back.factor("tree", Kind::AllReduce) == Approx(1));
+  CHECK(back.factor("flat", Kind::AllReduce) == Approx(1.75));
   CHECK(back.stage.latencyUs == Approx(c.stage.latencyUs));
   // Slow TCP links move the crossover from recursive doubling to the ring up.
   PlannerSettings s;
@@ -259,4 +268,123 @@ TEST_CASE("planner: tune files", "[planner]") {
     INFO(bad);
     CHECK_THROWS_WITH(parseCosts(std::string("# ok\n") + bad, "FILE"), Catch::Contains("FILE, line 2"));
   }
+}
+
+namespace {
+
+// Measured across 4 network-namespace hosts of 2 ranks on a 2-core machine (docs/perf/hosts/,
+// `perf/compare --hosts 4x2 ... --algos`: medians of 3 rounds, us per call, each algorithm
+// forced), by buffer size (AllGather: the gathered buffer).
+struct Row {
+  Kind kind;
+  const char* algo;
+  double us[8];  // at 8 B, 64 B, 512 B, 4 KiB, 32 KiB, 256 KiB, 2 MiB, 16 MiB
+};
+const size_t kSizes[8] = {8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20};
+const Row kHosts4x2[] = {
+    {Kind::AllReduce, "hier", {251, 237, 252, 310, 398, 1205, 10652, 88725}},
+    {Kind::AllReduce, "rabenseifner", {354, 416, 451, 501, 608, 1479, 11968, 103664}},
+    {Kind::AllReduce, "rd", {225, 209, 202, 284, 381, 1801, 23965, 204766}},
+    {Kind::AllReduce, "ring", {392, 552, 561, 661, 749, 1880, 11527, 88578}},
+    {Kind::AllReduce, "tree", {354, 386, 353, 407, 572, 1608, 12231, 96654}},
+    {Kind::Broadcast, "binomial", {31, 54, 64, 68, 83, 533, 5113, 40903}},
+    {Kind::Broadcast, "chain", {31, 35, 38, 48, 67, 419, 4121, 37032}},
+    {Kind::Broadcast, "hier", {124, 117, 144, 118, 153, 477, 4358, 38189}},
+    {Kind::Broadcast, "tree", {48, 66, 74, 74, 121, 672, 5551, 43662}},
+    {Kind::AllGather, "bruck", {0, 262, 278, 300, 388, 1015, 9082, 76395}},
+    {Kind::AllGather, "hier", {0, 245, 229, 243, 337, 864, 8294, 58804}},
+    {Kind::AllGather, "rd", {0, 203, 206, 211, 275, 566, 5195, 46980}},
+    {Kind::AllGather, "ring", {0, 313, 334, 387, 384, 628, 4836, 38551}},
+};
+
+Args callOf(Kind k, size_t bytes, int n) {
+  Args a;
+  a.kind = k;
+  a.dtype = DataType::Float32;
+  a.count = (k == Kind::AllGather ? bytes / static_cast<size_t>(n) : bytes) / 4;
+  return a;
+}
+
+}  // namespace
+
+// The planner's choices against the crossovers measured across hosts: at every size of every
+// collective, the algorithm it chooses (among those measured) with the model fitted to these
+// times (coll/fit.h, what `hora-tune --fit` does with its own), and with the built-in costs,
+// against the fastest measured.
+TEST_CASE("planner: across 4 hosts, the choice against the measured crossovers, fitted and built-in", "[planner][fit]") {
+  const HostLayout layout = HostLayout::fromLabels({0, 0, 1, 1, 2, 2, 3, 3});
+  const ShapeOnlyStage hostStage(2);
+  Topo t;
+  t.nranks = 8;
+  t.hosts = 4;
+  t.ranksPerHost = 2;
+  t.coresPerHost = 2;
+  t.ranksPerMachine = 8;
+  t.layout = &layout;
+  t.hostStage = &hostStage;
+  t.local = Costs().link("shm");
+  t.slowest = Costs().link("tcp");
+  std::vector<Measured> m;
+  for (const Row& r : kHosts4x2)
+    for (size_t i = 0; i < 8; ++i)
+      if (r.us[i] > 0) m.push_back(Measured{callOf(r.kind, kSizes[i], 8), findAlgorithm(r.algo)->id(), r.us[i]});
+  std::vector<Fitted> report;
+  PlannerSettings fitted;
+  fitted.costs = fitCosts(Costs(), t, m, &report);
+  std::string fit;
+  for (const Fitted& f : report)
+    fit += f.key + ": base " + std::to_string(f.baseUs) + " us, factor " + std::to_string(f.factor) + ", worst " +
+           std::to_string(f.worst) + "\n";
+  if (getenv("FIT_SHOW"))
+    for (const Measured& x : m)
+      printf("%s %s %zu: measured %.0f predicted %.0f\n", kindName(x.args.kind), algoName(x.algo),
+             x.args.count * 4, x.us, algorithm(x.algo).predictUs(x.args, t, fitted.costs));
+  INFO("fitted:\n" << fit);
+  int before = 0, within = 0, cells = 0;
+  for (Kind k : {Kind::AllReduce, Kind::Broadcast, Kind::AllGather})
+    for (size_t i = 0; i < 8; ++i) {
+      double best = 1e30;
+      for (const Row& r : kHosts4x2)
+        if (r.kind == k && r.us[i] > 0) best = std::min(best, r.us[i]);
+      if (best >= 1e30) continue;
+      // The planner's rule (the least predicted time) among the algorithms measured: hora-tune
+      // measures every one that can run, these runs did not (direct, for one).
+      auto measured = [&](const PlannerSettings& s) {
+        std::pair<std::string, double> chose{"", 1e30};
+        double least = 1e30;
+        for (const Row& r : kHosts4x2) {
+          if (r.kind != k || r.us[i] <= 0) continue;
+          const double predicted = findAlgorithm(r.algo)->predictUs(callOf(k, kSizes[i], 8), t, s.costs);
+          if (predicted < least) least = predicted, chose = {r.algo, r.us[i]};
+        }
+        return chose;
+      };
+      const auto [name, us] = measured(fitted);
+      INFO(kindName(k) << " of " << kSizes[i] << " bytes: chose " << name << ", measured " << us << " us; fastest "
+                       << best << " us");
+      // Where the model's shape cannot follow the measured times, a known miss, held to how far
+      // it misses now: from 2 MiB the pipelined tree's depth, which the model overlaps, hardly
+      // overlaps with 8 ranks on 2 cores (measured 12.2 ms at 2 MiB and 96.7 at 16 MiB, 7.9x;
+      // its prediction grows 3x), so no factor fits both and the tree is chosen where the hier
+      // AllReduce and the chain Broadcast were faster.
+      const bool knownMiss = name == std::string("tree") && kSizes[i] >= (size_t(2) << 20) &&
+                             (k == Kind::AllReduce || k == Kind::Broadcast);
+      CHECK(us <= (knownMiss ? 1.40 : 1.10) * best);
+      within += us <= 1.10 * best;
+      cells += 1;
+      // The built-in costs: within 15% everywhere (their misses: the 256 KiB Broadcast by
+      // hier, 14% behind the chain, and the 256 KiB AllGather by the ring, 11% behind rd).
+      const auto builtIn = measured(PlannerSettings());
+      CHECK(builtIn.second <= 1.15 * best);
+      if (getenv("FIT_SHOW"))
+        printf("%s %zu: fitted %s %.0f, built-in %s %.0f, best %.0f\n", kindName(k), kSizes[i], name.c_str(), us,
+               builtIn.first.c_str(), builtIn.second, best);
+      before += builtIn.second <= 1.10 * best;
+    }
+  // Fitted, 20 of the 23 cells are within 10% (the built-in costs' two misses among them); the
+  // built-in costs, fitted by hand to the crossovers, 21.
+  INFO("cells within 10%: fitted " << within << ", built-in " << before << ", of " << cells);
+  CHECK(cells == 23);
+  CHECK(within >= 20);
+  CHECK(before >= 21);
 }

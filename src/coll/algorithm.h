@@ -25,7 +25,9 @@ class Algorithm {
     (void)a, (void)t, (void)alone;
     return nullptr;
   }
-  // Its predicted time for the call, in microseconds.
+  // Its predicted time for the call, in microseconds: its fixed cost (Costs::base of its name
+  // and the collective), the waits, and the bytes' cost times Costs::factor of the same
+  // (coll/fit.h fits both).
   virtual double predictUs(const Args& a, const Topo& t, const Costs& c) const = 0;
   // Settles what the plan leaves to the algorithm (an algorithm of phases: the algorithm of
   // each), once the planner has chosen it.

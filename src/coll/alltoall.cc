@@ -86,7 +86,7 @@ class Pairwise final : public Algorithm {
   double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
     const double block = static_cast<double>(a.count * dataTypeSize(a.dtype));
     const LinkCost& l = t.slowest;
-    return c.base("pairwise") + waitUs(l, t, c) + (t.nranks - 1) * bytesUs(block, l.gbps, t);
+    return c.base("pairwise", a.kind) + waitUs(l, t, c) + c.factor("pairwise", a.kind) * (t.nranks - 1) * bytesUs(block, l.gbps, t);
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
     pairwiseAllToAll(a, t, p, s, b);

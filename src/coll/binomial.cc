@@ -65,8 +65,9 @@ double gatherUs(const Args& a, const Topo& t, const Costs& c) {
   }
   const int levels = ceilLog2(n);
   // Inner ranks copy their own block in (Gather) or out (Scatter) of their scratch; the root its own.
-  return c.base("binomial") + levels * waitUs(l, t, c) + move(blocks * N) +
-         std::max(0, levels - 1) * move(std::min(N, C)) + bytesUs(2 * N, c.memoryGBps, t);
+  return c.base("binomial", a.kind) + levels * waitUs(l, t, c) +
+         c.factor("binomial", a.kind) *
+             (move(blocks * N) + std::max(0, levels - 1) * move(std::min(N, C)) + bytesUs(2 * N, c.memoryGBps, t));
 }
 
 // Broadcast and Reduce: ceil(log2 n) levels, but the root sends (or receives) every chunk once
@@ -90,7 +91,7 @@ class Binomial final : public Algorithm {
     const double move = t.stage ? bytesUs(6 * chunk, c.memoryGBps, t) + bytesUs(chunk, c.stage.gbps, t)
                                 : bytesUs(chunk, l.gbps, t);
     const double reduce = a.kind == Kind::Reduce ? bytesUs(2 * chunk, c.memoryGBps, t) : 0;
-    return c.base("binomial") + levels * chunks * (waitUs(l, t, c) + move + reduce);
+    return c.base("binomial", a.kind) + levels * chunks * (waitUs(l, t, c) + c.factor("binomial", a.kind) * (move + reduce));
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
     if (a.kind == Kind::Broadcast) binomialBroadcast(a, t, p, s, b);

@@ -52,7 +52,8 @@ class Bruck final : public Algorithm {
     const LinkCost& l = t.slowest;
     const double move = t.stage ? bytesUs(6 * (n - 1) * N, c.memoryGBps, t) + bytesUs((n - 1) * N, c.stage.gbps, t)
                                 : bytesUs((n - 1) * N, l.gbps, t);
-    return c.base("bruck") + ceilLog2(t.nranks) * waitUs(l, t, c) + move + bytesUs(2 * n * N, c.memoryGBps, t);
+    return c.base("bruck", a.kind) + ceilLog2(t.nranks) * waitUs(l, t, c) +
+           c.factor("bruck", a.kind) * (move + bytesUs(2 * n * N, c.memoryGBps, t));
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
     bruckAllGather(a, t, p, s, b);

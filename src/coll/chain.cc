@@ -112,8 +112,9 @@ class Chain final : public Algorithm {
                                 : bytesUs(chunk, l.gbps, t);
     // In a sequence, a rank in the middle receives and forwards every chunk of every call: two
     // moves of its bytes per chunk, where the pipeline of a lone call overlaps them.
-    if (pipelined) return c.base("chain") + waitUs(l, t, c) + chunks * 2 * move;
-    return c.base("chain") + (t.nranks - 1 + chunks - 1) * (waitUs(l, t, c) + move);
+    const double f = c.factor("chain", a.kind);
+    if (pipelined) return c.base("chain", a.kind) + waitUs(l, t, c) + f * chunks * 2 * move;
+    return c.base("chain", a.kind) + (t.nranks - 1 + chunks - 1) * (waitUs(l, t, c) + f * move);
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) const override {
     if (buildInHostOrder(*this, a, t, p, s, b)) return;

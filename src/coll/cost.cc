@@ -12,15 +12,24 @@ Costs::Costs() {
   for (const transport::Registration& r : transport::registry()) links[r.name] = LinkCost{r.latencyUs, r.gbps};
 }
 
-double Costs::base(const char* algo) const {
-  auto it = baseUs.find(algo);
-  return it == baseUs.end() ? 0.0 : it->second;
+std::string costKey(const char* algo, Kind k) {
+  std::string key = std::string(algo) + "-" + kindName(k);
+  for (char& ch : key) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
+  return key;
 }
 
-double Costs::factor(const char* algo) const {
-  auto it = byteFactor.find(algo);
-  return it == byteFactor.end() ? 1.0 : it->second;
+namespace {
+double lookup(const std::map<std::string, double>& m, const char* algo, Kind k, double otherwise) {
+  if (m.empty()) return otherwise;
+  auto it = m.find(costKey(algo, k));
+  if (it == m.end()) it = m.find(algo);
+  return it == m.end() ? otherwise : it->second;
 }
+}  // namespace
+
+double Costs::base(const char* algo, Kind k) const { return lookup(baseUs, algo, k, 0.0); }
+
+double Costs::factor(const char* algo, Kind k) const { return lookup(byteFactor, algo, k, 1.0); }
 
 const LinkCost& Costs::link(const std::string& transport) const {
   auto it = links.find(transport);

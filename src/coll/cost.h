@@ -50,10 +50,16 @@ struct Costs {
   std::map<std::string, double> byteFactor{{"flat", 1.75}, {"ring", 0.6}};
 
   Costs();
-  double base(const char* algo) const;
-  double factor(const char* algo) const;
+  // An algorithm's fixed cost and bytes' factor for a collective: the key "ALGO-COLLECTIVE"
+  // (costKey: "tree-allreduce"), else "ALGO", else 0 and 1.
+  double base(const char* algo, Kind k) const;
+  double factor(const char* algo, Kind k) const;
   const LinkCost& link(const std::string& transport) const;
 };
+
+// "ALGO-COLLECTIVE", the collective's name in lower case: the key of an algorithm's costs for
+// one collective (Costs::base, coll/fit.h).
+std::string costKey(const char* algo, Kind k);
 
 // Ranks per core on the busiest host (at least 1): how much the cores are shared.
 inline double sharing(const Topo& t) {
@@ -68,7 +74,8 @@ inline double bytesUs(double bytes, double gbps, const Topo& t) { return sharing
 
 // The text a tune file holds: one setting per line, `key value...`, '#' comments:
 //   stage LATENCY_US GBPS | memory GBPS | oversubscribed US | link NAME LATENCY_US GBPS |
-//   base ALGO US | bytes ALGO FACTOR
+//   base KEY US | bytes KEY FACTOR, KEY an algorithm ("ring") or an algorithm for one collective
+//   ("ring-allreduce", costKey)
 // Throws Errc::InvalidArgument naming the line on anything else.
 Costs parseCosts(const std::string& text, const std::string& source);
 std::string formatCosts(const Costs& c);

@@ -159,10 +159,11 @@ class Direct final : public Algorithm {
     const double message = t.stage ? bytesUs(3 * N, c.memoryGBps, t) + bytesUs(N, c.stage.gbps, t) : bytesUs(N, l.gbps, t);
     if (a.kind != Kind::AllReduce) {
       const double move = t.stage ? bytesUs(6 * N, c.memoryGBps, t) + bytesUs(N, c.stage.gbps, t) : bytesUs(N, l.gbps, t);
-      return c.base("direct") + waitUs(l, t, c) + std::max(0.0, n - 2) * l.latencyUs + (n - 1) * move +
-             bytesUs(2 * N, c.memoryGBps, t);
+      return c.base("direct", a.kind) + waitUs(l, t, c) + std::max(0.0, n - 2) * l.latencyUs +
+             c.factor("direct", a.kind) * ((n - 1) * move + bytesUs(2 * N, c.memoryGBps, t));
     }
-    return c.base("direct") + (n - 1) * (waitUs(l, t, c) + message) + bytesUs((n + 1) * N, c.memoryGBps, t);
+    return c.base("direct", a.kind) + (n - 1) * waitUs(l, t, c) +
+           c.factor("direct", a.kind) * ((n - 1) * message + bytesUs((n + 1) * N, c.memoryGBps, t));
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
     if (a.kind == Kind::AllReduce) directAllReduce(a, t, p, s, b);
@@ -188,7 +189,7 @@ class RecursiveDoubling final : public Algorithm {
     const bool memory = t.stage != nullptr;
     const double perStep = memory ? bytesUs(6 * N, c.memoryGBps, t) + bytesUs(N, c.stage.gbps, t)
                                   : bytesUs(N, l.gbps, t) + bytesUs(3 * N, c.memoryGBps, t);
-    return c.base("rd") + steps * (waitUs(l, t, c) + perStep);
+    return c.base("rd", a.kind) + steps * (waitUs(l, t, c) + c.factor("rd", a.kind) * perStep);
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
     if (a.kind == Kind::AllGather) rdAllGather(a, t, p, s, b);
@@ -205,8 +206,9 @@ class RecursiveDoubling final : public Algorithm {
     auto move = [&](double bytes) {
       return t.stage ? bytesUs(6 * bytes, c.memoryGBps, t) + bytesUs(bytes, c.stage.gbps, t) : bytesUs(bytes, l.gbps, t);
     };
-    double us = c.base("rd-allgather") + steps * waitUs(l, t, c) + move((p - 1) * N);
-    if (p != t.nranks) us += 2 * waitUs(l, t, c) + move(N) + move(n * N) + move((p - 1) * N);
+    const double f = c.factor("rd", Kind::AllGather);
+    double us = c.base("rd", Kind::AllGather) + steps * waitUs(l, t, c) + f * move((p - 1) * N);
+    if (p != t.nranks) us += 2 * waitUs(l, t, c) + f * (move(N) + move(n * N) + move((p - 1) * N));
     return us;
   }
 };

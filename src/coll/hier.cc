@@ -450,7 +450,8 @@ class Hier final : public Algorithm {
     double pieces = 1;
     if (a.kind == Kind::AllReduce || a.kind == Kind::Broadcast || a.kind == Kind::Reduce)
       pieces = std::max(1.0, std::ceil(total / (kPieceChunks * L * 512.0 * 1024)));
-    return c.base("hier") + std::max(local, inner) + std::min(local, inner) / pieces;
+    local *= c.factor("hier", a.kind);
+    return c.base("hier", a.kind) + std::max(local, inner) + std::min(local, inner) / pieces;
   }
   void refine(const Args& a, const Topo& t, const Costs& c, Plan& p) const override {
     if (const Algorithm* inner = innerFor(a, t, c, nullptr)) p.inner = inner->id();

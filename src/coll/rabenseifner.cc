@@ -88,9 +88,10 @@ class Rabenseifner final : public Algorithm {
     auto move = [&](double bytes) {
       return t.stage ? bytesUs(6 * bytes, c.memoryGBps, t) + bytesUs(bytes, c.stage.gbps, t) : bytesUs(bytes, l.gbps, t);
     };
-    double us = c.base("rabenseifner") + 2 * steps * waitUs(l, t, c) + move(2 * part * N) +
-                bytesUs(3 * part * N, c.memoryGBps, t);
-    if (fold) us += 2 * (waitUs(l, t, c) + move(N)) + bytesUs(3 * N, c.memoryGBps, t);
+    const double f = c.factor("rabenseifner", a.kind);
+    double us = c.base("rabenseifner", a.kind) + 2 * steps * waitUs(l, t, c) +
+                f * (move(2 * part * N) + bytesUs(3 * part * N, c.memoryGBps, t));
+    if (fold) us += 2 * waitUs(l, t, c) + f * (2 * move(N) + bytesUs(3 * N, c.memoryGBps, t));
     return us;
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {

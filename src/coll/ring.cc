@@ -207,8 +207,8 @@ class Ring final : public Algorithm {
     const bool memory = t.stage != nullptr;
     const double move = memory ? bytesUs(6 * block, c.memoryGBps, t) + bytesUs(block, c.stage.gbps, t)
                                : bytesUs(block, l.gbps, t);
-    return c.base("ring") + steps * chunks * waitUs(l, t, c) +
-           c.factor("ring") * (steps * move + reducing * bytesUs(3 * block, c.memoryGBps, t));
+    return c.base("ring", a.kind) + steps * chunks * waitUs(l, t, c) +
+           c.factor("ring", a.kind) * (steps * move + reducing * bytesUs(3 * block, c.memoryGBps, t));
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) const override {
     if (buildInHostOrder(*this, a, t, p, s, b)) return;

@@ -319,8 +319,8 @@ class Flat final : public Algorithm {
       // Every reader reads the root's buffer (from another core: the stage's rate) and writes
       // it into its result, all at once; two waits.
       const double N = static_cast<double>(a.count * dataTypeSize(a.dtype));
-      return c.base("flat") + 2 * waitUs(c.stage, t, c) +
-             c.factor("flat") * (bytesUs(N, c.stage.gbps, t) + bytesUs(N, c.memoryGBps, t));
+      return c.base("flat", a.kind) + 2 * waitUs(c.stage, t, c) +
+             c.factor("flat", a.kind) * (bytesUs(N, c.stage.gbps, t) + bytesUs(N, c.memoryGBps, t));
     }
     if (pipelinedBroadcast(a, t)) {
       // A pipeline of two stages: the root's copy of a chunk into its slot (a chunk read, a
@@ -331,8 +331,8 @@ class Flat final : public Algorithm {
       const double C = std::min(N, static_cast<double>(t.stage ? stageSlotBytes(*t.stage) : N));
       const double chunks = std::ceil(N / std::max(1.0, C));
       const double root = bytesUs(2 * C, c.memoryGBps, t), reader = bytesUs(C, c.stage.gbps, t) + bytesUs(C, c.memoryGBps, t);
-      return c.base("flat") + (chunks + 1) * waitUs(c.stage, t, c) +
-             c.factor("flat") * (root + reader + (chunks - 1) * std::max(root, reader));
+      return c.base("flat", a.kind) + (chunks + 1) * waitUs(c.stage, t, c) +
+             c.factor("flat", a.kind) * (root + reader + (chunks - 1) * std::max(root, reader));
     }
     const double N = static_cast<double>(flatInput(a, t)), n = t.nranks;
     const bool blocks = a.kind == Kind::ReduceScatter || a.kind == Kind::AllToAll || a.kind == Kind::Scatter;
@@ -340,7 +340,7 @@ class Flat final : public Algorithm {
     const double peers = a.kind == Kind::Broadcast || a.kind == Kind::Scatter ? perRank : (n - 1) * perRank;
     const double out = a.kind == Kind::Gather ? n * perRank : perRank;
     return waitUs(c.stage, t, c) +
-           c.factor("flat") * (bytesUs(2 * N + 2 * out, c.memoryGBps, t) + bytesUs(peers, c.stage.gbps, t));
+           c.factor("flat", a.kind) * (bytesUs(2 * N + 2 * out, c.memoryGBps, t) + bytesUs(peers, c.stage.gbps, t));
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
     if (a.kind == Kind::Broadcast) stageBroadcast(a, t, p, s, b);
@@ -362,8 +362,8 @@ class Slice final : public Algorithm {
   double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
     const double N = static_cast<double>(a.count * dataTypeSize(a.dtype)), n = t.nranks;
     const double chunks = t.stage ? std::max(1.0, std::ceil(N / static_cast<double>(stageSlotBytes(*t.stage)))) : 1;
-    return c.base("slice") + 2 * chunks * waitUs(c.stage, t, c) + bytesUs(3 * N + 3 * N / n, c.memoryGBps, t) +
-           bytesUs(2 * (n - 1) * N / n, c.stage.gbps, t);
+    return c.base("slice", a.kind) + 2 * chunks * waitUs(c.stage, t, c) +
+           c.factor("slice", a.kind) * (bytesUs(3 * N + 3 * N / n, c.memoryGBps, t) + bytesUs(2 * (n - 1) * N / n, c.stage.gbps, t));
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
     stageAllReduce(a, t, p, s, b);

@@ -219,7 +219,7 @@ class Tree final : public Algorithm {
     const double move = t.stage ? bytesUs(6 * perStep, c.memoryGBps, t) + bytesUs(perStep, c.stage.gbps, t)
                                 : bytesUs(perStep, l.gbps, t);
     const double reduce = a.kind == Kind::Broadcast ? 0 : bytesUs(3 * chunk, c.memoryGBps, t);
-    return c.base("tree") + (levels + chunks - 1) * (waitUs(l, t, c) + move + reduce);
+    return c.base("tree", a.kind) + (levels + chunks - 1) * (waitUs(l, t, c) + c.factor("tree", a.kind) * (move + reduce));
   }
   void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) const override {
     if (a.kind == Kind::AllReduce) treeAllReduce(a, t, p, s, b);
