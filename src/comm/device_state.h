@@ -1,5 +1,6 @@
 // The device path's private parts, shared by comm/device.cc (staging through the host, the CUDA
-// IPC stage, streams) and comm/device_kernels.cc (the device-initiated collectives' host side):
+// IPC stage's calls, streams), comm/device_ipc.cc (the ranks' regions mapped, the CUDA IPC
+// stage set up) and comm/device_kernels.cc (the device-initiated collectives' host side):
 // a communicator's device state (CommState) and what both read of a call. Nothing outside
 // comm/device*.cc includes this.
 #pragma once
@@ -30,7 +31,7 @@
 #include "gpu/protocol.h"
 
 namespace hora::transport {
-class RegionStage;  // (transports/stage.h; comm/device.cc makes it)
+class RegionStage;  // (transports/stage.h; comm/device_ipc.cc makes it)
 }
 
 namespace hora::device {
@@ -226,12 +227,14 @@ struct Where {
 };
 Where where(const horaComm* c, const coll::Args& a);
 
-// Every rank's region, mapped here, by rank (comm/device.cc says how).
+// Every rank's region, mapped here, by rank (comm/device_ipc.cc says how).
 std::vector<uint8_t*> exchangeRegions(horaComm* c, CommState& st, uint8_t* mine, std::vector<void*>& opened,
                                       int32_t* ok, std::string* why, std::vector<uint8_t*>* retained = nullptr,
                                       std::string* sharing = nullptr, std::vector<int>* clique = nullptr);
 // Whether every rank says ok (a collective: every rank goes the same way).
 bool everyRank(horaComm* c, int32_t ok);
+// Sets up the CUDA IPC stage of the device AllReduce, or turns it off for good (st.ipc).
+void setupIpc(horaComm* c, CommState& st);
 
 // ---- the device-initiated collectives (comm/device_kernels.cc) ----
 

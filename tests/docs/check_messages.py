@@ -2,7 +2,7 @@
 """Every user-facing message in scope is on the troubleshooting page (docs/troubleshooting.md).
 
 Scope (the page says the same at its top):
-  C++, src/comm/bootstrap.cc, src/comm/launch.cc, src/comm/config.cc (init, rendezvous, launcher
+  C++, src/comm/bootstrap.cc, src/comm/bootstrap_root.cc, src/comm/launch.cc, src/comm/config.cc (init, rendezvous, launcher
     and configuration), src/base/socket.cc (addresses, interfaces, connections), src/base/wait.cc
     (timeouts), src/core/executor.cc (failures while a call waits, mismatched calls),
     src/comm/comm.cc, src/comm/run.cc, src/comm/call_check.cc and src/comm/link_check.cc (a
@@ -50,7 +50,7 @@ ALLOWED = {
 }
 # (compared as normalized below)
 
-CPP_FILES = ["src/comm/bootstrap.cc", "src/comm/launch.cc", "src/comm/config.cc", "src/base/socket.cc",
+CPP_FILES = ["src/comm/bootstrap.cc", "src/comm/bootstrap_root.cc", "src/comm/launch.cc", "src/comm/config.cc", "src/base/socket.cc",
              "src/base/wait.cc", "src/core/executor.cc", "src/comm/comm.cc", "src/comm/run.cc",
              "src/comm/call_check.cc", "src/comm/link_check.cc"]
 CPP_TOOLS_GLOB = "tools/hora_run_*.cc"

@@ -26,7 +26,7 @@ echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long)
 # The parsers of bytes from outside the process, and what they call that is worth covering.
 parsers=(transports/frame.cc transports/transport.cc src/coll/tag.cc
          src/base/handshake.cc src/base/acceptor.cc src/base/socket.cc src/base/record.cc src/topo/format.cc
-         src/comm/bootstrap.cc src/comm/config.cc src/comm/config_nccl.cc src/comm/launch.cc src/coll/cost.cc src/coll/planner.cc)
+         src/comm/bootstrap.cc src/comm/bootstrap_root.cc src/comm/config.cc src/comm/config_nccl.cc src/comm/launch.cc src/coll/cost.cc src/coll/planner.cc)
 harnesses=()
 for f in "$src"/tests/fuzz/fuzz_*.cc; do h=$(basename "$f" .cc); harnesses+=("${h#fuzz_}"); done
 

@@ -42,7 +42,7 @@ put("handshake", "server-cut-response", bytes([4, 0, 0, 0, 0, 0, 0, 0x90]))
 put("handshake", "server-raw", bytes([0, 1]) + b"HRHS" + struct.pack("<HH", 1, 1) + bytes(32))
 
 
-# src/comm/bootstrap.cc: frames {u32 type, u32 length, payload}; 1 Gather, 2 Result, 3 Error, 4 Bye.
+# src/comm/bootstrap_wire.h: frames {u32 type, u32 length, payload}; 1 Gather, 2 Result, 3 Error, 4 Bye.
 def bframe(t, payload):
     return u32(t) + u32(len(payload)) + payload
 
