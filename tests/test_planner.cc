@@ -372,8 +372,8 @@ TEST_CASE("planner: across 4 hosts, the choice against the measured crossovers, 
       CHECK(us <= (knownMiss ? 1.40 : 1.10) * best);
       within += us <= 1.10 * best;
       cells += 1;
-      // The built-in costs: within 15% everywhere (their misses: the 256 KiB Broadcast by
-      // hier, 14% behind the chain, and the 256 KiB AllGather by the ring, 11% behind rd).
+      // The built-in costs: within 15% everywhere (their miss: the 256 KiB AllGather by the
+      // ring, 11% behind rd).
       const auto builtIn = measured(PlannerSettings());
       CHECK(builtIn.second <= 1.15 * best);
       if (getenv("FIT_SHOW"))
@@ -381,10 +381,10 @@ TEST_CASE("planner: across 4 hosts, the choice against the measured crossovers, 
                builtIn.first.c_str(), builtIn.second, best);
       before += builtIn.second <= 1.10 * best;
     }
-  // Fitted, 20 of the 23 cells are within 10% (the built-in costs' two misses among them); the
-  // built-in costs, fitted by hand to the crossovers, 21.
+  // Fitted, 20 of the 23 cells are within 10% (the built-in costs' miss among them); the
+  // built-in costs, fitted by hand to the crossovers (hier's Broadcast from these times), 22.
   INFO("cells within 10%: fitted " << within << ", built-in " << before << ", of " << cells);
   CHECK(cells == 23);
   CHECK(within >= 20);
-  CHECK(before >= 21);
+  CHECK(before >= 22);
 }
