@@ -22,6 +22,7 @@
 #include "comm/device.h"
 #include "harness.h"
 #include "kernels/cpu/reduce.h"
+#include "transports/registry.h"
 #include "unit_kernels.h"
 
 using namespace hora::test;
@@ -624,6 +625,92 @@ TEST_CASE("processes sharing a GPU are detected and take a path that does not sp
     return "";
   });
   CHECK(e == "");
+}
+
+namespace {
+
+// Asks every stage provider (transports/registry.h) for a device stage over comm's host stage,
+// this rank ready or not; the exchange and agreement through the public API (with `scribble`,
+// this rank spoils what rank 0 sent it: its mapping of rank 0's region fails, here alone). Then,
+// where one came: each rank writes its mark into its own region, and reads every other's mark
+// through the stage's mapping of that rank's region. "" or what went wrong.
+std::string provideStage(horaComm_t comm, int rank, int nranks, bool ready, bool scribble = false) {
+  horaComm* c = reinterpret_cast<horaComm*>(comm);
+  if (!c->stage || c->stage->size() != nranks) return "no host stage over every rank";
+  hora::transport::StageRequest r;
+  r.host = c->stage;
+  r.device = 0;
+  r.ready = ready;
+  r.why = ready ? "" : "rank " + std::to_string(rank) + " is not ready";
+  std::string failed;
+  r.exchange = [&](const void* mine, void* all, size_t bytes) {
+    if (horaAllGather(mine, all, bytes, horaUint8, comm, nullptr) != horaSuccess) failed = "the exchange failed";
+    if (scribble) memset(all, 0xa5, std::min<size_t>(bytes, 64));
+  };
+  r.everyRank = [&](bool ok) {
+    int32_t mine = ok, all = 0;
+    if (horaAllReduce(&mine, &all, 1, horaInt32, horaMin, comm, nullptr) != horaSuccess) failed = "the agreement failed";
+    return all != 0;
+  };
+  const auto& providers = hora::transport::stageProviders();
+  if (providers.empty()) return "no stage provider registered";
+  std::string why;
+  std::shared_ptr<hora::transport::SharedStage> st = providers[0].provide(r, &why);
+  if (!failed.empty()) return failed;
+  // Every rank the same: a stage on all, or on none.
+  int32_t got = st != nullptr, least = 0, most = 0;
+  horaAllReduce(&got, &least, 1, horaInt32, horaMin, comm, nullptr);
+  horaAllReduce(&got, &most, 1, horaInt32, horaMax, comm, nullptr);
+  if (least != most) return "a stage on some ranks only";
+  if (!st) return "none: " + why;
+  if (st->size() != nranks || st->regionBytes() < sizeof(uint64_t) || st->slotBytes() * 4 != st->regionBytes())
+    return "a stage of the wrong shape";
+  const uint64_t mark = 0x5157000000000000ull + static_cast<uint64_t>(rank);
+  cu::copyAsync(st->region(st->index()), &mark, sizeof mark, nullptr);
+  cu::streamSync(nullptr);
+  horaBarrier(comm, nullptr);
+  for (int j = 0; j < nranks; ++j) {
+    uint64_t seen = 0;
+    cu::copyAsync(&seen, st->region(j), sizeof seen, nullptr);
+    cu::streamSync(nullptr);
+    if (seen != 0x5157000000000000ull + static_cast<uint64_t>(j))
+      return "rank " + std::to_string(j) + "'s region, as this rank maps it, does not hold its mark";
+  }
+  horaBarrier(comm, nullptr);  // every rank done reading before the regions go
+  return "";
+}
+
+}  // namespace
+
+// The CUDA IPC stage is a stage provider: set up collectively over the host stage, the same
+// answer on every rank; its regions are each rank's device memory, mapped by the others.
+TEST_CASE("the device stage: every rank maps every region, or none has a stage", "[device][stage]") {
+  for (int n : {2, 3}) {
+    // Processes: through CUDA IPC.
+    auto all = runProcesses(n, [](horaComm_t comm, int rank, int nranks) { return provideStage(comm, rank, nranks, true); });
+    INFO("processes, every rank ready: " << describe(all));
+    for (const auto& r : all) CHECK(r.ok());
+    auto one = runProcesses(n, [](horaComm_t comm, int rank, int nranks) {
+      const std::string e = provideStage(comm, rank, nranks, rank != 1);
+      // Rank 1 says why; the others only that none came.
+      if (e.rfind("none: ", 0) != 0) return "a stage where rank 1 was not ready (" + e + ")";
+      if (rank == 1 && e.find("rank 1 is not ready") == std::string::npos) return "rank 1's reason is lost: " + e;
+      return std::string();
+    });
+    INFO("processes, rank 1 not ready: " << describe(one));
+    for (const auto& r : one) CHECK(r.ok());
+    // Rank 1 alone cannot map a region: the agreement turns the stage off on every rank.
+    auto spoilt = runProcesses(n, [](horaComm_t comm, int rank, int nranks) {
+      const std::string e = provideStage(comm, rank, nranks, true, rank == 1);
+      if (e.rfind("none: ", 0) != 0) return "a stage where rank 1 could not map rank 0's region (" + e + ")";
+      if (rank == 1 && e.find("mapping rank 0's region") == std::string::npos) return "rank 1's reason is lost: " + e;
+      return std::string();
+    });
+    INFO("processes, rank 1 cannot map rank 0's region: " << describe(spoilt));
+    for (const auto& r : spoilt) CHECK(r.ok());
+  }
+  // Threads of one process: each other's very pointers, counted.
+  CHECK(onThreads(3, [](horaComm_t comm, int rank, int nranks) { return provideStage(comm, rank, nranks, true); }) == "");
 }
 
 TEST_CASE("ranks as threads of one process share one device", "[device][threads]") {

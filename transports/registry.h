@@ -95,6 +95,34 @@ struct Registration {
 
 // Every transport of this build, in the order they connect.
 const std::vector<Registration>& registry();
+
+// A stage provider: a transport with no connections of its own that offers the ranks of a host
+// stage another stage over it, whose regions it lays out in memory of its own (the GPUs': CUDA
+// IPC), with the host stage's counters, announcements and failure records (a RegionStage). The
+// communicator asks for one on demand, when a call first wants it (for device memory, once a
+// device is known), collectively: every rank of the host stage asks at once, in registry order,
+// and takes the first provider that sets one up on every rank.
+struct StageRequest {
+  std::shared_ptr<const SharedStage> host;  // its members are every rank of the communicator
+  int device = -1;                          // the CUDA device of this rank
+  // One all-gather among the ranks (`bytes` of each, by rank, into all), and whether every rank
+  // says yes: each collective, in the caller's thread.
+  std::function<void(const void* mine, void* all, size_t bytes)> exchange;
+  std::function<bool(bool)> everyRank;
+  // Whether this rank can use a stage at all (the caller's own set-up, such as the engine that
+  // runs its copies; why not).
+  bool ready = true;
+  std::string why;
+};
+struct StageProviderRegistration {
+  const char* name;
+  const char* summary;
+  // Collective: the stage, or null on every rank alike (*why: this rank's reason, or "" where
+  // another rank's was the cause). The stage frees what it holds when it goes, which must be
+  // after every member is done with its regions (the host stage's counters tell).
+  std::shared_ptr<SharedStage> (*provide)(const StageRequest& request, std::string* why);
+};
+const std::vector<StageProviderRegistration>& stageProviders();
 // "shm, tcp": the names HORA_TRANSPORTS may use.
 std::string optionalTransportNames();
 

@@ -46,6 +46,9 @@ namespace hora::transport {
 class SharedStage {
  public:
   static constexpr int kCounters = 4;
+  // Each member's region holds kSlots slots of regionBytes() / kSlots bytes: two for inputs and
+  // two for outputs, used alternately by consecutive chunks (src/coll/stage_layout.h).
+  static constexpr int kSlots = 4;
   static constexpr int kCells = 64;
   static constexpr size_t kCellBytes = size_t(32) << 10;
   // A note (see above): written by its owner, data first, then seq (a release); a member that
@@ -78,6 +81,7 @@ class SharedStage {
   // plain loads and stores through the addresses the implementation lays out once (map()),
   // not virtual calls.
   size_t regionBytes() const { return regionBytes_; }
+  size_t slotBytes() const { return regionBytes_ / kSlots; }
   uint8_t* region(int member) const { return regions_[static_cast<size_t>(member)]; }  // writable for this rank's own
 
   void post(int counter, uint64_t value) const {
@@ -208,12 +212,12 @@ class SharedStage {
 };
 
 // A stage whose regions are given (the members' device memory, each mapped by the others through
-// CUDA IPC, or the pointer itself between ranks of one process: comm/device.cc maps them) over
+// CUDA IPC, or the pointer itself between ranks of one process: transports/cuda_ipc) over
 // another stage of the same members: its counters, call announcements, failure records and
 // wake-ups are that host stage's, so a dead or stopped member is found exactly as there. The
 // shared-stage algorithms run on it unchanged; their reductions and copies then read the peers'
 // regions, as kernels on a device engine (core/device_engine.h).
-class RegionStage final : public SharedStage {
+class RegionStage : public SharedStage {
  public:
   // host: the ranks' stage; regions: each member's region (this rank's own and the others'
   // mappings), regionBytes each.

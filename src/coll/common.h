@@ -75,7 +75,6 @@ void stageBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& 
 void stageHierAllReduce(const Args& a, const Topo& t, const Plan& p, const Algorithm& inner,
                         const std::vector<int>& team, int teamIndex, core::Scratch& scratch, core::ProgramBuilder& b);
 void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await);
-size_t stageSlotBytes(const transport::SharedStage& st);
 // The fold of recursive doubling and Rabenseifner's (direct.cc), p the largest power of two <=
 // n: a rank from p on hands its input (scaled for PreMulSum) to rank r-p, receives the result
 // from it and gets false; another gets true, in *acc its input scaled for PreMulSum, with rank

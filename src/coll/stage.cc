@@ -65,14 +65,12 @@ int32_t waitFor(core::ProgramBuilder& b, Counter c, uint64_t s, core::Deps d = {
 }
 }  // namespace
 
-size_t stageSlotBytes(const transport::SharedStage& st) { return st.regionBytes() / 4; }
-
 void stageAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch&, core::ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   const Reducer red{a, n};
   if (red.single(a.sendbuf, b) || N == 0) return;
-  const Slots slots{*t.stage, stageSlotBytes(*t.stage)};
+  const Slots slots{*t.stage, t.stage->slotBytes()};
   const size_t C = std::max<size_t>(1, slots.C / E);  // elements per chunk
   const bool flat = p.algo == Algo::Flat;
   std::vector<const void*> srcs(static_cast<size_t>(n));
@@ -140,7 +138,7 @@ void stageBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& 
   const int r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;
-  const Slots slots{*t.stage, stageSlotBytes(*t.stage)};
+  const Slots slots{*t.stage, t.stage->slotBytes()};
   if (singleCopyBroadcast(a, t)) {
     using Published = transport::SharedStage::Published;
     const uint64_t s = ++*t.stageSeq;
@@ -222,7 +220,7 @@ void stageHierAllReduce(const Args& a, const Topo& t, const Plan& p, const Algor
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;
   const Reducer red{a, t.nranks};
-  const Slots slots{st, stageSlotBytes(st)};
+  const Slots slots{st, st.slotBytes()};
   const size_t C = std::max<size_t>(1, slots.C / E);
   Args sum = a;  // inputs are scaled as they are copied in; Avg divides between hosts
   if (a.op == RedOp::PreMulSum) sum.op = RedOp::Sum;
@@ -281,7 +279,7 @@ size_t flatLimit(int nranks) {
 bool pipelinedBroadcast(const Args& a, const Topo& t) {
   const size_t bytes = a.count * dataTypeSize(a.dtype);
   return a.kind == Kind::Broadcast && a.count > 0 && t.stage &&
-         (bytes > transport::SharedStage::kCellBytes || bytes > stageSlotBytes(*t.stage) || singleCopyBroadcast(a, t));
+         (bytes > transport::SharedStage::kCellBytes || bytes > t.stage->slotBytes() || singleCopyBroadcast(a, t));
 }
 
 const char* needsStage(const Topo& t) {
@@ -308,7 +306,7 @@ class Flat final : public Algorithm {
     if (a.kind == Kind::Barrier) return nullptr;
     if (a.count == 0) return "there is nothing to move";
     const size_t in = flatInput(a, t);
-    if (in > stageSlotBytes(*t.stage)) return "the input is larger than a slot of the stage (HORA_CHUNK_BYTES)";
+    if (in > t.stage->slotBytes()) return "the input is larger than a slot of the stage (HORA_CHUNK_BYTES)";
     // Through the cells a rooted call does not meet its peers: it beats the ring and chain up to a cell.
     if (in > flatLimit(t.nranks) && !inCells(a, t)) return "the input is above the size where it was measured to beat the ring and chain";
     return nullptr;
@@ -328,7 +326,7 @@ class Flat final : public Algorithm {
       // chunk from the stage, a chunk written). The first fill and the last read stand alone;
       // between them each step takes the longer of the two. A wait per chunk and one more.
       const double N = static_cast<double>(a.count * dataTypeSize(a.dtype));
-      const double C = std::min(N, static_cast<double>(t.stage ? stageSlotBytes(*t.stage) : N));
+      const double C = std::min(N, static_cast<double>(t.stage ? t.stage->slotBytes() : N));
       const double chunks = std::ceil(N / std::max(1.0, C));
       const double root = bytesUs(2 * C, c.memoryGBps, t), reader = bytesUs(C, c.stage.gbps, t) + bytesUs(C, c.memoryGBps, t);
       return c.base("flat", a.kind) + (chunks + 1) * waitUs(c.stage, t, c) +
@@ -348,7 +346,7 @@ class Flat final : public Algorithm {
   }
   bool runsNow(const Args& a, const Topo& t) const override {
     if (a.kind == Kind::Barrier) return true;
-    return a.count > 0 && flatInput(a, t) <= stageSlotBytes(*t.stage) && !pipelinedBroadcast(a, t);
+    return a.count > 0 && flatInput(a, t) <= t.stage->slotBytes() && !pipelinedBroadcast(a, t);
   }
   void runNow(const Args& a, const Topo& t, const AwaitFn& await) const override { stageFlatNow(a, t, await); }
 };
@@ -361,7 +359,7 @@ class Slice final : public Algorithm {
   const char* unfit(const Args&, const Topo& t, bool) const override { return needsStage(t); }
   double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
     const double N = static_cast<double>(a.count * dataTypeSize(a.dtype)), n = t.nranks;
-    const double chunks = t.stage ? std::max(1.0, std::ceil(N / static_cast<double>(stageSlotBytes(*t.stage)))) : 1;
+    const double chunks = t.stage ? std::max(1.0, std::ceil(N / static_cast<double>(t.stage->slotBytes()))) : 1;
     return c.base("slice", a.kind) + 2 * chunks * waitUs(c.stage, t, c) +
            c.factor("slice", a.kind) * (bytesUs(3 * N + 3 * N / n, c.memoryGBps, t) + bytesUs(2 * (n - 1) * N / n, c.stage.gbps, t));
   }

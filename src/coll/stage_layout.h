@@ -13,7 +13,8 @@ namespace hora::coll {
 // Each rank's four counters (transports/stage.h), as stage.cc's head says what they mean.
 enum Counter { kInReady = 0, kOutReady = 1, kInFree = 2, kOutFree = 3 };
 
-// Each rank's region: in-slots s%2 and out-slots 2 + s%2 of C bytes.
+// Each rank's region (transports/stage.h, SharedStage::kSlots): in-slots s%2 and out-slots
+// 2 + s%2 of C bytes.
 struct Slots {
   const transport::SharedStage& st;
   size_t C;  // bytes per slot

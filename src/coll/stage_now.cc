@@ -74,7 +74,7 @@ void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count, bytes = N * E;
   const Reducer red{a, n};
-  const Slots slots{*t.stage, stageSlotBytes(*t.stage)};
+  const Slots slots{*t.stage, t.stage->slotBytes()};
   const uint64_t s = ++*t.stageSeq;
   const bool cells = inCells(a, t);
   const bool notes = t.stage->hasNotes() && await.callNo() != 0;

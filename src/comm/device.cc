@@ -66,12 +66,8 @@ CommState::~CommState() {
     engine.reset();
     copier_.reset();
     awaitPeersDone();
-    stage.reset();
-    for (void* p : opened) cuda::ipcClose(p);
-    for (void* p : k.opened) cuda::ipcClose(p);
-    for (uint8_t* p : k.retained) releaseRegion(p);
-    cuda::deviceFree(region);
-    releaseRegion(k.region);
+    stage.reset();  // (its regions with it)
+    k.regions.close();
     for (Block& b : pool) cuda::hostFree(b.p);
     for (void* e : events) cuda::eventDestroy(e);
     cuda::eventDestroy(k.lastDone);
@@ -233,7 +229,7 @@ std::unique_ptr<Staging> stagingFor(const Calls& calls, const std::vector<Where>
     if (st.ipc == Ipc::Unknown && lone) {
       awaitStreamWork(c);  // the worker idle: nothing of this communicator's is queued on a stream
       OnDevice on(st.device);
-      setupIpc(c, st);
+      setupStage(c, st);
     }
     if (st.ipc == Ipc::On) {
       p->calls[0].second.deviceIpc = true;

@@ -175,30 +175,33 @@ void setupKernels(horaComm* c, CommState& st) {
   k.layout.blocks = cuda::emulated() ? 2 : 32;
   k.layout.slotBytes = cuda::emulated() ? size_t(256) << 10 : size_t(512) << 10;
   std::string why;
-  int32_t ok = 1;
+  uint8_t* region = nullptr;
   try {
-    k.region = static_cast<uint8_t*>(cuda::deviceAlloc(k.layout.bytes()));
-    retainRegion(k.region);
+    region = gpu::allocateRegion(k.layout.bytes());
     // Counters and LL flags start at 0 (the slots need nothing).
     const size_t head = k.layout.slotAt(0, 0, 0);
     // (From pageable memory, on the worker's stream: nothing here may free pinned memory, which
     // may wait for every stream, one of which may be waiting for this very call.)
     std::vector<uint8_t> zeros(head, 0);
-    cuda::copyAsync(k.region, zeros.data(), head, st.copyStream);
+    cuda::copyAsync(region, zeros.data(), head, st.copyStream);
     cuda::streamSync(st.copyStream);
     k.status = static_cast<gpu::Status*>(cuda::hostAlloc(sizeof(gpu::Status)));
     memset(k.status, 0, sizeof(gpu::Status));
     k.statusOnDevice = static_cast<gpu::Status*>(cuda::mappedPointer(k.status));
   } catch (const Error& e) {
-    ok = 0;
+    gpu::releaseRegion(region);
+    region = nullptr;
     why = e.what();
   }
-  std::string sharing;
-  k.regions = exchangeRegions(c, st, k.region, k.opened, &ok, &why, &k.retained, &sharing, &k.clique);
+  k.regions.map(c->rank, c->nranks, st.device, region, why, exchangeOver(c));
+  bool ok = k.regions.ok();
+  why = k.regions.why();
+  k.clique = k.regions.clique();
+  const std::string& sharing = k.regions.sharing();
   if (!sharing.empty()) {
     // Processes take turns on a GPU (without MPS): a kernel that spins for another's would
     // hold the GPU through its turn. Every rank sees the same UUIDs, so every one says this.
-    ok = 0;
+    ok = false;
     why = sharing + ", which a kernel spinning for a time-sliced peer would hold through its turn (streams wait "
           "on memory instead)";
   }
@@ -206,7 +209,7 @@ void setupKernels(horaComm* c, CommState& st) {
     k.state = Ipc::On;
     if (k.clique.size() > 1) {
       k.cliqueAt = static_cast<size_t>(std::find(k.clique.begin(), k.clique.end(), c->rank) - k.clique.begin());
-      k.gate = gateFor(k.regions[static_cast<size_t>(k.clique[0])], k.clique.size());
+      k.gate = gateFor(k.regions.byRank()[static_cast<size_t>(k.clique[0])], k.clique.size());
       OnDevice on(st.device);
       k.ownStream = cuda::streamCreate();
     }
@@ -223,10 +226,7 @@ void setupKernels(horaComm* c, CommState& st) {
   k.state = Ipc::Off;
   HORA_INFO(log::kInit, "rank %d: no device-initiated collectives (%s); the communicator's worker runs them", c->rank,
             why.empty() ? "another rank could not map every region" : why.c_str());
-  for (void* p : k.opened) cuda::ipcClose(p);
-  k.opened.clear();
-  for (uint8_t* p : k.retained) releaseRegion(p);
-  k.retained.clear();
+  k.regions.close();
 }
 
 // Queues (stream) or runs (null: on the legacy default stream, waiting for it) a call as a
@@ -316,7 +316,7 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
   d.bytes = a.count * d.esize;
   d.send = w.in;
   d.recv = w.out;
-  for (int j = 0; j < c->nranks; ++j) d.regions[j] = k.regions[static_cast<size_t>(j)];
+  for (int j = 0; j < c->nranks; ++j) d.regions[j] = k.regions.byRank()[static_cast<size_t>(j)];
   d.layout = k.layout;
   d.status = k.statusOnDevice;
   d.timeoutNs = static_cast<uint64_t>(c->opts.timeout.count()) * 1000000u;
@@ -417,9 +417,7 @@ void CommState::endKernels() {
   if (!finished()) {
     HORA_WARN(log::kColl, "a collective kernel of this communicator is still running after 5 s: its device memory is "
               "left allocated");
-    k.region = nullptr;
-    k.opened.clear();
-    k.retained.clear();
+    k.regions.leak();
     return;
   }
   if (__atomic_load_n(&k.status->abort, __ATOMIC_ACQUIRE)) return;  // failed: the peers stop too
@@ -433,13 +431,13 @@ void CommState::endKernels() {
     return v;
   };
   const auto counter = [&](int j, int b, int which) {
-    return peek(k.regions[static_cast<size_t>(j)] + k.layout.countersAt(b) + sizeof(uint64_t) * static_cast<size_t>(which));
+    return peek(k.regions.byRank()[static_cast<size_t>(j)] + k.layout.countersAt(b) + sizeof(uint64_t) * static_cast<size_t>(which));
   };
   const auto peersDone = [&] {
     for (int b = 0; b < k.layout.blocks; ++b) {
-      const uint8_t* mine = k.region + k.layout.stateAt(b);
+      const uint8_t* mine = k.regions.mine() + k.layout.stateAt(b);
       const uint64_t chunks = peek(mine + offsetof(gpu::BlockState, chunks)), ll = peek(mine + offsetof(gpu::BlockState, ll));
-      for (size_t j = 0; j < k.regions.size(); ++j)
+      for (size_t j = 0; j < k.regions.byRank().size(); ++j)
         if (counter(static_cast<int>(j), b, gpu::kFreed) < chunks || (b == 0 && counter(static_cast<int>(j), 0, gpu::kLlDone) < ll))
           return false;
     }

@@ -1,6 +1,7 @@
 // The device path's private parts, shared by comm/device.cc (staging through the host, the CUDA
-// IPC stage's calls, streams), comm/device_ipc.cc (the ranks' regions mapped, the CUDA IPC
-// stage set up) and comm/device_kernels.cc (the device-initiated collectives' host side):
+// IPC stage's calls, streams), comm/device_setup.cc (the collective set-ups: the ranks'
+// exchanges, the device stage asked of the stage providers) and comm/device_kernels.cc (the
+// device-initiated collectives' host side):
 // a communicator's device state (CommState) and what both read of a call. Nothing outside
 // comm/device*.cc includes this.
 #pragma once
@@ -29,10 +30,8 @@
 #include "core/device_engine.h"
 #include "gpu/cuda.h"
 #include "gpu/protocol.h"
-
-namespace hora::transport {
-class RegionStage;  // (transports/stage.h; comm/device_ipc.cc makes it)
-}
+#include "gpu/regions.h"
+#include "transports/stage.h"
 
 namespace hora::device {
 
@@ -68,11 +67,6 @@ void noteStreamError(const std::vector<void*>& streams, const char* fn, const Er
 extern std::mutex gKernelCommsMu;
 std::vector<std::pair<horaComm*, CommState*>>& kernelComms();
 
-// The device-initiated collectives' regions of this process, counted by the communicators that
-// use each (retain, release: the last frees it).
-void retainRegion(uint8_t* p);
-void releaseRegion(uint8_t* p);
-
 struct CommState {
   int device = -1;
   std::mutex poolMu;
@@ -92,10 +86,10 @@ struct CommState {
   std::mutex enqueueMu;  // seq and the worker's queue move together
   uint32_t seq = 0;
   void* copyStream = nullptr;  // the worker's copies
+  // The device stage of the large AllReduces on device buffers (a stage provider's, over the
+  // host stage: the CUDA IPC stage), once set up (ipc On).
   Ipc ipc = Ipc::Unknown;
-  uint8_t* region = nullptr;
-  std::vector<void*> opened;
-  std::shared_ptr<transport::RegionStage> stage;
+  std::shared_ptr<transport::SharedStage> stage;
   uint64_t lastIpcChunk = 0;  // the stage sequence of the last chunk through it
   std::unique_ptr<core::DeviceEngine> engine;
   // The copies between device buffers and the pinned blocks that stand in for them, as ops of
@@ -117,10 +111,7 @@ struct CommState {
   // advances alike with each call.
   struct Kernels {
     Ipc state = Ipc::Unknown;
-    uint8_t* region = nullptr;
-    std::vector<void*> opened;
-    std::vector<uint8_t*> retained;  // other ranks' regions of this process (retainRegion)
-    std::vector<uint8_t*> regions;
+    gpu::Regions regions;  // this rank's (mine()) and every rank's mapping of it
     gpu::Layout layout;
     gpu::Status* status = nullptr;  // pinned and mapped; never freed (a kernel may outlive us)
     gpu::Status* statusOnDevice = nullptr;  // its device address
@@ -227,14 +218,14 @@ struct Where {
 };
 Where where(const horaComm* c, const coll::Args& a);
 
-// Every rank's region, mapped here, by rank (comm/device_ipc.cc says how).
-std::vector<uint8_t*> exchangeRegions(horaComm* c, CommState& st, uint8_t* mine, std::vector<void*>& opened,
-                                      int32_t* ok, std::string* why, std::vector<uint8_t*>* retained = nullptr,
-                                      std::string* sharing = nullptr, std::vector<int>* clique = nullptr);
-// Whether every rank says ok (a collective: every rank goes the same way).
-bool everyRank(horaComm* c, int32_t ok);
-// Sets up the CUDA IPC stage of the device AllReduce, or turns it off for good (st.ipc).
-void setupIpc(horaComm* c, CommState& st);
+// The collectives of the device path's set-ups (comm/device_setup.cc), over the communicator, in
+// the caller's thread: an all-gather of `bytes` from every rank (gpu::Exchange), and whether
+// every rank says ok (every rank goes the same way).
+gpu::Exchange exchangeOver(horaComm* c);
+bool everyRank(horaComm* c, bool ok);
+// Sets up the device stage of the large AllReduces on device buffers, from the first stage
+// provider that offers one on every rank, or turns it off for good (st.ipc).
+void setupStage(horaComm* c, CommState& st);
 
 // ---- the device-initiated collectives (comm/device_kernels.cc) ----
 

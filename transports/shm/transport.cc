@@ -25,7 +25,7 @@ class ShmTransport final : public transport::Transport {
   explicit ShmTransport(const transport::Settings& s) {
     Options o;
     o.ringBytes = kRingBytes;
-    o.stageBytes = 4 * s.chunkBytes;  // four slots of a chunk (src/coll/stage.cc)
+    o.stageBytes = transport::SharedStage::kSlots * s.chunkBytes;  // a slot is a chunk
     o.handshakeTimeout = s.handshakeTimeout;
     o.singleCopy = s.shmSingleCopy;
     endpoint_ = std::make_unique<Endpoint>(s.secret, s.commId, s.rank, s.nranks, o);
