@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <random>
 #include <utility>
 
@@ -455,6 +456,306 @@ TEST_CASE("device-initiated collectives: mismatched calls are an error on every 
     }, o);
     INFO("count " << count << "\n" << describe(results));
     for (const auto& r : results) CHECK(r.ok());
+  }
+}
+
+// ---- send/recv and groups as one kernel (gpu/protocol.h's P2p and Batch) ----
+namespace {
+
+// Value i of the message from `from` to `to` (its `tagged`-th of that pair in the test).
+int32_t p2pValue(int from, int to, int tagged, size_t i) {
+  return static_cast<int32_t>((from * 131 + to * 17 + tagged * 7919) ^ static_cast<int32_t>(i * 2654435761u));
+}
+
+int32_t* deviceFilled(size_t count, const std::function<int32_t(size_t)>& value) {
+  std::vector<int32_t> host(count);
+  for (size_t i = 0; i < count; ++i) host[i] = value(i);
+  int32_t* d = static_cast<int32_t*>(cu::deviceAlloc(std::max<size_t>(count, 1) * 4));
+  cu::copyAsync(d, host.data(), count * 4, nullptr);
+  cu::streamSync(nullptr);
+  return d;
+}
+
+// "" where the device buffer holds value(i) at every i.
+std::string deviceHolds(const int32_t* d, size_t count, const std::function<int32_t(size_t)>& value, const std::string& what) {
+  std::vector<int32_t> host(count);
+  cu::copyAsync(host.data(), d, count * 4, nullptr);
+  cu::streamSync(nullptr);
+  for (size_t i = 0; i < count; ++i)
+    if (host[i] != value(i))
+      return what + ": element " + std::to_string(i) + " is " + std::to_string(host[i]) + ", not " + std::to_string(value(i));
+  return "";
+}
+
+// Runs `issue` (the calls of one group, or a lone call) on `stream` (null: synchronous), then
+// checks it went as one kernel: "" or what went wrong.
+std::string oneLaunch(horaComm_t comm, void* stream, const std::function<horaResult_t()>& issue, const std::string& what) {
+  horaComm* c = reinterpret_cast<horaComm*>(comm);
+  const uint64_t before = hora::device::kernelLaunches(c);
+  if (issue() != horaSuccess) return what + ": " + horaGetLastError(comm);
+  if (stream && horaStreamSynchronize(static_cast<horaStream_t>(stream)) != horaSuccess)
+    return what + " on a stream: " + horaGetLastError(nullptr);
+  const uint64_t after = hora::device::kernelLaunches(c);
+  if (after != before + 1)
+    return what + ": " + std::to_string(after - before) + " kernels launched, not one";
+  return "";
+}
+
+// A first AllReduce on device buffers: sets the kernels up.
+std::string setUpKernels(horaComm_t comm) {
+  int32_t* d = deviceFilled(16, [](size_t) { return 1; });
+  if (horaAllReduce(d, d, 16, horaInt32, horaSum, comm, nullptr) != horaSuccess)
+    return std::string("the first AllReduce: ") + horaGetLastError(comm);
+  cu::deviceFree(d);
+  if (!hora::device::kernelsActive(reinterpret_cast<horaComm*>(comm))) return "no device-initiated collectives";
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("send/recv as kernels: a ring in a group, one launch, every size", "[device][kernels][p2p]") {
+  if (processesShareGpu(2)) {
+    WARN("rank processes share this GPU and take the worker's path: send/recv as kernels are tested on the emulated "
+         "GPU (and groups of collectives between ranks as threads: 'groups of collectives as one kernel')");
+    return;
+  }
+  for (int n : {2, 3, 5}) {
+    auto results = runProcesses(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
+      std::string e = setUpKernels(comm);
+      if (!e.empty()) return e;
+      const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+      void* stream = cu::streamCreate();
+      int tagged = 0;
+      // One element, past one p2p chunk (64 KiB on the emulated GPU), many chunks over both blocks.
+      for (size_t count : {size_t(1), size_t(1000), size_t(16385), size_t(300001)})
+        for (void* s : {stream, static_cast<void*>(nullptr)}) {
+          ++tagged;
+          int32_t* out = deviceFilled(count, [&](size_t i) { return p2pValue(rank, next, tagged, i); });
+          int32_t* in = deviceFilled(count, [](size_t) { return -1; });
+          const std::string what = "count " + std::to_string(count) + (s ? " on a stream" : " synchronous");
+          // The receive first on even ranks, the send first on odd ones: a group's order is free.
+          e = oneLaunch(comm, s, [&] {
+            horaGroupStart();
+            if (rank % 2 == 0) horaRecv(in, count, horaInt32, prev, comm, static_cast<horaStream_t>(s));
+            horaSend(out, count, horaInt32, next, comm, static_cast<horaStream_t>(s));
+            if (rank % 2 == 1) horaRecv(in, count, horaInt32, prev, comm, static_cast<horaStream_t>(s));
+            return horaGroupEnd();
+          }, what);
+          if (!e.empty()) return e;
+          e = deviceHolds(in, count, [&](size_t i) { return p2pValue(prev, rank, tagged, i); }, what);
+          if (!e.empty()) return e;
+          cu::deviceFree(out);
+          cu::deviceFree(in);
+        }
+      return "";
+    });
+    INFO("nranks " << n << "\n" << describe(results));
+    for (const auto& r : results) CHECK(r.ok());
+  }
+}
+
+TEST_CASE("send/recv as kernels: an all-to-all, self included, two messages per pair in order", "[device][kernels][p2p]") {
+  if (processesShareGpu(2)) {
+    WARN("rank processes share this GPU and take the worker's path: send/recv as kernels are tested on the emulated "
+         "GPU (and groups of collectives between ranks as threads: 'groups of collectives as one kernel')");
+    return;
+  }
+  auto results = runProcesses(4, [](horaComm_t comm, int rank, int nranks) -> std::string {
+    std::string e = setUpKernels(comm);
+    if (!e.empty()) return e;
+    void* stream = cu::streamCreate();
+    horaStream_t s = static_cast<horaStream_t>(stream);
+    const size_t count = 20000;  // a few chunks each
+    std::vector<int32_t*> outs, ins;
+    for (int j = 0; j < nranks; ++j)
+      for (int m = 0; m < 2; ++m) {
+        outs.push_back(deviceFilled(count, [&](size_t i) { return p2pValue(rank, j, m, i); }));
+        ins.push_back(deviceFilled(count, [](size_t) { return -1; }));
+      }
+    // 16 calls: the most one kernel takes. The two messages to each peer go in order; the
+    // receives are posted before the sends on half the pairs.
+    e = oneLaunch(comm, stream, [&] {
+      horaGroupStart();
+      for (int j = 0; j < nranks; ++j) {
+        const bool recvFirst = (rank + j) % 2 == 0;
+        for (int m = 0; m < 2; ++m) {
+          if (recvFirst) horaRecv(ins[static_cast<size_t>(j * 2 + m)], count, horaInt32, j, comm, s);
+          horaSend(outs[static_cast<size_t>(j * 2 + m)], count, horaInt32, j, comm, s);
+          if (!recvFirst) horaRecv(ins[static_cast<size_t>(j * 2 + m)], count, horaInt32, j, comm, s);
+        }
+      }
+      return horaGroupEnd();
+    }, "the all-to-all");
+    if (!e.empty()) return e;
+    for (int j = 0; j < nranks; ++j)
+      for (int m = 0; m < 2; ++m) {
+        e = deviceHolds(ins[static_cast<size_t>(j * 2 + m)], count, [&](size_t i) { return p2pValue(j, rank, m, i); },
+                        "message " + std::to_string(m) + " from rank " + std::to_string(j));
+        if (!e.empty()) return e;
+      }
+    return "";
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+TEST_CASE("groups as one kernel: collectives and send/recv together, then lone sends", "[device][kernels][p2p]") {
+  if (processesShareGpu(2)) {
+    WARN("rank processes share this GPU and take the worker's path: send/recv as kernels are tested on the emulated "
+         "GPU (and groups of collectives between ranks as threads: 'groups of collectives as one kernel')");
+    return;
+  }
+  auto results = runProcesses(3, [](horaComm_t comm, int rank, int nranks) -> std::string {
+    std::string e = setUpKernels(comm);
+    if (!e.empty()) return e;
+    void* stream = cu::streamCreate();
+    horaStream_t s = static_cast<horaStream_t>(stream);
+    const size_t count = 70000;  // pipelined chunks
+    int32_t* a = deviceFilled(count, [&](size_t i) { return static_cast<int32_t>(i) + rank; });
+    int32_t* g = deviceFilled(count * static_cast<size_t>(nranks), [](size_t) { return -1; });
+    int32_t* small = deviceFilled(10, [&](size_t i) { return static_cast<int32_t>(i) * (rank + 1); });
+    const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    int32_t* out = deviceFilled(count, [&](size_t i) { return p2pValue(rank, next, 9, i); });
+    int32_t* in = deviceFilled(count, [](size_t) { return -1; });
+    e = oneLaunch(comm, stream, [&] {
+      horaGroupStart();
+      horaAllReduce(a, a, count, horaInt32, horaSum, comm, s);
+      horaSend(out, count, horaInt32, next, comm, s);
+      horaAllGather(a, g, count, horaInt32, comm, s);
+      horaRecv(in, count, horaInt32, prev, comm, s);
+      horaAllReduce(small, small, 10, horaInt32, horaSum, comm, s);  // LL
+      return horaGroupEnd();
+    }, "the group");
+    if (!e.empty()) return e;
+    const int32_t ranks = nranks, sumRanks = nranks * (nranks - 1) / 2;
+    const auto reduced = [&](size_t i) { return static_cast<int32_t>(i) * ranks + sumRanks; };
+    if (!(e = deviceHolds(a, count, reduced, "the AllReduce")).empty()) return e;
+    if (!(e = deviceHolds(g, count * static_cast<size_t>(nranks), [&](size_t i) { return reduced(i % count); },
+                          "the AllGather (of the AllReduce's result: in order)")).empty())
+      return e;
+    if (!(e = deviceHolds(small, 10, [&](size_t i) { return static_cast<int32_t>(i) * (ranks * (ranks + 1) / 2); },
+                          "the small AllReduce")).empty())
+      return e;
+    if (!(e = deviceHolds(in, count, [&](size_t i) { return p2pValue(prev, rank, 9, i); }, "the receive")).empty()) return e;
+    // Lone sends and receives, each a kernel of its own: rank 0 to 1, then back.
+    if (rank < 2) {
+      int32_t* msg = deviceFilled(5000, [&](size_t i) { return p2pValue(rank, 1 - rank, 3, i); });
+      int32_t* got = deviceFilled(5000, [](size_t) { return 0; });
+      for (int from : {0, 1}) {
+        e = oneLaunch(comm, stream, [&] {
+          return rank == from ? horaSend(msg, 5000, horaInt32, 1 - rank, comm, s)
+                              : horaRecv(got, 5000, horaInt32, from, comm, s);
+        }, "a lone send or receive");
+        if (!e.empty()) return e;
+      }
+      if (!(e = deviceHolds(got, 5000, [&](size_t i) { return p2pValue(1 - rank, rank, 3, i); }, "the lone receive")).empty())
+        return e;
+    }
+    return "";
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+TEST_CASE("send/recv as kernels: a size mismatch and a dead sender are errors naming the peer", "[device][fault][kernels][p2p]") {
+  if (processesShareGpu(2)) {
+    WARN("rank processes share this GPU and take the worker's path: send/recv as kernels are tested on the emulated "
+         "GPU (and groups of collectives between ranks as threads: 'groups of collectives as one kernel')");
+    return;
+  }
+  ProcessOptions o;
+  o.timeoutMs = 1500;
+  // Rank 1 receives 999 elements where rank 0 sends 1000 (past one chunk: 70000).
+  for (size_t count : {size_t(1000), size_t(70000)}) {
+    auto results = runProcesses(2, [count](horaComm_t comm, int rank, int) -> std::string {
+      std::string e = setUpKernels(comm);
+      if (!e.empty()) return e;
+      void* stream = cu::streamCreate();
+      horaStream_t s = static_cast<horaStream_t>(stream);
+      int32_t* d = deviceFilled(count, [](size_t i) { return static_cast<int32_t>(i); });
+      const horaResult_t r = rank == 0 ? horaSend(d, count, horaInt32, 1, comm, s) : horaRecv(d, count - 1, horaInt32, 0, comm, s);
+      if (r != horaSuccess) return std::string("the call failed at once: ") + horaGetLastError(comm);
+      const horaResult_t done = horaStreamSynchronize(s);
+      if (rank == 1) {
+        if (done == horaSuccess) return "a receive of another size succeeded";
+        const std::string text = horaGetLastError(nullptr);
+        if (text.find("mismatched send/recv") == std::string::npos || text.find("rank 0") == std::string::npos ||
+            text.find(std::to_string(count * 4) + " bytes") == std::string::npos)
+          return "the receiver's error does not name the sender and its size: " + text;
+        return "";
+      }
+      // The sender hears of the receiver's failure at its next call at the latest.
+      int32_t* x = deviceFilled(1, [](size_t) { return 1; });
+      if (done == horaSuccess && horaAllReduce(x, x, 1, horaInt32, horaSum, comm, s) == horaSuccess &&
+          horaStreamSynchronize(s) == horaSuccess)
+        return "the sender went on as if nothing had failed";
+      return "";
+    }, o);
+    INFO("count " << count << "\n" << describe(results));
+    for (const auto& r : results) CHECK(r.ok());
+  }
+  // Rank 0 stops before it sends: rank 1's receive times out naming it.
+  auto results = runProcesses(2, [](horaComm_t comm, int rank, int) -> std::string {
+    std::string e = setUpKernels(comm);
+    if (!e.empty()) return e;
+    void* stream = cu::streamCreate();
+    horaStream_t s = static_cast<horaStream_t>(stream);
+    int32_t* d = deviceFilled(100000, [](size_t) { return 0; });
+    if (rank == 0) raise(SIGSTOP);
+    if (horaRecv(d, 100000, horaInt32, 0, comm, s) != horaSuccess) return std::string("the call failed at once: ") + horaGetLastError(comm);
+    if (horaStreamSynchronize(s) == horaSuccess) return "a receive from a stopped rank succeeded";
+    const std::string text = horaGetLastError(nullptr);
+    if (text.find("rank 0") == std::string::npos || text.find("stopped") == std::string::npos ||
+        text.find("send/recv") == std::string::npos)
+      return "the error does not name rank 0 as stopped in a send/recv: " + text;
+    return "";
+  }, o);
+  INFO(describe(results));
+  REQUIRE(results.size() == 2);
+  CHECK(WIFSIGNALED(results[0].status));
+  CHECK(results[1].ok());
+}
+
+// Between ranks as threads of one GPU too (on a GPU: the ranks of the gpu suite's kernels), a
+// group of collectives is one kernel, its calls in order.
+TEST_CASE("groups of collectives as one kernel, on a stream and without", "[device][kernels][group]") {
+  const RankFn group = [](horaComm_t comm, int rank, int nranks) -> std::string {
+    std::string e = setUpKernels(comm);
+    if (!e.empty()) return e;
+    void* stream = cu::streamCreate();
+    for (void* s : {stream, static_cast<void*>(nullptr)})
+      for (size_t count : {size_t(100), size_t(300001)}) {  // LL; chunks or direct
+        int32_t* a = deviceFilled(count, [&](size_t i) { return static_cast<int32_t>(i % 1000) + rank; });
+        int32_t* b = deviceFilled(count, [&](size_t i) { return static_cast<int32_t>(i % 7) * (rank + 1); });
+        int32_t* g = deviceFilled(count * static_cast<size_t>(nranks), [](size_t) { return -1; });
+        horaStream_t hs = static_cast<horaStream_t>(s);
+        const std::string what = "count " + std::to_string(count) + (s ? " on a stream" : " synchronous");
+        e = oneLaunch(comm, s, [&] {
+          horaGroupStart();
+          horaAllReduce(a, a, count, horaInt32, horaSum, comm, hs);
+          horaAllReduce(b, b, count, horaInt32, horaSum, comm, hs);
+          horaAllGather(a, g, count, horaInt32, comm, hs);  // of the first AllReduce's result
+          horaBroadcast(b, b, count, horaInt32, nranks - 1, comm, hs);
+          return horaGroupEnd();
+        }, what);
+        if (!e.empty()) return e;
+        const int32_t ranks = nranks, sumRanks = nranks * (nranks - 1) / 2;
+        const auto ra = [&](size_t i) { return static_cast<int32_t>(i % 1000) * ranks + sumRanks; };
+        const auto rb = [&](size_t i) { return static_cast<int32_t>(i % 7) * (ranks * (ranks + 1) / 2); };
+        if (!(e = deviceHolds(a, count, ra, what + ", the first AllReduce")).empty()) return e;
+        if (!(e = deviceHolds(b, count, rb, what + ", the second AllReduce and the Broadcast")).empty()) return e;
+        if (!(e = deviceHolds(g, count * static_cast<size_t>(nranks), [&](size_t i) { return ra(i % count); },
+                              what + ", the AllGather")).empty())
+          return e;
+        for (int32_t* p : {a, b, g}) cu::deviceFree(p);
+      }
+    return "";
+  };
+  for (int n : {2, 3}) {
+    INFO("nranks " << n);
+    CHECK(onKernelRanks(n, group) == "");
+    // Ranks as threads of one GPU (on the emulated one too): they meet before each launch.
+    if (emulating()) CHECK(onThreads(n, group) == "");
   }
 }
 

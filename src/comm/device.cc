@@ -372,6 +372,7 @@ void runSync(const Calls& calls) {
   thread_local std::vector<Where> ws;
   if (!anyOnDevice(calls, ws)) return hora::runCalls(calls);
   if (calls.size() == 1 && viaKernel(calls[0].first, calls[0].second, ws[0], nullptr, true)) return;
+  if (calls.size() > 1 && viaKernels(calls[0].first, calls, ws, nullptr, true)) return;
   OnDevice on(stateOf(calls[0].first).device);
   std::unique_ptr<Staging> p = stagingFor(calls, ws, true);
   execute(*p, nullptr);
@@ -426,17 +427,20 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
       else st.retireForeign(events[i]);
     }
   };
-  if (calls.size() == 1 && distinct.size() == 1 && !calls[0].second.scalarAt) {
+  if (distinct.size() == 1 && comms.size() == 1 && !calls[0].second.scalarAt) {
     std::vector<Where> ws;
-    if (anyOnDevice(calls, ws) && viaKernel(calls[0].first, calls[0].second, ws[0], distinct[0], true)) return;
+    if (anyOnDevice(calls, ws) && (calls.size() == 1 ? viaKernel(calls[0].first, calls[0].second, ws[0], distinct[0], true)
+                                                     : viaKernels(calls[0].first, calls, ws, distinct[0], true)))
+      return;
   }
   // What goes through the worker waits on the host for the streams' events, which a CUDA graph
   // being captured does not record for the host to see.
   for (void* s : distinct)
     if (cuda::isCapturing(s))
-      fail(Errc::InvalidUsage, "%s on CUDA stream %p cannot be captured in a CUDA graph: only a lone collective "
-           "(AllReduce, Broadcast, Reduce, AllGather, ReduceScatter; not PreMulSum) whose buffers are all on the "
-           "device, between ranks of one host, is a kernel on the stream; this one needs the communicator's worker",
+      fail(Errc::InvalidUsage, "%s on CUDA stream %p cannot be captured in a CUDA graph: only calls whose buffers are all on the "
+           "device, between ranks of one host (AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, not PreMulSum; "
+           "send/recv; a group of at most 16 such calls of one communicator, its reductions of one type and op), are a "
+           "kernel on the stream; this one needs the communicator's worker",
            fn, s);
   std::vector<Item> items;
   for (horaComm* c : comms) {
@@ -526,6 +530,11 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
 bool kernelsActive(horaComm* c) {
   std::lock_guard<std::mutex> lock(c->deviceMu);
   return c->device && c->device->k.state == Ipc::On;
+}
+
+uint64_t kernelLaunches(horaComm* c) {
+  std::lock_guard<std::mutex> lock(c->deviceMu);
+  return c->device ? c->device->k.launches.load() : 0;
 }
 
 bool ipcActive(horaComm* c) {

@@ -67,6 +67,8 @@ bool ipcActive(horaComm* c);
 // Whether c's collectives on device buffers are kernels of the device-initiated protocol
 // (gpu/protocol.h; set up by the first call that fits).
 bool kernelsActive(horaComm* c);
+// The kernels of that protocol c has launched (a group's calls are one).
+uint64_t kernelLaunches(horaComm* c);
 
 // Per communicator: its worker, pinned staging and CUDA IPC stage (comm.h holds one).
 struct CommState;

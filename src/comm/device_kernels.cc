@@ -29,6 +29,10 @@ bool kernelFits(const horaComm* c, const coll::Args& a, const Where& w) {
     case coll::Kind::Reduce:
     case coll::Kind::AllGather:
     case coll::Kind::ReduceScatter: break;
+    case coll::Kind::Send:
+    case coll::Kind::Recv:
+      if (a.peer < 0 || a.peer >= c->nranks) return false;
+      break;
     default: return false;
   }
   if (a.count == 0 || a.op == RedOp::PreMulSum || a.scalarAt) return false;
@@ -45,6 +49,8 @@ const char* counterName(int counter) {
     case gpu::kLlDone: return "'LL done' (a small call's data read)";
     case gpu::kPtrs: return "'buffers' (a direct call's buffers published)";
     case gpu::kDone: return "'done' (a direct call's part written)";
+    case gpu::kSent: return "'sent' (a send's chunk deposited for this rank)";
+    case gpu::kAcked: return "'acked' (this rank's chunk of a send consumed)";
     default: return "counter";
   }
 }
@@ -57,6 +63,12 @@ Error statusError(const horaComm* c, const CommState& st, const gpu::Status& s) 
   std::string what = format("call #%llu of this communicator's device collectives", static_cast<unsigned long long>(s.call));
   for (const auto& [no, a] : st.k.recent)
     if (no == s.call && no) what = coll::describe(a) + " (" + what + ")";
+  if (s.counter == gpu::kSent || s.counter == gpu::kAcked) what = "a send/recv with this rank on device buffers";
+  if (static_cast<gpu::Code>(s.code) == gpu::Code::SizeMismatch)
+    return Error(Errc::InvalidUsage, format("mismatched send/recv: %s sends %llu bytes where this rank receives %llu "
+                                            "(a send and its receive must have one size)",
+                                            who.c_str(), static_cast<unsigned long long>(s.seen),
+                                            static_cast<unsigned long long>(s.target)));
   if (static_cast<gpu::Code>(s.code) == gpu::Code::Mismatch)
     return Error(Errc::InvalidUsage, format("mismatched calls: %s is in another collective than this rank's %s (its "
                                             "tag %016llx); every rank must make the same calls in the same order",
@@ -174,6 +186,9 @@ void setupKernels(horaComm* c, CommState& st) {
   // on the emulated one, two (the multi-block protocol is what it tests).
   k.layout.blocks = cuda::emulated() ? 2 : 32;
   k.layout.slotBytes = cuda::emulated() ? size_t(256) << 10 : size_t(512) << 10;
+  // Send/recv: a chunk per peer and block of the first kP2pBlocks blocks, two slots each (16 MiB
+  // of the region on a GPU).
+  k.layout.p2pBytes = k.layout.slotBytes / 4;
   std::string why;
   uint8_t* region = nullptr;
   try {
@@ -282,13 +297,9 @@ void viaCopy(horaComm* c, const coll::Args& a, const Where& w, void* stream) {
   if (!stream) cuda::streamSync(nullptr);
 }
 
-bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, bool lone) {
-  if (!kernelFits(c, a, w)) return false;
-  if (c->nranks == 1) {
-    viaCopy(c, a, w, stream);
-    return true;
-  }
-  CommState& st = stateOf(c);
+// Sets the kernels up where this is their first call (`lone`: it may, as a collective over the
+// communicator); whether they are on.
+bool kernelsOn(horaComm* c, CommState& st, void* stream, bool lone) {
   CommState::Kernels& k = st.k;
   if (k.state == Ipc::Unknown) {
     if (!lone) return false;
@@ -299,19 +310,24 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
     OnDevice on(st.device);
     setupKernels(c, st);
   }
-  if (k.state != Ipc::On) return false;
-  c->check();
+  return k.state == Ipc::On;
+}
+
+// The kernel's account of call a (kernelFits).
+gpu::Desc descOf(const horaComm* c, const CommState::Kernels& k, const coll::Args& a, const Where& w) {
   gpu::Desc d;
   switch (a.kind) {
     case coll::Kind::AllReduce: d.coll = gpu::Coll::AllReduce; break;
     case coll::Kind::Broadcast: d.coll = gpu::Coll::Broadcast; break;
     case coll::Kind::Reduce: d.coll = gpu::Coll::Reduce; break;
     case coll::Kind::AllGather: d.coll = gpu::Coll::AllGather; break;
+    case coll::Kind::Send: d.coll = gpu::Coll::Send; break;
+    case coll::Kind::Recv: d.coll = gpu::Coll::Recv; break;
     default: d.coll = gpu::Coll::ReduceScatter; break;
   }
   d.rank = c->rank;
   d.nranks = c->nranks;
-  d.root = a.root;
+  d.root = gpu::isP2p(d.coll) ? a.peer : a.root;
   d.esize = dataTypeSize(a.dtype);
   d.bytes = a.count * d.esize;
   d.send = w.in;
@@ -324,12 +340,25 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
   d.op = static_cast<int>(a.op);
   d.divide = a.op == RedOp::Avg;
   d.divisor = static_cast<uint64_t>(c->nranks);
+  d.oneGpu = k.clique.size() == static_cast<size_t>(c->nranks);
+  if (gpu::isP2p(d.coll)) {
+    d.blocks = d.layout.p2pBlocks();
+    return d;
+  }
   d.tag = coll::makeTag(a) | 1;
   d.ll = gpu::fitsLl(d.coll, d.bytes, d.nranks);
-  d.oneGpu = k.clique.size() == static_cast<size_t>(c->nranks);
   d.direct = d.oneGpu && !d.ll;
   d.blocks = gpu::blocksFor(d);
   if (d.coll == gpu::Coll::Broadcast && c->rank != a.root) d.send = nullptr;
+  return d;
+}
+
+// Queues a kernel (`queue`, given the stream to queue it on) of `calls` whose blocks account for
+// `blocks` parts (gpu::account) on `stream`, or runs it (null: on the legacy default stream,
+// waiting for it), in the communicator's kernel order.
+void launchKernel(horaComm* c, CommState& st, const coll::Args* calls, size_t ncalls, uint64_t blocks, void* stream,
+                  const std::function<void(void*)>& queue) {
+  CommState::Kernels& k = st.k;
   {
     std::lock_guard<std::mutex> lock(k.mu);
     if (stream && std::find(k.streams.begin(), k.streams.end(), stream) == k.streams.end()) k.streams.push_back(stream);
@@ -357,7 +386,7 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
       target = k.ownStream;
     }
     if (k.lastSet && k.last != target && !capturing) cuda::streamWaitEvent(target, k.lastDone);
-    cuda::collectiveAsync(d, target);
+    queue(target);
     if (!capturing) {
       if (!k.lastDone) k.lastDone = st.takeEvent();
       cuda::eventRecord(k.lastDone, target);
@@ -369,25 +398,82 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
     if (!c->aborting.load()) c->fail(e);
     throw;
   }
-  ++k.calls;  // (the kernel's own number, outside a graph's replays)
-  const uint64_t launched = k.blocks.fetch_add(static_cast<uint64_t>(d.blocks)) + static_cast<uint64_t>(d.blocks);
-  k.recent[k.calls % k.recent.size()] = {k.calls, a};
-  ++c->seq.calls;
-  trace::Entry* entry = c->trace ? c->trace->startOnDevice(a) : nullptr;
-  if (stream) {
-    if (entry) {
-      std::lock_guard<std::mutex> lock(k.mu);
-      k.traced.emplace_back(entry, launched);
+  const uint64_t launched = k.blocks.fetch_add(blocks) + blocks;
+  k.launches.fetch_add(1);
+  std::vector<trace::Entry*> entries;
+  for (size_t i = 0; i < ncalls; ++i) {
+    const coll::Args& a = calls[i];
+    if (a.kind != coll::Kind::Send && a.kind != coll::Kind::Recv) {
+      ++k.calls;  // (the kernel's own number, outside a graph's replays)
+      k.recent[k.calls % k.recent.size()] = {k.calls, a};
     }
-    return true;
+    ++c->seq.calls;
+    if (c->trace) entries.push_back(c->trace->startOnDevice(a));
+  }
+  if (stream) {
+    std::lock_guard<std::mutex> lock(k.mu);
+    for (trace::Entry* entry : entries) k.traced.emplace_back(entry, launched);
+    return;
   }
   OnDevice on(st.device);
   cuda::streamSync(k.ownStream);  // (null: the legacy stream)
-  if (c->trace)
-    c->trace->finish(entry, !gpu::sumOf(k.status->cut) && !__atomic_load_n(&k.status->code, __ATOMIC_ACQUIRE));
+  const bool ok = !gpu::sumOf(k.status->cut) && !__atomic_load_n(&k.status->code, __ATOMIC_ACQUIRE);
+  for (trace::Entry* entry : entries) c->trace->finish(entry, ok);
   reportKernels(c, st);
   c->check();
   if (__atomic_load_n(&k.status->abort, __ATOMIC_ACQUIRE)) fail(Errc::InvalidUsage, "the communicator was aborted");
+}
+
+bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, bool lone) {
+  if (!kernelFits(c, a, w)) return false;
+  if (c->nranks == 1) {
+    if (a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv) return false;  // (a group of both: viaKernels)
+    viaCopy(c, a, w, stream);
+    return true;
+  }
+  CommState& st = stateOf(c);
+  if (!kernelsOn(c, st, stream, lone)) return false;
+  c->check();
+  if (a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv) return viaKernels(c, Calls{{c, a}}, {w}, stream, lone);
+  const gpu::Desc d = descOf(c, st.k, a, w);
+  launchKernel(c, st, &a, 1, static_cast<uint64_t>(d.blocks), stream, [&d](void* target) { cuda::collectiveAsync(d, target); });
+  return true;
+}
+
+bool viaKernels(horaComm* c, const Calls& calls, const std::vector<Where>& ws, void* stream, bool lone) {
+  if (calls.empty() || calls.size() > static_cast<size_t>(gpu::kMaxCalls) || c->nranks == 1) return false;
+  const coll::Args* reducing = nullptr;
+  bool p2p = false;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const coll::Args& a = calls[i].second;
+    if (calls[i].first != c || !kernelFits(c, a, ws[i])) return false;
+    if (a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv) {
+      p2p = true;
+    } else if (a.kind != coll::Kind::Broadcast && a.kind != coll::Kind::AllGather) {
+      // One kernel reduces in one type and op.
+      if (reducing && (reducing->dtype != a.dtype || reducing->op != a.op)) return false;
+      reducing = &a;
+    }
+  }
+  CommState& st = stateOf(c);
+  if (!kernelsOn(c, st, stream, lone)) return false;
+  // Ranks as threads of one GPU queue a kernel once every one of them has come to the same
+  // call (kernel_gate.h): send/recv, which pairs of ranks make, would not keep them in step.
+  if (p2p && st.k.gate) return false;
+  c->check();
+  auto t = std::make_unique<gpu::Batch>();
+  std::vector<coll::Args> args;
+  uint64_t blocks = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    gpu::Desc& d = t->calls[t->ncalls++];
+    d = descOf(c, st.k, calls[i].second, ws[i]);
+    args.push_back(calls[i].second);
+    if (!gpu::isP2p(d.coll)) blocks += static_cast<uint64_t>(d.blocks);
+    t->blocks = std::max(t->blocks, d.blocks);
+  }
+  if (p2p) blocks += static_cast<uint64_t>(st.k.layout.p2pBlocks());
+  const gpu::Batch& batch = *t;
+  launchKernel(c, st, args.data(), args.size(), blocks, stream, [&batch](void* target) { cuda::batchAsync(batch, target); });
   return true;
 }
 
@@ -441,6 +527,14 @@ void CommState::endKernels() {
         if (counter(static_cast<int>(j), b, gpu::kFreed) < chunks || (b == 0 && counter(static_cast<int>(j), 0, gpu::kLlDone) < ll))
           return false;
     }
+    // And every chunk this rank deposited for a peer's receive consumed.
+    const int r = static_cast<int>(std::find(k.regions.byRank().begin(), k.regions.byRank().end(), k.regions.mine()) -
+                                   k.regions.byRank().begin());
+    for (int b = 0; b < k.layout.p2pBlocks(); ++b)
+      for (size_t j = 0; j < k.regions.byRank().size(); ++j) {
+        const uint64_t sent = peek(k.regions.mine() + k.layout.pairAt(b, static_cast<int>(j)) + offsetof(gpu::Pair, sent));
+        if (sent && peek(k.regions.byRank()[j] + k.layout.pairAt(b, r) + offsetof(gpu::Pair, acked)) < sent) return false;
+      }
     return true;
   };
   const auto until = Clock::now() + std::chrono::seconds(5);

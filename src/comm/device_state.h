@@ -117,6 +117,7 @@ struct CommState {
     gpu::Status* statusOnDevice = nullptr;  // its device address
     uint64_t calls = 0;  // calls launched (their numbers, outside graphs' replays)
     std::atomic<uint64_t> blocks{0};  // blocks launched (the status counts those finished)
+    std::atomic<uint64_t> launches{0};  // kernels launched (a group's calls: one)
     std::array<std::pair<uint64_t, coll::Args>, 8> recent{};  // the last calls, by number (their texts)
     std::mutex mu;                  // streams, reported
     std::vector<void*> streams;     // the CUDA streams kernels were queued on
@@ -233,6 +234,11 @@ void setupStage(horaComm* c, CommState& st);
 // rank: a copy); false where it does not go that way. `lone`: the call is all its caller
 // submitted (a collective set-up may run here).
 bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, bool lone);
+// The same for calls of communicator c (a group, or a lone send or recv): one launch, its
+// collectives in order and its send/recvs together; false where they do not go that way (calls
+// of other communicators, more than gpu::kMaxCalls, reductions of different types or ops, a
+// call that is no kernel's, send/recv between ranks as threads of one GPU).
+bool viaKernels(horaComm* c, const Calls& calls, const std::vector<Where>& ws, void* stream, bool lone);
 // The kernels' failure, or the communicator's that stopped them, as their streams' error (once).
 void settleKernels(horaComm* c, CommState& st);
 // Waits until every rank of this rank's clique has come to call n, which this rank has entered

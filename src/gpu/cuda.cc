@@ -95,6 +95,7 @@ void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc,
   if (count) b().reduceAsync(dsts, ndst, srcs, nsrc, count, spec, stream);
 }
 void collectiveAsync(const gpu::Desc& d, void* stream) { b().collectiveAsync(d, stream); }
+void batchAsync(const gpu::Batch& t, void* stream) { b().batchAsync(t, stream); }
 void* mappedPointer(void* host) { return b().mappedPointer(host); }
 bool isCapturing(void* stream) { return stream && b().isCapturing(stream); }
 void streamBeginCapture(void* stream) { b().streamBeginCapture(stream); }

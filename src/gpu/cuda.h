@@ -22,6 +22,7 @@
 
 namespace hora::gpu {
 struct Desc;
+struct Batch;
 }
 
 namespace hora::cuda {
@@ -93,6 +94,8 @@ void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc,
 // synchronises through the ranks' mapped regions) on `stream`; its failures are written to
 // d.status (host-mapped memory from hostAlloc), not thrown.
 void collectiveAsync(const gpu::Desc& d, void* stream);
+// The same for several calls in one launch (a group; gpu::Batch).
+void batchAsync(const gpu::Batch& t, void* stream);
 
 // The device's address of pinned host memory from hostAlloc (the same pointer under unified
 // addressing).

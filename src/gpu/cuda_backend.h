@@ -37,6 +37,7 @@ class Backend {
   virtual void reduceAsync(void* const* dsts, int ndst, const void* const* srcs, int nsrc, size_t count,
                            const kernels::ReduceSpec& spec, void* stream) = 0;
   virtual void collectiveAsync(const gpu::Desc& d, void* stream) = 0;
+  virtual void batchAsync(const gpu::Batch& t, void* stream) = 0;
   virtual void* mappedPointer(void* host) = 0;
   virtual bool isCapturing(void* stream) = 0;
   virtual void streamBeginCapture(void* stream) = 0;

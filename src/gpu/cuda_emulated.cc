@@ -266,6 +266,10 @@ class Emulated final : public Backend {
   void collectiveAsync(const gpu::Desc& d, void* s) override {
     run(s, [d] { gpu::runOnHost(d); });
   }
+  void batchAsync(const gpu::Batch& t, void* s) override {
+    auto held = std::make_shared<gpu::Batch>(t);
+    run(s, [held] { gpu::runOnHost(*held); });
+  }
   void* mappedPointer(void* host) override { return host; }
   bool isCapturing(void* s) override { return stream(s).capturing(); }
   void streamBeginCapture(void* s) override { stream(s).begin(); }

@@ -167,6 +167,9 @@ class Runtime final : public Backend {
   void collectiveAsync(const gpu::Desc& d, void* stream) override {
     check(static_cast<cudaError_t>(gpu::launch(d, stream)), "the collective kernel's launch");
   }
+  void batchAsync(const gpu::Batch& t, void* stream) override {
+    check(static_cast<cudaError_t>(gpu::launch(t, stream)), "the launch of a group's collective kernel");
+  }
   std::string deviceUuid(int dev) override {
     cudaDeviceProp p;
     check(cudaGetDeviceProperties(&p, dev), "cudaGetDeviceProperties");

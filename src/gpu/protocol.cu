@@ -152,6 +152,30 @@ __global__ void __launch_bounds__(kThreads) protocolKernel(const __grid_constant
   Run<DevX<D, Op>>{x, d, static_cast<int>(blockIdx.x)}();
 }
 
+template <class D, class Op>
+__global__ void __launch_bounds__(kThreads) batchKernel(const __grid_constant__ Batch t) {
+  DevX<D, Op> x;
+  // (Every reducing call of a batch has one type and op: this kernel's.)
+  for (int i = 0; i < t.ncalls; ++i)
+    if (!isP2p(t.calls[i].coll)) {
+      x.p.divide = t.calls[i].divide;
+      x.p.divisor = t.calls[i].divisor;
+      break;
+    }
+  runBatch(x, t, static_cast<int>(blockIdx.x));
+}
+
+struct LaunchBatch {
+  const Batch* t;
+  cudaStream_t stream;
+  cudaError_t result = cudaErrorInvalidValue;
+  template <class D, class Op>
+  void operator()() {
+    batchKernel<D, Op><<<static_cast<unsigned>(t->blocks), kThreads, 0, stream>>>(*t);
+    result = cudaGetLastError();
+  }
+};
+
 struct Launch {
   const Desc* d;
   cudaStream_t stream;
@@ -168,7 +192,9 @@ struct Load {
   template <class D, class Op>
   void operator()() {
     cudaFuncAttributes attr;
-    const cudaError_t e = cudaFuncGetAttributes(&attr, protocolKernel<D, Op>);
+    cudaError_t e = cudaFuncGetAttributes(&attr, protocolKernel<D, Op>);
+    if (result == cudaSuccess) result = e;
+    e = cudaFuncGetAttributes(&attr, batchKernel<D, Op>);
     if (result == cudaSuccess) result = e;
   }
 };
@@ -186,6 +212,23 @@ int launch(const Desc& d, void* stream) {
   if (d.blocks < 1 || d.blocks > d.layout.blocks || d.layout.blocks > kMaxBlocks || d.nranks < 1 || d.nranks > kMaxRanks) return cudaErrorInvalidValue;
   Launch l{&d, static_cast<cudaStream_t>(stream)};
   if (!el::dispatch(d.dtype, d.op, l)) return cudaErrorInvalidValue;
+  return l.result;
+}
+
+int launch(const Batch& t, void* stream) {
+  if (t.ncalls < 1 || t.ncalls > kMaxCalls || t.blocks < 1 || t.blocks > t.calls[0].layout.blocks ||
+      t.calls[0].layout.blocks > kMaxBlocks || t.calls[0].nranks < 1 || t.calls[0].nranks > kMaxRanks)
+    return cudaErrorInvalidValue;
+  // The kernel of the batch's reductions (a batch of copies only: any).
+  int dtype = t.calls[0].dtype, op = t.calls[0].op;
+  for (int i = 0; i < t.ncalls; ++i)
+    if (!isP2p(t.calls[i].coll)) {
+      dtype = t.calls[i].dtype;
+      op = t.calls[i].op;
+      break;
+    }
+  LaunchBatch l{&t, static_cast<cudaStream_t>(stream)};
+  if (!el::dispatch(dtype, op, l)) return cudaErrorInvalidValue;
   return l.result;
 }
 

@@ -19,7 +19,10 @@
 //   - two LL buffers (block 0 only uses them): for a small call, the data and a flag in one
 //     8-byte store (4 bytes of data, the call's LL number), so that a reader sees data and flag
 //     together and no counter round trip is needed;
-//   - two slots, each an in-area and an out-area of slotBytes.
+//   - two slots, each an in-area and an out-area of slotBytes;
+//   - for send/recv (the first kP2pBlocks blocks), per peer j: a Pair of words (chunks deposited
+//     for j, chunks from j consumed, the size of the transfer each deposited chunk belongs to)
+//     and two p2p slots of p2pBytes that this rank deposits j's chunks in.
 //
 // The protocols, per collective (n ranks, each chunk g of a call posted as the value g):
 //   LL (the call's bytes per rank at most kLlBytes): each contributor writes its data as LL words
@@ -36,6 +39,17 @@
 //       AllGather: copy every in-area to its place in the output;
 //       ReduceScatter: the in-area holds the chunk of each of the n blocks; reduce block r's;
 //     post kFreed = g. Two slots: a chunk's deposit overlaps the previous chunk's reads.
+//   send/recv (a batch's, below): a transfer of B bytes is cut into chunks of p2pBytes, chunk i
+//     on block i % p2pBlocks; per pair and block, chunk g (counted over every transfer between
+//     the two) goes through the sender's p2p slot g % 2 for that receiver: the sender waits until
+//     the receiver has consumed chunk g - 2, deposits, writes B beside it and posts sent = g; the
+//     receiver waits for sent >= g, checks B against its own (another size is a mismatch, named),
+//     copies the chunk out and posts acked = g. A block moves whichever of its transfers can move
+//     (a rank may send to and receive from a peer in one group, in either order), the transfers
+//     between one pair in one direction in their order.
+//
+// A batch is one launch of several calls (a group): every block runs its part of each collective
+// in order, then of all the send/recvs together.
 //
 // Every wait polls the abort word of the rank's status (host-mapped memory the host sets on
 // horaCommAbort, when it finds a peer dead, or when the communicator fails) and its deadline:
@@ -60,18 +74,33 @@ inline constexpr size_t kLlBytes = size_t(16) << 10;  // a call's bytes per rank
 inline constexpr size_t kDirectBytes = size_t(256) << 10;  // a direct call's bytes per block, at least
 inline constexpr int kSlots = 2;
 
-enum class Coll : uint8_t { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter };
+enum class Coll : uint8_t { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, Send, Recv };
+HORA_PD bool isP2p(Coll c) { return c == Coll::Send || c == Coll::Recv; }
 // kCall: the last call the owner announced; kTag + call % 3: the tags of its last three calls.
 // A direct call (below): kSend and kRecv, the owner's buffers, published by kPtrs = the call's
 // number; kDone = the call's number once the owner's block has written its part everywhere.
+// kSent and kAcked are a Pair's words (send/recv), named so in a failure's report.
 enum Counter : int { kIn = 0, kOut = 1, kFreed = 2, kLlDone = 3, kCall = 4, kTag = 5, kDone = 8, kSend = 9,
-                     kRecv = 10, kPtrs = 11 };
+                     kRecv = 10, kPtrs = 11, kSent = 12, kAcked = 13 };
 inline constexpr int kTags = 3;
-enum class Code : uint32_t { Ok = 0, Aborted = 1, TimedOut = 2, Mismatch = 3 };
+// SizeMismatch: a send of another size than its receive (target: this rank's bytes; seen: the
+// peer's).
+enum class Code : uint32_t { Ok = 0, Aborted = 1, TimedOut = 2, Mismatch = 3, SizeMismatch = 4 };
 
 struct alignas(64) Counters {
   uint64_t c[16];
 };
+
+// Send/recv between this rank (the owner) and a peer, per block: sent, the chunks deposited for
+// the peer (its p2p slots); acked, the chunks from the peer consumed; total[g % kSlots], the
+// size of the transfer that deposited chunk g belongs to. Owner-written, each only growing.
+struct alignas(64) Pair {
+  uint64_t sent, acked;
+  uint64_t total[2];
+  uint64_t pad[4];
+};
+inline constexpr int kP2pBlocks = 8;  // the blocks that carry send/recv
+inline constexpr int kMaxCalls = 16;  // the calls of one launch (a Batch)
 
 // What a block has done so far, in its owner's region, read and advanced by each of its kernels
 // (not by the host): a call's numbers come from here, so a CUDA graph that captured the launch
@@ -90,6 +119,8 @@ struct alignas(64) BlockState {
 struct Layout {
   int blocks = 1;
   size_t slotBytes = size_t(1) << 20;  // each of a slot's two areas, per block
+  size_t p2pBytes = size_t(256) << 10;  // a send/recv chunk, per block and peer
+  HORA_PD int p2pBlocks() const { return blocks < kP2pBlocks ? blocks : kP2pBlocks; }
   HORA_PD size_t countersAt(int b) const { return static_cast<size_t>(b) * sizeof(Counters); }
   HORA_PD size_t stateAt(int b) const { return kMaxBlocks * sizeof(Counters) + static_cast<size_t>(b) * sizeof(BlockState); }
   HORA_PD size_t llAt(int buf) const {
@@ -97,10 +128,18 @@ struct Layout {
   }
   // Where the LL data of member j lands, unpacked (ReduceScatter: its part for this rank).
   HORA_PD size_t landingAt(int j) const { return llAt(2) + static_cast<size_t>(j) * kLlBytes; }
-  HORA_PD size_t slotAt(int b, int slot, int out) const {
-    return landingAt(kMaxRanks) + ((static_cast<size_t>(b) * kSlots + slot) * 2 + out) * slotBytes;
+  HORA_PD size_t pairAt(int b, int peer) const {
+    return landingAt(kMaxRanks) + (static_cast<size_t>(b) * kMaxRanks + static_cast<size_t>(peer)) * sizeof(Pair);
   }
-  HORA_PD size_t bytes() const { return slotAt(blocks, 0, 0); }
+  // (Everything before the first slot starts at 0: the host zeroes it once.)
+  HORA_PD size_t slotAt(int b, int slot, int out) const {
+    return pairAt(kP2pBlocks, 0) + ((static_cast<size_t>(b) * kSlots + slot) * 2 + out) * slotBytes;
+  }
+  HORA_PD size_t p2pSlotAt(int b, int peer, int slot) const {
+    return slotAt(blocks, 0, 0) +
+           ((static_cast<size_t>(b) * kMaxRanks + static_cast<size_t>(peer)) * kSlots + static_cast<size_t>(slot)) * p2pBytes;
+  }
+  HORA_PD size_t bytes() const { return p2pSlotAt(p2pBlocks(), 0, 0); }
 };
 
 // In host-mapped memory, one per rank and communicator: the host's abort word and the kernel's
@@ -130,9 +169,9 @@ inline uint64_t sumOf(const uint64_t* perBlock) {
 // A call, as the kernel (or the emulated stream) runs it.
 struct Desc {
   Coll coll = Coll::AllReduce;
-  int rank = 0, nranks = 1, root = 0;
+  int rank = 0, nranks = 1, root = 0;  // Send, Recv: root is the peer
   size_t bytes = 0;   // per rank: AllReduce, Broadcast, Reduce: the buffer; AllGather: the send
-                      // buffer; ReduceScatter: the receive buffer
+                      // buffer; ReduceScatter: the receive buffer; Send, Recv: the message
   size_t esize = 1;   // element size: parts are cut at elements
   const void* send = nullptr;
   void* recv = nullptr;
@@ -184,6 +223,40 @@ HORA_PD bool fitsLl(Coll c, size_t bytes, int nranks) {
   return bytes > 0 && own <= kLlBytes;
 }
 
+// A block's account of a kernel's part it ran (a call, or a batch's send/recvs): in its state,
+// then in the status the host reads (finished; cut: it stopped before the end).
+template <class X>
+HORA_PD void account(const X& x, const Desc& d, int b, bool whole) {
+  x.sync();
+  if (x.tid() != 0) return;
+  BlockState* state = reinterpret_cast<BlockState*>(d.regions[d.rank] + d.layout.stateAt(b));
+  const uint64_t cut = X::load64(&state->cut) + (whole ? 0 : 1), finished = X::load64(&state->finished) + 1;
+  X::store64(&state->cut, cut);
+  X::store64(&state->finished, finished);
+  X::fenceSystem();
+  X::store64(&d.status->cut[b], cut);
+  X::store64(&d.status->finished[b], finished);
+}
+
+// Records the first failure (of any block of this rank) in the status and stops every wait.
+template <class X>
+HORA_PD void recordFailure(const Desc& d, Code code, int peer, int counter, uint64_t call, uint64_t target, uint64_t seen,
+                           uint64_t theirs) {
+  uint64_t* claim = &reinterpret_cast<BlockState*>(d.regions[d.rank] + d.layout.stateAt(0))->claim;
+  if (X::claim(claim)) {  // the account first, then its code: the host reads the code first
+    d.status->peer = peer;
+    d.status->counter = counter;
+    d.status->call = call;
+    d.status->target = target;
+    d.status->seen = seen;
+    d.status->theirTag = theirs;
+    X::fenceSystem();
+    X::store32(&d.status->code, static_cast<uint32_t>(code));
+  }
+  X::fenceSystem();
+  X::store32(&d.status->abort, 1u);
+}
+
 template <class X>
 struct Run {
   X& x;
@@ -199,21 +272,8 @@ struct Run {
   }
   HORA_PD bool stopped() const { return X::load32(&d.status->abort) != 0; }
 
-  // Records the first failure and stops every wait (of every block).
   HORA_PD void fail(Code code, int peer, int counter, uint64_t target, uint64_t seen, uint64_t theirs) const {
-    uint64_t* claim = &reinterpret_cast<BlockState*>(d.regions[d.rank] + d.layout.stateAt(0))->claim;
-    if (X::claim(claim)) {  // the account first, then its code: the host reads the code first
-      d.status->peer = peer;
-      d.status->counter = counter;
-      d.status->call = call;
-      d.status->target = target;
-      d.status->seen = seen;
-      d.status->theirTag = theirs;
-      X::fenceSystem();
-      X::store32(&d.status->code, static_cast<uint32_t>(code));
-    }
-    X::fenceSystem();
-    X::store32(&d.status->abort, 1u);
+    recordFailure<X>(d, code, peer, counter, call, target, seen, theirs);
   }
 
   // Whether member j is not in another call under this call's number (as far as it can be
@@ -458,6 +518,8 @@ struct Run {
       case Coll::Broadcast:
         x.copy(recv[r] + sa * e, send[d.root] + sa * e, (se - sa) * e);
         break;
+      case Coll::Send:
+      case Coll::Recv: break;  // (P2p's)
     }
     post(kDone, call);
     return everyone(kDone, call);
@@ -545,6 +607,8 @@ struct Run {
           for (int j = 0; j < n; ++j) srcs[j] = slot(j, g, 0) + static_cast<size_t>(r) * len;
           x.reduce(recv + off, srcs, n, len / d.esize, d);
           break;
+        case Coll::Send:
+        case Coll::Recv: break;  // (P2p's)
       }
       post(kFreed, g);
     }
@@ -570,14 +634,180 @@ struct Run {
       X::store64(&state->calls, call);
       X::store64(&state->chunks, chunkBase + chunksOf(d));
       X::store64(&state->ll, llSeq);
-      const uint64_t cut = X::load64(&state->cut) + (whole ? 0 : 1), finished = X::load64(&state->finished) + 1;
-      X::store64(&state->cut, cut);
-      X::store64(&state->finished, finished);
-      X::fenceSystem();
-      X::store64(&d.status->cut[b], cut);
-      X::store64(&d.status->finished[b], finished);
+    }
+    account(x, d, b, whole);
+  }
+};
+
+// ---- send/recv ----
+// A batch's send/recvs on block b (b < p2pBlocks). d: any of them (the communicator's parts:
+// rank, regions, layout, status, deadline).
+template <class X>
+struct P2p {
+  X& x;
+  const Desc* calls;
+  int ncalls;
+  const Desc& d;
+  int b;
+
+  HORA_PD Pair* pair(int owner, int peer) const { return reinterpret_cast<Pair*>(d.regions[owner] + d.layout.pairAt(b, peer)); }
+  HORA_PD uint8_t* slot(int owner, int peer, uint64_t g) const {
+    return d.regions[owner] + d.layout.p2pSlotAt(b, peer, static_cast<int>(g % kSlots));
+  }
+  HORA_PD bool stopped() const { return X::load32(&d.status->abort) != 0; }
+  HORA_PD void fail(Code code, int peer, int counter, uint64_t target, uint64_t seen) const {
+    recordFailure<X>(d, code, peer, counter, 0, target, seen, 0);
+  }
+  HORA_PD void fence() const {
+    if (d.oneGpu) X::fenceDevice();
+    else X::fenceSystem();
+  }
+  // Chunks of a transfer of `bytes` on this block, and chunk k of them's place in the transfer.
+  HORA_PD uint64_t chunksHere(size_t bytes) const {
+    const uint64_t n = (bytes + d.layout.p2pBytes - 1) / d.layout.p2pBytes, nb = static_cast<uint64_t>(d.layout.p2pBlocks());
+    return n / nb + (static_cast<uint64_t>(b) < n % nb ? 1 : 0);
+  }
+  HORA_PD size_t offsetOf(uint64_t k) const {
+    return static_cast<size_t>(static_cast<uint64_t>(b) + k * static_cast<uint64_t>(d.layout.p2pBlocks())) * d.layout.p2pBytes;
+  }
+
+  // Whether call i may move its next chunk (g) now; else *seen is what it waits on.
+  HORA_PD bool ready(const Desc& c, uint64_t g, uint64_t* seen) const {
+    const int j = c.root, r = d.rank;
+    if (c.coll == Coll::Send) {
+      if (g <= kSlots) return true;
+      *seen = X::load64(&pair(j, r)->acked);
+      return *seen >= g - kSlots;
+    }
+    *seen = X::load64(&pair(j, r)->sent);
+    return *seen >= g;
+  }
+
+  HORA_PD bool run() const {
+    const int r = d.rank;
+    // Per call: its chunks here, the number of the first, those moved. The transfers between
+    // two ranks in one direction go in their order: their chunks are numbered in that order, a
+    // later chunk waits for what an earlier one waits for, and the calls are looked at in order.
+    uint64_t first[kMaxCalls], count[kMaxCalls], moved[kMaxCalls];
+    uint64_t sentAt[kMaxRanks], ackedAt[kMaxRanks];
+    for (int j = 0; j < d.nranks; ++j) {
+      sentAt[j] = x.share(X::load64(&pair(r, j)->sent));
+      ackedAt[j] = x.share(X::load64(&pair(r, j)->acked));
+    }
+    for (int i = 0; i < ncalls; ++i) {
+      const Desc& c = calls[i];
+      count[i] = moved[i] = 0;
+      if (!isP2p(c.coll)) continue;
+      count[i] = chunksHere(c.bytes);
+      uint64_t& at = c.coll == Coll::Send ? sentAt[c.root] : ackedAt[c.root];
+      first[i] = at + 1;
+      at += count[i];
+    }
+    uint64_t start = 0;
+    unsigned spins = 0;
+    for (;;) {
+      // Thread 0 picks a call that can move (-1: none; -2: all done; -3: stop).
+      int pick = -2;
+      if (x.tid() == 0) {
+        int waiting = -1;
+        uint64_t target = 0, seen = 0;
+        for (int i = 0; i < ncalls; ++i) {
+          if (moved[i] == count[i]) continue;
+          if (pick == -2) pick = -1;
+          uint64_t s = 0;
+          const uint64_t g = first[i] + moved[i];
+          if (ready(calls[i], g, &s)) {
+            pick = i;
+            break;
+          }
+          if (waiting < 0) {
+            waiting = i;
+            target = calls[i].coll == Coll::Send ? g - kSlots : g;
+            seen = s;
+          }
+        }
+        if (pick == -1) {
+          if ((++spins & 63) == 0) {
+            const uint64_t now = X::now();
+            if (stopped()) {
+              pick = -3;
+            } else if (!start) {
+              start = now;
+            } else if (now - start > d.timeoutNs && waiting >= 0) {
+              fail(Code::TimedOut, calls[waiting].root, calls[waiting].coll == Coll::Send ? kAcked : kSent, target, seen);
+              pick = -3;
+            }
+          }
+          if (pick == -1) X::pause(spins);
+        } else {
+          spins = 0;
+          start = 0;
+        }
+      }
+      pick = static_cast<int>(static_cast<int64_t>(x.share(static_cast<uint64_t>(static_cast<int64_t>(pick)))));
+      if (pick == -2) return true;
+      if (pick == -3) return false;
+      if (pick < 0) continue;
+      const Desc& c = calls[pick];
+      const int j = c.root;
+      const uint64_t g = first[pick] + moved[pick];
+      const size_t off = offsetOf(moved[pick]);
+      const size_t len = c.bytes - off < d.layout.p2pBytes ? c.bytes - off : d.layout.p2pBytes;
+      if (c.coll == Coll::Send) {
+        x.copy(slot(r, j, g), static_cast<const uint8_t*>(c.send) + off, len);
+        x.sync();
+        if (x.tid() == 0) {
+          Pair* mine = pair(r, j);
+          X::store64(&mine->total[g % kSlots], static_cast<uint64_t>(c.bytes));
+          fence();
+          X::store64(&mine->sent, g);
+        }
+      } else {
+        bool same = true;
+        if (x.tid() == 0) {
+          const uint64_t theirs = X::load64(&pair(j, r)->total[g % kSlots]);
+          if (theirs != static_cast<uint64_t>(c.bytes)) {
+            fail(Code::SizeMismatch, j, kSent, c.bytes, theirs);
+            same = false;
+          }
+        }
+        if (!x.agree(same)) return false;
+        x.copy(static_cast<uint8_t*>(c.recv) + off, slot(j, r, g), len);
+        x.sync();
+        if (x.tid() == 0) {
+          fence();
+          X::store64(&pair(r, j)->acked, g);
+        }
+      }
+      ++moved[pick];
     }
   }
 };
+
+// The calls of one launch (a group, or a lone send or recv), in the caller's order.
+struct Batch {
+  int ncalls = 0;
+  int blocks = 1;  // launched: the most any call needs (with send/recv, at least p2pBlocks)
+  Desc calls[kMaxCalls];
+};
+
+// Block b's part of a batch: each collective in order (a block a call does not launch keeps its
+// numbers), then every send/recv together.
+template <class X>
+HORA_PD void runBatch(X& x, const Batch& t, int b) {
+  const Desc* p2p = nullptr;
+  for (int i = 0; i < t.ncalls; ++i) {
+    const Desc& d = t.calls[i];
+    if (isP2p(d.coll)) {
+      if (!p2p) p2p = &d;
+    } else if (b < d.blocks) {
+      Run<X>{x, d, b}();
+    }
+  }
+  if (!p2p || b >= p2p->layout.p2pBlocks()) return;
+  const P2p<X> run{x, t.calls, t.ncalls, *p2p, b};
+  const bool whole = !run.stopped() && run.run();
+  account(x, *p2p, b, whole);
+}
 
 }  // namespace hora::gpu

@@ -1,7 +1,7 @@
 // The device-initiated protocol (protocol.h) on the host: how the emulated GPU runs the kernel of
 // a device-initiated collective. One thread (the emulated stream's) is the whole block; blocks
-// run one after the other, which cannot deadlock since no block waits for another block of any
-// rank; the reductions are the CPU kernels, which the CUDA kernels match bit for bit.
+// run one after the other, which cannot deadlock since a block waits only for the same block of
+// other ranks, which run their blocks in the same order; the reductions are the CPU kernels, which the CUDA kernels match bit for bit.
 #include "gpu/protocol_host.h"
 
 #include <sched.h>
@@ -82,6 +82,11 @@ struct HostX {
 void runOnHost(const Desc& d) {
   HostX x;
   for (int b = 0; b < d.blocks; ++b) Run<HostX>{x, d, b}();
+}
+
+void runOnHost(const Batch& t) {
+  HostX x;
+  for (int b = 0; b < t.blocks; ++b) runBatch(x, t, b);
 }
 
 }  // namespace hora::gpu

@@ -5,6 +5,7 @@
 namespace hora::gpu {
 
 int launch(const Desc&, void*) { return -1; }
+int launch(const Batch&, void*) { return -1; }
 int preload() { return -1; }
 
 }  // namespace hora::gpu
