@@ -716,6 +716,41 @@ TEST_CASE("send/recv as kernels: a size mismatch and a dead sender are errors na
   CHECK(results[1].ok());
 }
 
+TEST_CASE("send/recv as kernels: horaCommAbort ends a receive that waits for its sender", "[device][fault][kernels][p2p]") {
+  if (processesShareGpu(2)) {
+    WARN("rank processes share this GPU and take the worker's path: send/recv as kernels are tested on the emulated GPU");
+    return;
+  }
+  // Rank 0 never sends; it stays in its communicator until rank 1 has aborted its own and its
+  // stream went on (rank 1 writes a byte here then).
+  int done[2];
+  REQUIRE(pipe(done) == 0);
+  auto results = runProcesses(2, [&done](horaComm_t comm, int rank, int) -> std::string {
+    std::string e = setUpKernels(comm);
+    if (!e.empty()) return e;
+    if (rank == 0) {
+      char byte;
+      if (read(done[0], &byte, 1) != 1) return "reading the pipe failed";
+      horaCommAbort(comm);
+      return "";
+    }
+    void* stream = cu::streamCreate();
+    horaStream_t s = static_cast<horaStream_t>(stream);
+    int32_t* d = deviceFilled(100000, [](size_t) { return 0; });
+    // (The default timeout is ten minutes: only the abort ends the kernel within the test's guard.)
+    if (horaRecv(d, 100000, horaInt32, 0, comm, s) != horaSuccess) return std::string("the call failed at once: ") + horaGetLastError(comm);
+    if (horaCommAbort(comm) != horaSuccess) return "horaCommAbort failed";
+    horaStreamSynchronize(s);  // returns: the kernel ended
+    const char byte = 1;
+    if (write(done[1], &byte, 1) != 1) return "writing to the pipe failed";
+    return "";
+  });
+  close(done[0]);
+  close(done[1]);
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
 // Between ranks as threads of one GPU too (on a GPU: the ranks of the gpu suite's kernels), a
 // group of collectives is one kernel, its calls in order.
 TEST_CASE("groups of collectives as one kernel, on a stream and without", "[device][kernels][group]") {
