@@ -161,7 +161,7 @@ if command -v compute-sanitizer >/dev/null || [ -x /usr/local/cuda/bin/compute-s
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   for tool in memcheck racecheck; do
     step "compute-sanitizer $tool" gpu-sanitizer.log "$cs" --tool $tool --target-processes all --error-exitcode 9 \
-      $b/tests/test_device '[graph]'
+      $b/tests/test_device '[graph],[group]'
   done
 fi
 step "gpu-kernels-special-values" gpu-tests.log $b/tests/test_kernels_cuda '[gpu]'
@@ -174,6 +174,9 @@ step "allreduce 2 ranks as threads, kernels" device_perf.txt \
 step "allreduce 2 ranks as threads, worker (HORA_CUDA_KERNELS=0)" device_perf.txt \
   env HORA_CUDA_KERNELS=0 $b/perf/allreduce_perf -N 2 -M device -b 8 -e 256M -f 4 -n 50 -w 10
 step "allreduce 1 rank, kernels" device_perf.txt $b/perf/allreduce_perf -M device -b 8 -e 256M -f 4 -n 50 -w 10
+# A group of 4 AllReduces per iteration as one launch (gpu::Batch), per call, against the lone calls above.
+step "allreduce 2 ranks as threads, groups of 4 (one kernel each)" device_perf.txt \
+  $b/perf/allreduce_perf -N 2 -M device -b 8 -e 1M -f 32 -m 4 -n 50 -w 10
 step "allreduce 2 ranks, CUDA IPC" device_perf.txt \
   "$run" -n 2 $b/perf/allreduce_perf -M device -b 1M -e 256M -f 4 -n 20 -w 5
 step "allreduce 2 ranks, staged (HORA_CUDA_IPC=0)" device_perf.txt \
