@@ -717,6 +717,9 @@ struct P2p {
           uint64_t s = 0;
           const uint64_t g = first[i] + moved[i];
           if (ready(calls[i], g, &s)) {
+            // What the peer wrote before its post (the chunk, or its read of the slot) comes
+            // before this block's reads and writes of it.
+            fence();
             pick = i;
             break;
           }
