@@ -2,6 +2,7 @@
 // peers, the launch of a call (one rank: a copy), the clique's meeting of ranks that share a GPU
 // in one process (kernel_gate.h), the watchdog that stops the kernels on a failure, and the
 // failures' reports.
+#include <array>
 #include <cstring>
 #include <map>
 
@@ -400,7 +401,9 @@ void launchKernel(horaComm* c, CommState& st, const coll::Args* calls, size_t nc
   }
   const uint64_t launched = k.blocks.fetch_add(blocks) + blocks;
   k.launches.fetch_add(1);
-  std::vector<trace::Entry*> entries;
+  // (No allocation on a call's path: a launch holds at most kMaxCalls calls.)
+  std::array<trace::Entry*, gpu::kMaxCalls> entries{};
+  size_t traced = 0;
   for (size_t i = 0; i < ncalls; ++i) {
     const coll::Args& a = calls[i];
     if (a.kind != coll::Kind::Send && a.kind != coll::Kind::Recv) {
@@ -408,17 +411,17 @@ void launchKernel(horaComm* c, CommState& st, const coll::Args* calls, size_t nc
       k.recent[k.calls % k.recent.size()] = {k.calls, a};
     }
     ++c->seq.calls;
-    if (c->trace) entries.push_back(c->trace->startOnDevice(a));
+    if (c->trace && traced < entries.size()) entries[traced++] = c->trace->startOnDevice(a);
   }
   if (stream) {
     std::lock_guard<std::mutex> lock(k.mu);
-    for (trace::Entry* entry : entries) k.traced.emplace_back(entry, launched);
+    for (size_t i = 0; i < traced; ++i) k.traced.emplace_back(entries[i], launched);
     return;
   }
   OnDevice on(st.device);
   cuda::streamSync(k.ownStream);  // (null: the legacy stream)
   const bool ok = !gpu::sumOf(k.status->cut) && !__atomic_load_n(&k.status->code, __ATOMIC_ACQUIRE);
-  for (trace::Entry* entry : entries) c->trace->finish(entry, ok);
+  for (size_t i = 0; i < traced; ++i) c->trace->finish(entries[i], ok);
   reportKernels(c, st);
   c->check();
   if (__atomic_load_n(&k.status->abort, __ATOMIC_ACQUIRE)) fail(Errc::InvalidUsage, "the communicator was aborted");
@@ -434,7 +437,13 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
   CommState& st = stateOf(c);
   if (!kernelsOn(c, st, stream, lone)) return false;
   c->check();
-  if (a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv) return viaKernels(c, Calls{{c, a}}, {w}, stream, lone);
+  if (a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv) {
+    thread_local Calls one(1);
+    thread_local std::vector<Where> where(1);
+    one[0] = {c, a};
+    where[0] = w;
+    return viaKernels(c, one, where, stream, lone);
+  }
   const gpu::Desc d = descOf(c, st.k, a, w);
   launchKernel(c, st, &a, 1, static_cast<uint64_t>(d.blocks), stream, [&d](void* target) { cuda::collectiveAsync(d, target); });
   return true;
@@ -461,19 +470,22 @@ bool viaKernels(horaComm* c, const Calls& calls, const std::vector<Where>& ws, v
   // call (kernel_gate.h): send/recv, which pairs of ranks make, would not keep them in step.
   if (p2p && st.k.gate) return false;
   c->check();
-  auto t = std::make_unique<gpu::Batch>();
-  std::vector<coll::Args> args;
+  // This thread's, reused: 3 KB of kernel parameters and the calls, not allocated per group.
+  thread_local gpu::Batch batch;
+  thread_local std::vector<coll::Args> args;
+  batch.ncalls = 0;
+  batch.blocks = 1;
+  args.clear();
   uint64_t blocks = 0;
   for (size_t i = 0; i < calls.size(); ++i) {
-    gpu::Desc& d = t->calls[t->ncalls++];
+    gpu::Desc& d = batch.calls[batch.ncalls++];
     d = descOf(c, st.k, calls[i].second, ws[i]);
     args.push_back(calls[i].second);
     if (!gpu::isP2p(d.coll)) blocks += static_cast<uint64_t>(d.blocks);
-    t->blocks = std::max(t->blocks, d.blocks);
+    batch.blocks = std::max(batch.blocks, d.blocks);
   }
   if (p2p) blocks += static_cast<uint64_t>(st.k.layout.p2pBlocks());
-  const gpu::Batch& batch = *t;
-  launchKernel(c, st, args.data(), args.size(), blocks, stream, [&batch](void* target) { cuda::batchAsync(batch, target); });
+  launchKernel(c, st, args.data(), args.size(), blocks, stream, [](void* target) { cuda::batchAsync(batch, target); });
   return true;
 }
 
