@@ -369,8 +369,8 @@ inline std::string coordinate(const Subject& s, const Body& body, const RunOptio
         const int peer = s.self ? rank : 1 - rank;
         Link l{s.name, s.self, rank, peer, comm, comm->connPtrs[static_cast<size_t>(peer)], Side(s.self ? -1 : sv[rank])};
         std::string out;
-        if (comm->linkNames[static_cast<size_t>(peer)] != s.name || !l.conn) {
-          out = format("the link to rank %d is %s, not %s", peer, comm->linkNames[static_cast<size_t>(peer)].c_str(),
+        if (comm->self().linkNames[static_cast<size_t>(peer)] != s.name || !l.conn) {
+          out = format("the link to rank %d is %s, not %s", peer, comm->self().linkNames[static_cast<size_t>(peer)].c_str(),
                        s.name.c_str());
         } else {
           try {

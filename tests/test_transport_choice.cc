@@ -118,9 +118,9 @@ TEST_CASE("transport choice on real communicators: shm on one host unless exclud
       bool isTcp = dynamic_cast<tcp::Connection*>(c) != nullptr;
       if (shm && !isShm) return "rank " + std::to_string(p) + " is not reached through shared memory";
       if (!shm && !isTcp) return "rank " + std::to_string(p) + " is not reached through TCP";
-      if (comm->linkNames[static_cast<size_t>(p)] != (shm ? "shm" : "tcp")) return "the link's name is wrong";
+      if (comm->self().linkNames[static_cast<size_t>(p)] != (shm ? "shm" : "tcp")) return "the link's name is wrong";
     }
-    if (comm->linkNames[static_cast<size_t>(rank)] != "loopback") return "the link to itself is not loopback";
+    if (comm->self().linkNames[static_cast<size_t>(rank)] != "loopback") return "the link to itself is not loopback";
     if (shm != (comm->stage != nullptr)) return "the shared stage does not match the setting";
     int64_t x = rank;
     if (horaAllReduce(&x, &x, 1, horaInt64, horaSum, comm, nullptr) != horaSuccess || x != 3) return "allreduce failed";

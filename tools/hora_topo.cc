@@ -54,8 +54,8 @@ int run(int argc, char** argv) {
         std::fprintf(stderr, "hora-topo: %s\n", horaGetLastError(nullptr));
         return 1;
       }
-      const std::vector<hora::topo::HostEntry> hosts = hora::jobHosts(comm->peers);
-      if (comm->rank == 0)
+      const std::vector<hora::topo::HostEntry> hosts = hora::jobHosts(comm->self().peers);
+      if (comm->self().rank == 0)
         std::fputs((json ? hora::topo::toJson(hosts) + "\n" : hora::topo::toText(hosts)).c_str(), stdout);
       horaCommDestroy(comm);
       return std::fflush(stdout) == 0 ? 0 : 1;

@@ -71,7 +71,7 @@ double collectiveUs(horaComm_t comm, hora::coll::Kind kind, hora::coll::Algo alg
   auto saved = comm->planner.forced;
   comm->planner.forced.fill(-1);
   comm->planner.forced[static_cast<size_t>(kind)] = static_cast<int>(algo);
-  const size_t n = static_cast<size_t>(comm->nranks);
+  const size_t n = static_cast<size_t>(comm->self().nranks);
   const size_t count = std::max<size_t>(1, (kind == Kind::AllGather ? bytes / n : bytes) / 4);
   std::vector<float> in(count, 1.0f), out(kind == Kind::AllGather ? count * n : count, 0.0f);
   const double us = medianUs(comm, 7, iters, [&] {
@@ -103,7 +103,7 @@ hora::coll::Costs fitAlgorithms(horaComm_t comm, const hora::coll::Costs& c, boo
       for (size_t bytes : {size_t(64), size_t(64) << 10, size_t(4) << 20}) {
         const int iters = bytes >= (size_t(1) << 20) ? 5 : 200;
         Args a = probe;
-        a.count = std::max<size_t>(1, (kind == Kind::AllGather ? bytes / static_cast<size_t>(comm->nranks) : bytes) / 4);
+        a.count = std::max<size_t>(1, (kind == Kind::AllGather ? bytes / static_cast<size_t>(comm->self().nranks) : bytes) / 4);
         if (algo->unfit(a, comm->shape, true)) continue;
         m.push_back(Measured{a, algo->id(), collectiveUs(comm, kind, algo->id(), bytes, iters)});
       }
@@ -132,7 +132,7 @@ int run(int argc, char** argv) {
     fprintf(stderr, "hora-tune: %s\n", horaGetLastError(nullptr));
     return 1;
   }
-  if (comm->nranks < 2) {
+  if (comm->self().nranks < 2) {
     fprintf(stderr, "hora-tune: run it as 2 or more ranks (hora-run -n 2 hora-tune -o FILE)\n");
     return 2;
   }
@@ -146,7 +146,7 @@ int run(int argc, char** argv) {
     }
   }
   const hora::coll::Topo shape = comm->shape;
-  const int n = comm->nranks, rank = comm->rank;
+  const int n = comm->self().nranks, rank = comm->self().rank;
   // Memory: a copy reads and writes its bytes.
   {
     std::vector<char> a(64 << 20, 1), b(64 << 20, 2);
@@ -158,7 +158,7 @@ int run(int argc, char** argv) {
     fprintf(stderr, "hora-tune: %d ranks share %d CPUs on a host: the numbers include scheduling\n",
             shape.ranksPerHost, shape.coresPerHost);
   // The transport between ranks 0 and 1.
-  const std::string link = comm->linkNames[rank == 0 ? 1 : 0];
+  const std::string link = comm->self().linkNames[rank == 0 ? 1 : 0];
   {
     std::vector<char> small(8), big(16 << 20);
     auto pingPong = [&] {

@@ -432,7 +432,7 @@ HORA_API horaResult_t horaCommAbort(horaComm_t comm) {
   if (!comm) return horaSuccess;
   return guard("horaCommAbort", nullptr, [&] {
     horaComm* c = api::checkCommAny(comm);
-    log::RankScope scope(c->rank);
+    log::RankScope scope(c->self().rank);
     if (c->abort()) delete c;
   });
 }
@@ -444,7 +444,7 @@ namespace {
 // each color make their communicator as horaCommInitRank would. Two allgathers on the parent
 // and one communicator setup.
 bool splitComm(horaComm* c, int color, int key, const CommOptions& o, horaComm_t* out) {
-  const int n = c->nranks;
+  const int n = c->self().nranks;
   std::vector<int32_t> mine{color, key}, all(2 * static_cast<size_t>(n));
   coll::Args a;
   a.kind = coll::Kind::AllGather;
@@ -459,8 +459,8 @@ bool splitComm(horaComm* c, int color, int key, const CommOptions& o, horaComm_t
   std::stable_sort(members.begin(), members.end(),
                    [&](int x, int y) { return all[2 * static_cast<size_t>(x) + 1] < all[2 * static_cast<size_t>(y) + 1]; });
   std::vector<uint8_t> id(kUniqueIdBytes, 0), ids(kUniqueIdBytes * static_cast<size_t>(n));
-  if (!members.empty() && members[0] == c->rank) {
-    SockAddr bind = c->address;
+  if (!members.empty() && members[0] == c->self().rank) {
+    SockAddr bind = c->self().address;
     bind.setPort(0);
     newId(bind).encode(id.data());
   }
@@ -470,7 +470,7 @@ bool splitComm(horaComm* c, int color, int key, const CommOptions& o, horaComm_t
   a.recvbuf = ids.data();
   group::submit(c, a);
   if (members.empty()) return false;
-  const int newRank = static_cast<int>(std::find(members.begin(), members.end(), c->rank) - members.begin());
+  const int newRank = static_cast<int>(std::find(members.begin(), members.end(), c->self().rank) - members.begin());
   const UniqueId leaderId = UniqueId::decode(ids.data() + kUniqueIdBytes * static_cast<size_t>(members[0]));
   return api::makeComm(out, leaderId, static_cast<int>(members.size()), newRank, o, nullptr);
 }
@@ -502,7 +502,7 @@ HORA_API horaResult_t horaCommCount(const horaComm_t comm, int* count) {
   return guard("horaCommCount", comm, [&] {
     horaComm* c = api::checkCommAny(comm);
     if (!count) fail(Errc::InvalidArgument, "count is NULL");
-    *count = c->nranks;
+    *count = c->self().nranks;
   });
 }
 
@@ -518,7 +518,7 @@ HORA_API horaResult_t horaCommUserRank(const horaComm_t comm, int* rank) {
   return guard("horaCommUserRank", comm, [&] {
     horaComm* c = api::checkCommAny(comm);
     if (!rank) fail(Errc::InvalidArgument, "rank is NULL");
-    *rank = c->rank;
+    *rank = c->self().rank;
   });
 }
 

@@ -24,7 +24,7 @@ bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
 }
 
 void checkRoot(int root, const horaComm* c) {
-  if (root < 0 || root >= c->nranks) fail(Errc::InvalidArgument, "root %d is out of range [0, %d)", root, c->nranks);
+  if (root < 0 || root >= c->self().nranks) fail(Errc::InvalidArgument, "root %d is out of range [0, %d)", root, c->self().nranks);
 }
 
 void needBuffer(const void* p, size_t bytes, const char* name) {
@@ -77,7 +77,7 @@ HORA_API horaResult_t horaBroadcast(const void* sendbuff, void* recvbuff, size_t
     a.root = root;
     size_t bytes = checkedBytes(count, a.dtype, 1);
     needBuffer(recvbuff, bytes, "recvbuff");
-    if (c->rank == root) {
+    if (c->self().rank == root) {
       needBuffer(sendbuff, bytes, "sendbuff (on the root)");
       checkOverlap(sendbuff, bytes, recvbuff, bytes, recvbuff);
     }
@@ -96,7 +96,7 @@ HORA_API horaResult_t horaReduce(const void* sendbuff, void* recvbuff, size_t co
     a.root = root;
     size_t bytes = checkedBytes(count, a.dtype, 1);
     needBuffer(sendbuff, bytes, "sendbuff");
-    if (c->rank == root) {
+    if (c->self().rank == root) {
       needBuffer(recvbuff, bytes, "recvbuff (on the root)");
       checkOverlap(sendbuff, bytes, recvbuff, bytes, recvbuff);
     }
@@ -111,10 +111,10 @@ HORA_API horaResult_t horaAllGather(const void* sendbuff, void* recvbuff, size_t
     device::StreamRef hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::AllGather, c, sendbuff, recvbuff, sendcount, api::rawInt(datatype));
     size_t bytes = checkedBytes(sendcount, a.dtype, 1);
-    size_t total = checkedBytes(sendcount, a.dtype, static_cast<size_t>(c->nranks));
+    size_t total = checkedBytes(sendcount, a.dtype, static_cast<size_t>(c->self().nranks));
     needBuffer(sendbuff, bytes, "sendbuff");
     needBuffer(recvbuff, total, "recvbuff");
-    const void* mine = recvbuff ? static_cast<uint8_t*>(recvbuff) + bytes * static_cast<size_t>(c->rank) : nullptr;
+    const void* mine = recvbuff ? static_cast<uint8_t*>(recvbuff) + bytes * static_cast<size_t>(c->self().rank) : nullptr;
     checkOverlap(sendbuff, bytes, recvbuff, total, mine);
     group::submit(c, a, hs, "horaAllGather");
   });
@@ -129,10 +129,10 @@ HORA_API horaResult_t horaReduceScatter(const void* sendbuff, void* recvbuff, si
     coll::Args a = args(coll::Kind::ReduceScatter, c, sendbuff, recvbuff, recvcount, api::rawInt(datatype));
     c->resolveOp(api::rawInt(op), a.dtype, a);
     size_t bytes = checkedBytes(recvcount, a.dtype, 1);
-    size_t total = checkedBytes(recvcount, a.dtype, static_cast<size_t>(c->nranks));
+    size_t total = checkedBytes(recvcount, a.dtype, static_cast<size_t>(c->self().nranks));
     needBuffer(sendbuff, total, "sendbuff");
     needBuffer(recvbuff, bytes, "recvbuff");
-    const void* mine = sendbuff ? static_cast<const uint8_t*>(sendbuff) + bytes * static_cast<size_t>(c->rank) : nullptr;
+    const void* mine = sendbuff ? static_cast<const uint8_t*>(sendbuff) + bytes * static_cast<size_t>(c->self().rank) : nullptr;
     // In place: recvbuff is this rank's slice of sendbuff.
     if (recvbuff != mine && overlaps(sendbuff, total, recvbuff, bytes))
       fail(Errc::InvalidArgument, "sendbuff and recvbuff overlap without being in place");
@@ -146,10 +146,10 @@ HORA_API horaResult_t horaSend(const void* sendbuff, size_t count, horaDataType_
     horaComm* c = api::checkComm(comm);
     device::StreamRef hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::Send, c, sendbuff, nullptr, count, api::rawInt(datatype));
-    if (peer < 0 || peer >= c->nranks) fail(Errc::InvalidArgument, "peer %d is out of range [0, %d)", peer, c->nranks);
+    if (peer < 0 || peer >= c->self().nranks) fail(Errc::InvalidArgument, "peer %d is out of range [0, %d)", peer, c->self().nranks);
     a.peer = peer;
     needBuffer(sendbuff, checkedBytes(count, a.dtype, 1), "sendbuff");
-    if (peer == c->rank && !group::active())
+    if (peer == c->self().rank && !group::active())
       fail(Errc::InvalidUsage, "a send to this rank itself must be inside a group with its receive");
     group::submit(c, a, hs, "horaSend");
   });
@@ -161,10 +161,10 @@ HORA_API horaResult_t horaRecv(void* recvbuff, size_t count, horaDataType_t data
     horaComm* c = api::checkComm(comm);
     device::StreamRef hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::Recv, c, nullptr, recvbuff, count, api::rawInt(datatype));
-    if (peer < 0 || peer >= c->nranks) fail(Errc::InvalidArgument, "peer %d is out of range [0, %d)", peer, c->nranks);
+    if (peer < 0 || peer >= c->self().nranks) fail(Errc::InvalidArgument, "peer %d is out of range [0, %d)", peer, c->self().nranks);
     a.peer = peer;
     needBuffer(recvbuff, checkedBytes(count, a.dtype, 1), "recvbuff");
-    if (peer == c->rank && !group::active())
+    if (peer == c->self().rank && !group::active())
       fail(Errc::InvalidUsage, "a receive from this rank itself must be inside a group with its send");
     group::submit(c, a, hs, "horaRecv");
   });
@@ -176,7 +176,7 @@ HORA_API horaResult_t horaAllToAll(const void* sendbuff, void* recvbuff, size_t 
     horaComm* c = api::checkComm(comm);
     device::StreamRef hs = api::checkStream(stream);
     coll::Args a = args(coll::Kind::AllToAll, c, sendbuff, recvbuff, count, api::rawInt(datatype));
-    size_t total = checkedBytes(count, a.dtype, static_cast<size_t>(c->nranks));
+    size_t total = checkedBytes(count, a.dtype, static_cast<size_t>(c->self().nranks));
     needBuffer(sendbuff, total, "sendbuff");
     needBuffer(recvbuff, total, "recvbuff");
     checkOverlap(sendbuff, total, recvbuff, total, recvbuff);
@@ -205,9 +205,9 @@ HORA_API horaResult_t horaGather(const void* sendbuff, void* recvbuff, size_t co
     checkRoot(root, c);
     a.root = root;
     size_t bytes = checkedBytes(count, a.dtype, 1);
-    size_t total = checkedBytes(count, a.dtype, static_cast<size_t>(c->nranks));  // on every rank: all fail alike
+    size_t total = checkedBytes(count, a.dtype, static_cast<size_t>(c->self().nranks));  // on every rank: all fail alike
     needBuffer(sendbuff, bytes, "sendbuff");
-    if (c->rank == root) {
+    if (c->self().rank == root) {
       needBuffer(recvbuff, total, "recvbuff (on the root)");
       const void* mine = recvbuff ? static_cast<uint8_t*>(recvbuff) + bytes * static_cast<size_t>(root) : nullptr;
       checkOverlap(sendbuff, bytes, recvbuff, total, mine);
@@ -225,9 +225,9 @@ HORA_API horaResult_t horaScatter(const void* sendbuff, void* recvbuff, size_t c
     checkRoot(root, c);
     a.root = root;
     size_t bytes = checkedBytes(count, a.dtype, 1);
-    size_t total = checkedBytes(count, a.dtype, static_cast<size_t>(c->nranks));
+    size_t total = checkedBytes(count, a.dtype, static_cast<size_t>(c->self().nranks));
     needBuffer(recvbuff, bytes, "recvbuff");
-    if (c->rank == root) {
+    if (c->self().rank == root) {
       needBuffer(sendbuff, total, "sendbuff (on the root)");
       const void* mine = sendbuff ? static_cast<const uint8_t*>(sendbuff) + bytes * static_cast<size_t>(root) : nullptr;
       // In place: recvbuff is the root's block of sendbuff.

@@ -48,14 +48,14 @@ horaResult_t guard(const char* fn, horaComm* comm, F&& body) noexcept {
   horaComm* const live = liveComm(comm);
   CallerScope caller(live);
   try {
-    log::RankScope scope(live ? live->rank : -1);
+    log::RankScope scope(live ? live->self().rank : -1);
     body();
     return horaSuccess;
   } catch (const PeerFailure& e) {
     // Another rank's text, unchanged; which rank this is follows.
     code = static_cast<horaResult_t>(e.code());
     text = e.what();
-    if (live) text += format(" (on rank %d of %d)", live->rank, live->nranks);
+    if (live) text += format(" (on rank %d of %d)", live->self().rank, live->self().nranks);
   } catch (const Error& e) {
     code = static_cast<horaResult_t>(e.code());
     text = e.what();

@@ -116,7 +116,7 @@ HORA_API horaResult_t horaCommWindowRegister(horaComm_t comm, void* buff, size_t
       uint64_t size;
       int32_t flags, pad;
     } mine{size, winFlags, 0};
-    std::vector<Mine> all(static_cast<size_t>(c->nranks));
+    std::vector<Mine> all(static_cast<size_t>(c->self().nranks));
     coll::Args a;
     a.kind = coll::Kind::AllGather;
     a.dtype = DataType::Uint8;
@@ -124,7 +124,7 @@ HORA_API horaResult_t horaCommWindowRegister(horaComm_t comm, void* buff, size_t
     a.sendbuf = &mine;
     a.recvbuf = all.data();
     group::submit(c, a);
-    for (int r = 0; r < c->nranks; ++r) {
+    for (int r = 0; r < c->self().nranks; ++r) {
       const Mine& m = all[static_cast<size_t>(r)];
       if (m.flags != all[0].flags)
         fail(Errc::InvalidUsage, "the ranks register a window with different flags: rank 0 with %d, rank %d with %d",

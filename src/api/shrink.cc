@@ -31,7 +31,7 @@ Secret shrinkSecret(const horaComm* c, const std::vector<int>& excluded) {
   for (int r : excluded) msg.append(reinterpret_cast<const char*>(&r), sizeof r);
   Secret s;
   crypto_generichash(s.bytes, sizeof s.bytes, reinterpret_cast<const unsigned char*>(msg.data()), msg.size(),
-                     c->secret.bytes, sizeof c->secret.bytes);
+                     c->self().secret.bytes, sizeof c->self().secret.bytes);
   return s;
 }
 
@@ -65,32 +65,32 @@ HORA_API horaResult_t horaCommShrink(horaComm_t comm, int* excludeRanksList, int
     std::vector<int> excluded(excludeRanksList, excludeRanksList + excludeRanksCount);
     std::sort(excluded.begin(), excluded.end());
     for (size_t i = 0; i < excluded.size(); ++i) {
-      if (excluded[i] < 0 || excluded[i] >= c->nranks)
-        fail(Errc::InvalidArgument, "excluded rank %d is out of range [0, %d)", excluded[i], c->nranks);
+      if (excluded[i] < 0 || excluded[i] >= c->self().nranks)
+        fail(Errc::InvalidArgument, "excluded rank %d is out of range [0, %d)", excluded[i], c->self().nranks);
       if (i > 0 && excluded[i] == excluded[i - 1])
         fail(Errc::InvalidArgument, "rank %d is excluded twice", excluded[i]);
     }
-    if (std::binary_search(excluded.begin(), excluded.end(), c->rank))
+    if (std::binary_search(excluded.begin(), excluded.end(), c->self().rank))
       fail(Errc::InvalidUsage, "rank %d is in the exclude list: only the ranks that remain call horaCommShrink",
-           c->rank);
+           c->self().rank);
     if (c->asyncError() != Errc::Success && shrinkFlags != HORA_SHRINK_ABORT)
       fail(Errc::InvalidUsage, "the communicator has failed (%s): shrink it with HORA_SHRINK_ABORT",
            horaGetErrorString(static_cast<horaResult_t>(c->asyncError())));
-    if (c->peers.empty() || !c->rejoin.valid())
+    if (c->self().peers.empty() || !c->rejoin.valid())
       fail(Errc::InvalidUsage, "the communicator was never connected: it cannot be shrunk");
     const CommOptions o = api::inherit(c, config);
     if (shrinkFlags == HORA_SHRINK_ABORT) stopCalls(c);
 
     std::vector<int> survivors;
-    for (int k = 0; k < c->nranks; ++k)
+    for (int k = 0; k < c->self().nranks; ++k)
       if (!std::binary_search(excluded.begin(), excluded.end(), k)) survivors.push_back(k);
     const int leader = survivors.front();
-    const int newRank = static_cast<int>(std::find(survivors.begin(), survivors.end(), c->rank) - survivors.begin());
+    const int newRank = static_cast<int>(std::find(survivors.begin(), survivors.end(), c->self().rank) - survivors.begin());
     UniqueId id;
     id.secret = shrinkSecret(c, excluded);
     ++c->shrinks;
     std::shared_ptr<RendezvousEnd> end;
-    if (c->rank == leader) {
+    if (c->self().rank == leader) {
       // The rendezvous runs on a second descriptor of the listener: its end closes that one,
       // and the listener stays for a later shrink.
       Fd listener(::dup(c->rejoin.get()));
@@ -99,10 +99,10 @@ HORA_API horaResult_t horaCommShrink(horaComm_t comm, int* excludeRanksList, int
       end = std::make_shared<RendezvousEnd>();
       id = startRendezvous(std::move(listener), id.secret, o.timeout, end, static_cast<int>(survivors.size()));
     } else {
-      id.root = c->peers[static_cast<size_t>(leader)].rejoin;
+      id.root = c->self().peers[static_cast<size_t>(leader)].rejoin;
     }
     HORA_INFO(log::kInit, "horaCommShrink: %zu of %d ranks remain (%zu excluded), led by rank %d at %s", survivors.size(),
-              c->nranks, excluded.size(), leader, id.root.str().c_str());
+              c->self().nranks, excluded.size(), leader, id.root.str().c_str());
     const milliseconds timeout = o.timeout;
     // The leader's process serves the rendezvous: it returns only once every survivor has been
     // served, or a leader that exits at once would leave one waiting for its last answer.

@@ -140,8 +140,8 @@ void awaitEarlierCalls(horaComm* c, bool everyone, uint64_t leave) {
     // for the rank that is, and will say so: held back once, for its account.
     throwPublished(st, -1);
     const int rank = st.ranks()[static_cast<size_t>(waitingFor)];
-    const std::string stalled = static_cast<size_t>(rank) < c->localProcs.size() && c->localProcs[static_cast<size_t>(rank)]
-                                    ? c->localProcs[static_cast<size_t>(rank)].stalled()
+    const std::string stalled = static_cast<size_t>(rank) < c->self().localProcs.size() && c->self().localProcs[static_cast<size_t>(rank)]
+                                    ? c->self().localProcs[static_cast<size_t>(rank)].stalled()
                                     : std::string();
     if (!stalled.empty()) throw Error(Errc::Timeout, st.memberName(waitingFor) + " " + stalled + "; " + e.what());
     Waiter held(core::Executor::holdFor(c->opts.timeout), &c->aborting, [] { return std::string(); });

@@ -197,8 +197,8 @@ std::unique_ptr<horaComm> horaComm::shell(int nranks, int rank, const CommOption
   const Config& cfg = config();
   transport::setTagDescriber(coll::describeTag);
   std::unique_ptr<horaComm> c(new horaComm());
-  c->rank = rank;
-  c->nranks = nranks;
+  c->self_.rank = rank;
+  c->self_.nranks = nranks;
   c->opts = opts;
   c->opts.cudaDev = hora::device::commDevice(opts.cudaDev);
   c->planner.chunkBytes = cfg.chunkBytes;
@@ -216,21 +216,22 @@ void horaComm::init(const UniqueId& id) {
   const Config& cfg = config();
   horaComm* const c = this;
   const CommOptions& opts = c->opts;
-  c->commId = id.commId();
-  c->secret = id.secret;
+  const int rank = self_.rank, nranks = self_.nranks;
+  c->self_.commId = id.commId();
+  c->self_.secret = id.secret;
   log::RankScope scope(rank);
 
   std::string stage = format("joining the rendezvous at %s, which rank 0 hosts", id.root.str().c_str());
   Waiter w(opts.timeout, &c->aborting, [&] { return stage; });
   BootstrapClient bs(id, rank, nranks, w);
   try {
-    c->address = cfg.socketIfname.empty() ? bs.localAddress() : chooseInterface(cfg.socketIfname, id.root.family());
-    c->address.setPort(0);
+    c->self_.address = cfg.socketIfname.empty() ? bs.localAddress() : chooseInterface(cfg.socketIfname, id.root.family());
+    c->self_.address.setPort(0);
     stage = "opening this rank's listeners and transports";
     // The listener a shrink led by this rank will use (see comm.h): opened now, accepted from
     // only then.
-    c->rejoin = listenSocket(c->address);
-    transport::Settings ts = transportSettings(cfg, rank, nranks, c->address);
+    c->rejoin = listenSocket(c->self_.address);
+    transport::Settings ts = transportSettings(cfg, rank, nranks, c->self_.address);
     ts.secret = id.secret;
     ts.commId = id.commId();
     ts.handshakeTimeout = std::min(opts.timeout, milliseconds(30000));
@@ -257,20 +258,20 @@ void horaComm::init(const UniqueId& id) {
     std::vector<std::string> blobs = bs.allgather(mine.encode(), w);
     std::vector<CoreSettings> settings(static_cast<size_t>(nranks));
     for (int r = 0; r < nranks; ++r)
-      c->peers.push_back(decodePeer(blobs[static_cast<size_t>(r)], r, &settings[static_cast<size_t>(r)]));
-    checkSettingsAgree(c->peers, settings);
+      c->self_.peers.push_back(decodePeer(blobs[static_cast<size_t>(r)], r, &settings[static_cast<size_t>(r)]));
+    checkSettingsAgree(c->self_.peers, settings);
 
     // The transport of each peer, chosen alike on both ends; then each transport connects the
     // peers it won, in registry order (so no two ranks wait on each other in different ones).
-    const std::vector<size_t> choice = chooseTransports(offers, c->peers, rank);
+    const std::vector<size_t> choice = chooseTransports(offers, c->self_.peers, rank);
     c->conns.resize(static_cast<size_t>(nranks));
-    c->linkNames.resize(static_cast<size_t>(nranks));
-    const PeerInfo& me = c->peers[static_cast<size_t>(rank)];
+    c->self_.linkNames.resize(static_cast<size_t>(nranks));
+    const PeerInfo& me = c->self_.peers[static_cast<size_t>(rank)];
     transport::ConnectContext ctx{w, bs.fd(), [&] { bs.checkForFailure(); }};
     for (size_t i = 0; i < offers.size(); ++i) {
       const char* n = offers[i].name.c_str();
       std::vector<transport::PeerView> won;
-      for (const PeerInfo& p : c->peers)
+      for (const PeerInfo& p : c->self_.peers)
         if (choice[static_cast<size_t>(p.rank)] == i) won.push_back(p.view(n));
       if (won.empty()) continue;
       stage = format("connecting to %zu rank(s) over %s", won.size(), n);
@@ -278,14 +279,14 @@ void horaComm::init(const UniqueId& id) {
       if (links.size() != won.size()) hora::fail(Errc::Internal, "transport %s made %zu links for %zu peers", n, links.size(), won.size());
       for (size_t k = 0; k < won.size(); ++k) {
         c->conns[static_cast<size_t>(won[k].rank)] = std::move(links[k]);
-        c->linkNames[static_cast<size_t>(won[k].rank)] = n;
+        c->self_.linkNames[static_cast<size_t>(won[k].rank)] = n;
       }
       if (auto st = offers[i].transport->stage()) c->stage = std::move(st);
     }
     owned.clear();
     for (auto& p : c->conns) c->connPtrs.push_back(p.get());
-    if (c->nranks > 1) {  // the call checks wait unread on the link from the predecessor
-      const size_t pred = static_cast<size_t>((c->rank + c->nranks - 1) % c->nranks);
+    if (c->self_.nranks > 1) {  // the call checks wait unread on the link from the predecessor
+      const size_t pred = static_cast<size_t>((c->self_.rank + c->self_.nranks - 1) % c->self_.nranks);
       c->seq.linkChecks.window = std::max<uint64_t>(2 * kCheckBatch, c->conns[pred]->unreadMost());
     }
     stage = "every rank to finish connecting (bootstrap barrier)";
@@ -315,11 +316,11 @@ void horaComm::init(const UniqueId& id) {
     long sameHost = 0;
     // Ranks in other network namespaces of this kernel (other hosts to the topology) share
     // these processors too.
-    for (const PeerInfo& p : c->peers) sameHost += p.machineId == c->peers[static_cast<size_t>(rank)].machineId;
+    for (const PeerInfo& p : c->self_.peers) sameHost += p.machineId == c->self_.peers[static_cast<size_t>(rank)].machineId;
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (sameHost <= cores) c->spinFor = Waiter::kSpinWhenAlone;
     c->shape.spins = c->spinFor.count() > 0;
-    const std::vector<topo::HostEntry> hostList = jobHosts(c->peers);
+    const std::vector<topo::HostEntry> hostList = jobHosts(c->self_.peers);
     // The job's shape, for the planner's predictions: hosts, the busiest host's ranks, and
     // the slowest link any pair uses (the one with the highest latency in the cost model).
     c->shape.rank = rank;
@@ -330,9 +331,9 @@ void horaComm::init(const UniqueId& id) {
       c->shape.stageSeq = &c->seq.stageSeq;
     }
     c->shape.hosts = static_cast<int>(hostList.size());
-    for (const PeerInfo& p : c->peers) {
-      c->localPids.push_back(p.hostId == c->peers[static_cast<size_t>(rank)].hostId && p.rank != rank ? p.pid : 0);
-      c->localProcs.emplace_back(c->localPids.back());
+    for (const PeerInfo& p : c->self_.peers) {
+      c->self_.localPids.push_back(p.hostId == c->self_.peers[static_cast<size_t>(rank)].hostId && p.rank != rank ? p.pid : 0);
+      c->self_.localProcs.emplace_back(c->self_.localPids.back());
     }
     c->shape.ranksPerHost = 0;
     for (const topo::HostEntry& h : hostList)
@@ -341,7 +342,7 @@ void horaComm::init(const UniqueId& id) {
         c->shape.coresPerHost = std::max(1, h.host.pus);
       }
     std::map<std::string, int> perMachine;
-    for (const PeerInfo& p : c->peers) c->shape.ranksPerMachine = std::max(c->shape.ranksPerMachine, ++perMachine[p.machineId]);
+    for (const PeerInfo& p : c->self_.peers) c->shape.ranksPerMachine = std::max(c->shape.ranksPerMachine, ++perMachine[p.machineId]);
     // Across hosts: where each rank is, the slowest link within a host and between hosts.
     if (hostList.size() > 1) {
       std::vector<int> label(static_cast<size_t>(nranks));
@@ -359,7 +360,7 @@ void horaComm::init(const UniqueId& id) {
     bool haveLocal = false, haveRemote = false;
     for (int r = 0; r < nranks; ++r) {
       if (r == rank) continue;
-      const coll::LinkCost& l = c->planner.costs.link(c->linkNames[static_cast<size_t>(r)]);
+      const coll::LinkCost& l = c->planner.costs.link(c->self_.linkNames[static_cast<size_t>(r)]);
       const bool local = !c->shape.layout || c->layout.hostOf[static_cast<size_t>(r)] == myHost;
       coll::LinkCost& into = local ? c->shape.local : c->shape.slowest;
       bool& have = local ? haveLocal : haveRemote;
@@ -369,11 +370,11 @@ void horaComm::init(const UniqueId& id) {
     if (!c->shape.layout) c->shape.slowest = c->shape.local;
   }
   if (log::enabled(log::Level::Info, log::kInit)) {
-    std::string links, listening = c->address.str();
+    std::string links, listening = c->self_.address.str();
     if (listening.size() > 2 && listening.compare(listening.size() - 2, 2, ":0") == 0) listening.resize(listening.size() - 2);
     for (const transport::Registration& reg : transport::registry()) {
       int k = 0;
-      for (int r = 0; r < nranks; ++r) k += r != rank && c->linkNames[static_cast<size_t>(r)] == reg.name;
+      for (int r = 0; r < nranks; ++r) k += r != rank && c->self_.linkNames[static_cast<size_t>(r)] == reg.name;
       if (k) links += format("%s%d over %s", links.empty() ? "" : ", ", k, reg.name);
     }
     HORA_INFO(log::kInit, "communicator %016llx%s%s: rank %d of %d ready (listening on %s): peers %s%s",
@@ -382,7 +383,7 @@ void horaComm::init(const UniqueId& id) {
               c->stage ? format("; a shared stage of %d ranks", c->stage->size()).c_str() : "");
   }
   std::vector<trace::PeerId> ids;
-  for (const PeerInfo& p : c->peers) ids.push_back(trace::PeerId{p.rank, p.host, p.pid});
+  for (const PeerInfo& p : c->self_.peers) ids.push_back(trace::PeerId{p.rank, p.host, p.pid});
   c->trace->identify(id.commId(), std::move(ids));
   ready_ = true;
 }
@@ -452,7 +453,7 @@ void horaComm::fail(const Error& e) noexcept {
     // A failure reported by a peer goes on as it is, so every rank names the first cause. One
     // seen here: a peer that died or fell silent leads (the text names it), with who saw it;
     // this rank's own failure (a mismatch it found, say) is said to be this rank's.
-    const std::string me = peers.empty() ? std::string("a rank") : peers[static_cast<size_t>(rank)].name();
+    const std::string me = self_.peers.empty() ? std::string("a rank") : self_.peers[static_cast<size_t>(self_.rank)].name();
     if (dynamic_cast<const PeerFailure*>(&e)) reason = errorText_;
     else if (e.code() == Errc::Remote || e.code() == Errc::Timeout) reason = errorText_ + "; reported by " + me;
     else reason = me + " failed: " + errorText_;
@@ -467,7 +468,7 @@ void horaComm::fail(const Error& e) noexcept {
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
   // Not towards a rank of this host that is stopped or gone: it would take the whole budget.
   for (size_t r = 0; r < conns.size(); ++r)
-    if (conns[r] && (r >= localProcs.size() || !localProcs[r] || localProcs[r].stalled().empty()))
+    if (conns[r] && (r >= self_.localProcs.size() || !self_.localProcs[r] || self_.localProcs[r].stalled().empty()))
       conns[r]->finishPartial(until);
   for (auto& c : conns)
     if (c) c->shutdown(reason, e.code());
@@ -487,7 +488,7 @@ void horaComm::failInit(const Error& e) noexcept {
     asyncError_.store(static_cast<int>(e.code()), std::memory_order_release);
   }
   if (trace) trace->failed(e.code(), e.what());
-  HORA_WARN(log::kInit, "rank %d of %d%s%s: %s", rank, nranks, opts.name.empty() ? "" : " of ", opts.name.c_str(),
+  HORA_WARN(log::kInit, "rank %d of %d%s%s: %s", self_.rank, self_.nranks, opts.name.empty() ? "" : " of ", opts.name.c_str(),
             e.what());
   conns.clear();  // whatever an init that failed half way had connected
   connPtrs.clear();
@@ -498,7 +499,7 @@ void horaComm::runInBackground(std::function<void()> work) {
   joinBackground();
   pending_.store(true, std::memory_order_release);
   background_ = std::thread([this, work = std::move(work)] {
-    log::RankScope scope(rank);
+    log::RankScope scope(self_.rank);
     // A failure before the communicator was ever ready is its init's (nothing to tell peers);
     // one after (a finalize) fails it as a call would.
     auto failed = [this](const Error& e) {
@@ -550,7 +551,7 @@ bool horaComm::abort() noexcept {
     return false;
   }
   const std::string why =
-      "the communicator of " + (peers.empty() ? std::string("a rank") : peers[static_cast<size_t>(rank)].name()) + " was aborted";
+      "the communicator of " + (self_.peers.empty() ? std::string("a rank") : self_.peers[static_cast<size_t>(self_.rank)].name()) + " was aborted";
   if (stage) stage->markFailed(why, Errc::Remote);  // for peers that wait on this rank in the stage
   for (auto& c : conns)
     if (c) c->shutdown(why, Errc::Remote);
@@ -597,6 +598,6 @@ bool horaComm::destroyPreMulOp(int op) {
 }
 
 std::string horaComm::describeCall() const {
-  return format("call #%llu on rank %d of %d%s%s", static_cast<unsigned long long>(seq.calls.load()), rank, nranks,
+  return format("call #%llu on rank %d of %d%s%s", static_cast<unsigned long long>(seq.calls.load()), self_.rank, self_.nranks,
                 opts.name.empty() ? "" : " of ", opts.name.c_str());
 }

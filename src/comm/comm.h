@@ -82,6 +82,24 @@ transport::Settings transportSettings(const Config& cfg, int rank, int nranks, c
 std::vector<size_t> chooseTransports(const std::vector<TransportOffer>& offers, const std::vector<PeerInfo>& peers,
                                      int rank);
 
+// Who a communicator is among its ranks, fixed once it is made (horaComm::self()): its rank and
+// size, the id every rank shares, and what each rank told the others at init.
+struct CommIdentity {
+  int rank = 0;
+  int nranks = 1;
+  uint64_t commId = 0;  // the same on every rank of this communicator (UniqueId::commId)
+  Secret secret;        // the id's secret: a shrink derives its new one from it
+  SockAddr address;     // where this rank listens for its peers (its network address)
+  std::vector<PeerInfo> peers;  // by rank, this one's included
+  std::vector<std::string> linkNames;  // the transport of each peer, by rank
+  // By rank, the pid of each rank of this host (same host identity, so same pid namespace),
+  // else 0: a wait that times out looks at these ranks' state (core::Job::localPids).
+  std::vector<int> localPids;
+  // The same ranks' processes, held by pidfd (or pid and start time): what a wait that times out
+  // looks at (core::Job::localProcs), so that a later process under a gone rank's pid is not it.
+  std::vector<ProcessRef> localProcs;
+};
+
 struct CommOptions {
   milliseconds timeout{600000};
   std::string name;  // horaConfig_t.commName
@@ -193,23 +211,15 @@ struct horaComm {
 
   std::string describeCall() const;  // "call #12 on rank 3 of 4"
 
+  // Who it is among its ranks: set by shell() and init() alone, read by every call.
+  const hora::CommIdentity& self() const { return self_; }
+
   uint32_t magic = kMagic;
-  int rank = 0;
-  int nranks = 1;
   hora::CommOptions opts;
   hora::coll::PlannerSettings planner;
   // What the planner knows of the job (coll::Topo's hosts, ranks per host, cores, slowest link).
   hora::coll::Topo shape;
   hora::coll::HostLayout layout;  // shape.layout, when the ranks span hosts
-  std::vector<hora::PeerInfo> peers;
-  std::vector<std::string> linkNames;  // the transport of each peer, by rank
-  // By rank, the pid of each rank of this host (same host identity, so same pid namespace),
-  // else 0: a wait that times out looks at these ranks' state (core::Job::localPids).
-  std::vector<int> localPids;
-  // The same ranks' processes, held by pidfd (or pid and start time): what a wait that times out
-  // looks at (core::Job::localProcs), so that a later process under a gone rank's pid is not it.
-  std::vector<hora::ProcessRef> localProcs;
-  hora::SockAddr address;  // where this rank listens for its peers (its network address)
   // The shared stage offered by a transport to some of this rank's peers (before conns:
   // outlives them); null when none is.
   std::shared_ptr<hora::transport::SharedStage> stage;
@@ -222,8 +232,6 @@ struct horaComm {
   hora::core::Scratch scratch;
   // Waits spin a little before yielding when this host has a CPU for each of its ranks.
   std::chrono::microseconds spinFor{0};
-  uint64_t commId = 0;  // the same on every rank of this communicator (UniqueId::commId)
-  hora::Secret secret;  // the id's secret: a shrink derives its new one from it
   // Listens (unaccepted until then) for the rendezvous of a shrink this rank leads: the
   // survivors of a failure find each other here without a new unique id (api shrink).
   hora::Fd rejoin;
@@ -260,6 +268,7 @@ struct horaComm {
   std::string errorText_;
   std::string lastError_;
   std::vector<hora::PreMulOp> preMulOps_;
+  hora::CommIdentity self_;
 };
 
 namespace hora {

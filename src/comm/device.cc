@@ -120,11 +120,11 @@ CommState& stateOf(horaComm* c) {
 
 Where where(const horaComm* c, const coll::Args& a) {
   Where w;
-  const size_t e = dataTypeSize(a.dtype), one = a.count * e, all = one * static_cast<size_t>(c->nranks);
+  const size_t e = dataTypeSize(a.dtype), one = a.count * e, all = one * static_cast<size_t>(c->self().nranks);
   switch (a.kind) {
     case coll::Kind::AllReduce: w = {a.sendbuf, one, a.recvbuf, one}; break;
-    case coll::Kind::Broadcast: w = {c->rank == a.root ? a.sendbuf : nullptr, one, a.recvbuf, one}; break;
-    case coll::Kind::Reduce: w = {a.sendbuf, one, c->rank == a.root ? a.recvbuf : nullptr, one}; break;
+    case coll::Kind::Broadcast: w = {c->self().rank == a.root ? a.sendbuf : nullptr, one, a.recvbuf, one}; break;
+    case coll::Kind::Reduce: w = {a.sendbuf, one, c->self().rank == a.root ? a.recvbuf : nullptr, one}; break;
     case coll::Kind::AllGather: w = {a.sendbuf, one, a.recvbuf, all}; break;
     case coll::Kind::ReduceScatter: w = {a.sendbuf, all, a.recvbuf, one}; break;
     case coll::Kind::AllToAll: w = {a.sendbuf, all, a.recvbuf, all}; break;
@@ -133,10 +133,10 @@ Where where(const horaComm* c, const coll::Args& a) {
     case coll::Kind::Barrier: return w;
     // Only the root's big buffer holds every block; elsewhere that buffer is not used.
     case coll::Kind::Gather:
-      w = {a.sendbuf, one, c->rank == a.root ? a.recvbuf : nullptr, c->rank == a.root ? all : 0};
+      w = {a.sendbuf, one, c->self().rank == a.root ? a.recvbuf : nullptr, c->self().rank == a.root ? all : 0};
       break;
     case coll::Kind::Scatter:
-      w = {c->rank == a.root ? a.sendbuf : nullptr, c->rank == a.root ? all : 0, a.recvbuf, one};
+      w = {c->self().rank == a.root ? a.sendbuf : nullptr, c->self().rank == a.root ? all : 0, a.recvbuf, one};
       break;
   }
   if (!w.inBytes) w.in = nullptr;
@@ -166,7 +166,7 @@ bool anyOnDevice(const Calls& calls, std::vector<Where>& ws) {
 // same call with device buffers.
 bool ipcFits(const horaComm* c, const coll::Args& a, const Where& w) {
   return config().cudaIpc && a.kind == coll::Kind::AllReduce && a.count > 0 && w.inDev >= 0 && w.outDev >= 0 &&
-         c->nranks > 1 && c->nranks <= kernels::kMaxSources && c->stage && c->stage->size() == c->nranks;
+         c->self().nranks > 1 && c->self().nranks <= kernels::kMaxSources && c->stage && c->stage->size() == c->self().nranks;
 }
 
 // Waits for an event (the caller's own work: no deadline), backing off from yielding to

@@ -32,14 +32,14 @@ bool kernelFits(const horaComm* c, const coll::Args& a, const Where& w) {
     case coll::Kind::ReduceScatter: break;
     case coll::Kind::Send:
     case coll::Kind::Recv:
-      if (a.peer < 0 || a.peer >= c->nranks) return false;
+      if (a.peer < 0 || a.peer >= c->self().nranks) return false;
       break;
     default: return false;
   }
   if (a.count == 0 || a.op == RedOp::PreMulSum || a.scalarAt) return false;
   if ((w.in && w.inDev < 0) || (w.out && w.outDev < 0) || (!w.in && !w.out)) return false;
-  if (c->nranks > gpu::kMaxRanks) return false;
-  return c->nranks == 1 || (c->stage && c->stage->size() == c->nranks);
+  if (c->self().nranks > gpu::kMaxRanks) return false;
+  return c->self().nranks == 1 || (c->stage && c->stage->size() == c->self().nranks);
 }
 
 const char* counterName(int counter) {
@@ -59,8 +59,8 @@ const char* counterName(int counter) {
 // The error a kernel's status describes, naming the rank it waited for.
 Error statusError(const horaComm* c, const CommState& st, const gpu::Status& s) {
   const int peer = s.peer;
-  const bool known = peer >= 0 && peer < c->nranks && static_cast<size_t>(peer) < c->peers.size();
-  const std::string who = known ? c->peers[static_cast<size_t>(peer)].name() : format("rank %d", peer);
+  const bool known = peer >= 0 && peer < c->self().nranks && static_cast<size_t>(peer) < c->self().peers.size();
+  const std::string who = known ? c->self().peers[static_cast<size_t>(peer)].name() : format("rank %d", peer);
   std::string what = format("call #%llu of this communicator's device collectives", static_cast<unsigned long long>(s.call));
   for (const auto& [no, a] : st.k.recent)
     if (no == s.call && no) what = coll::describe(a) + " (" + what + ")";
@@ -75,8 +75,8 @@ Error statusError(const horaComm* c, const CommState& st, const gpu::Status& s) 
                                             "tag %016llx); every rank must make the same calls in the same order",
                                             who.c_str(), what.c_str(), static_cast<unsigned long long>(s.theirTag)));
   std::string stalled;
-  if (known && static_cast<size_t>(peer) < c->localPids.size() && c->localPids[static_cast<size_t>(peer)])
-    stalled = processStalled(c->localPids[static_cast<size_t>(peer)]);
+  if (known && static_cast<size_t>(peer) < c->self().localPids.size() && c->self().localPids[static_cast<size_t>(peer)])
+    stalled = processStalled(c->self().localPids[static_cast<size_t>(peer)]);
   const std::string waited =
       s.counter < 0 ? format("for its data of that call (flag %llu, it is at %llu)", static_cast<unsigned long long>(s.target),
                              static_cast<unsigned long long>(s.seen))
@@ -209,7 +209,7 @@ void setupKernels(horaComm* c, CommState& st) {
     region = nullptr;
     why = e.what();
   }
-  k.regions.map(c->rank, c->nranks, st.device, region, why, exchangeOver(c));
+  k.regions.map(c->self().rank, c->self().nranks, st.device, region, why, exchangeOver(c));
   bool ok = k.regions.ok();
   why = k.regions.why();
   k.clique = k.regions.clique();
@@ -224,7 +224,7 @@ void setupKernels(horaComm* c, CommState& st) {
   if (everyRank(c, ok)) {
     k.state = Ipc::On;
     if (k.clique.size() > 1) {
-      k.cliqueAt = static_cast<size_t>(std::find(k.clique.begin(), k.clique.end(), c->rank) - k.clique.begin());
+      k.cliqueAt = static_cast<size_t>(std::find(k.clique.begin(), k.clique.end(), c->self().rank) - k.clique.begin());
       k.gate = gateFor(k.regions.byRank()[static_cast<size_t>(k.clique[0])], k.clique.size());
       OnDevice on(st.device);
       k.ownStream = cuda::streamCreate();
@@ -235,12 +235,12 @@ void setupKernels(horaComm* c, CommState& st) {
       kernelComms().emplace_back(c, &st);
     }
     HORA_INFO(log::kInit, "rank %d: collectives on device buffers are kernels on the caller's stream, between the %d "
-              "ranks of this host (device %d, %d blocks, %zu KiB slots, LL up to %zu KiB)", c->rank, c->nranks,
+              "ranks of this host (device %d, %d blocks, %zu KiB slots, LL up to %zu KiB)", c->self().rank, c->self().nranks,
               st.device, k.layout.blocks, k.layout.slotBytes >> 10, gpu::kLlBytes >> 10);
     return;
   }
   k.state = Ipc::Off;
-  HORA_INFO(log::kInit, "rank %d: no device-initiated collectives (%s); the communicator's worker runs them", c->rank,
+  HORA_INFO(log::kInit, "rank %d: no device-initiated collectives (%s); the communicator's worker runs them", c->self().rank,
             why.empty() ? "another rank could not map every region" : why.c_str());
   k.regions.close();
 }
@@ -267,11 +267,11 @@ void awaitClique(horaComm* c, CommState::Kernels& k, uint64_t n) {
   if (k.gate->all(n)) return;
   Waiter w(c->opts.timeout, &c->aborting, [c, &k, n] {
     const size_t late = k.gate->late(n);
-    const int rank = late < k.clique.size() ? k.clique[late] : c->rank;
+    const int rank = late < k.clique.size() ? k.clique[late] : c->self().rank;
     return format("%s to come to this communicator's call #%llu on a CUDA stream (ranks of one process on one GPU "
                   "queue a call only once every one of them has come to it: their kernels wait for each other on "
                   "the GPU)",
-                  c->peers[static_cast<size_t>(rank)].name().c_str(), static_cast<unsigned long long>(n));
+                  c->self().peers[static_cast<size_t>(rank)].name().c_str(), static_cast<unsigned long long>(n));
   }, c->spinFor);
   try {
     while (!k.gate->all(n)) w.idle([&](milliseconds most) { k.gate->sleep(n, most); });
@@ -326,22 +326,22 @@ gpu::Desc descOf(const horaComm* c, const CommState::Kernels& k, const coll::Arg
     case coll::Kind::Recv: d.coll = gpu::Coll::Recv; break;
     default: d.coll = gpu::Coll::ReduceScatter; break;
   }
-  d.rank = c->rank;
-  d.nranks = c->nranks;
+  d.rank = c->self().rank;
+  d.nranks = c->self().nranks;
   d.root = gpu::isP2p(d.coll) ? a.peer : a.root;
   d.esize = dataTypeSize(a.dtype);
   d.bytes = a.count * d.esize;
   d.send = w.in;
   d.recv = w.out;
-  for (int j = 0; j < c->nranks; ++j) d.regions[j] = k.regions.byRank()[static_cast<size_t>(j)];
+  for (int j = 0; j < c->self().nranks; ++j) d.regions[j] = k.regions.byRank()[static_cast<size_t>(j)];
   d.layout = k.layout;
   d.status = k.statusOnDevice;
   d.timeoutNs = static_cast<uint64_t>(c->opts.timeout.count()) * 1000000u;
   d.dtype = static_cast<int>(a.dtype);
   d.op = static_cast<int>(a.op);
   d.divide = a.op == RedOp::Avg;
-  d.divisor = static_cast<uint64_t>(c->nranks);
-  d.oneGpu = k.clique.size() == static_cast<size_t>(c->nranks);
+  d.divisor = static_cast<uint64_t>(c->self().nranks);
+  d.oneGpu = k.clique.size() == static_cast<size_t>(c->self().nranks);
   if (gpu::isP2p(d.coll)) {
     d.blocks = d.layout.p2pBlocks();
     return d;
@@ -350,7 +350,7 @@ gpu::Desc descOf(const horaComm* c, const CommState::Kernels& k, const coll::Arg
   d.ll = gpu::fitsLl(d.coll, d.bytes, d.nranks);
   d.direct = d.oneGpu && !d.ll;
   d.blocks = gpu::blocksFor(d);
-  if (d.coll == gpu::Coll::Broadcast && c->rank != a.root) d.send = nullptr;
+  if (d.coll == gpu::Coll::Broadcast && c->self().rank != a.root) d.send = nullptr;
   return d;
 }
 
@@ -429,7 +429,7 @@ void launchKernel(horaComm* c, CommState& st, const coll::Args* calls, size_t nc
 
 bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, bool lone) {
   if (!kernelFits(c, a, w)) return false;
-  if (c->nranks == 1) {
+  if (c->self().nranks == 1) {
     if (a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv) return false;  // (a group of both: viaKernels)
     viaCopy(c, a, w, stream);
     return true;
@@ -450,7 +450,7 @@ bool viaKernel(horaComm* c, const coll::Args& a, const Where& w, void* stream, b
 }
 
 bool viaKernels(horaComm* c, const Calls& calls, const std::vector<Where>& ws, void* stream, bool lone) {
-  if (calls.empty() || calls.size() > static_cast<size_t>(gpu::kMaxCalls) || c->nranks == 1) return false;
+  if (calls.empty() || calls.size() > static_cast<size_t>(gpu::kMaxCalls) || c->self().nranks == 1) return false;
   const coll::Args* reducing = nullptr;
   bool p2p = false;
   for (size_t i = 0; i < calls.size(); ++i) {

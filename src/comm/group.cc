@@ -65,7 +65,7 @@ bool runInits(std::vector<std::pair<horaComm*, std::function<void()>>>& inits) {
     c->joinBackground();
     const Errc e = c->asyncError();
     if (e != Errc::Success && !first) {
-      firstError = Error(e, format("making the communicator of rank %d of %d: %s", c->rank, c->nranks, c->lastError()));
+      firstError = Error(e, format("making the communicator of rank %d of %d: %s", c->self().rank, c->self().nranks, c->lastError()));
       first = &firstError;
     }
   }

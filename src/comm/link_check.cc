@@ -45,7 +45,7 @@ core::Job checkSendJob(CheckPlans& cp, size_t slot, horaComm* c, const LinkCheck
 std::string earlierCheck(void* ctx, transport::Connection* conn, int peer) {
   auto* c = static_cast<horaComm*>(ctx);
   LinkChecks& lc = c->seq.linkChecks;
-  if (peer != (c->rank + c->nranks - 1) % c->nranks) return {};
+  if (peer != (c->self().rank + c->self().nranks - 1) % c->self().nranks) return {};
   while (!lc.expected.empty()) {
     uint16_t call = 0;
     uint64_t tag = 0;
@@ -54,7 +54,7 @@ std::string earlierCheck(void* ctx, transport::Connection* conn, int peer) {
     if (e.frameCall != call) return {};
     if (e.tag != tag)
       return format("mismatched calls: %s was in %s, this rank in %s (call #%llu on this rank; found at its call #%llu)",
-                    c->peers[static_cast<size_t>(peer)].name().c_str(), transport::describeTag(tag).c_str(),
+                    c->self().peers[static_cast<size_t>(peer)].name().c_str(), transport::describeTag(tag).c_str(),
                     transport::describeTag(e.tag).c_str(), static_cast<unsigned long long>(e.call),
                     static_cast<unsigned long long>(c->seq.calls.load()));
     if (!conn->takePendingFrame()) return {};
@@ -67,8 +67,8 @@ std::string earlierCheck(void* ctx, transport::Connection* conn, int peer) {
 std::string describeCheck(const void* ctx) {
   const auto* k = static_cast<const CheckOf*>(ctx);
   if (!k->call)
-    return format("horaCommFinalize's meeting of every rank, after its call checks, on rank %d of %d", k->c->rank,
-                  k->c->nranks);
+    return format("horaCommFinalize's meeting of every rank, after its call checks, on rank %d of %d", k->c->self().rank,
+                  k->c->self().nranks);
   if (k->last)
     return format("the call checks of its calls #%llu to #%llu, received in %s", static_cast<unsigned long long>(k->call),
                   static_cast<unsigned long long>(k->last), k->c->describeCall().c_str());
@@ -112,7 +112,7 @@ void planChecks(CheckPlans& cp, const std::vector<horaComm*>& comms,
   std::vector<uint64_t>& tags = cp.tags;
   for (horaComm* c : comms) {
     LinkChecks& lc = c->seq.linkChecks;
-    const int n = c->nranks;
+    const int n = c->self().nranks;
     if (n < 2) continue;
     bool agree = false;
     uint16_t last = 0;
@@ -145,7 +145,7 @@ void planChecks(CheckPlans& cp, const std::vector<horaComm*>& comms,
     }
     if (!agree && lc.expected.empty()) continue;
     const uint64_t now = c->seq.calls.load(std::memory_order_relaxed);
-    const int succ = (c->rank + 1) % n, pred = (c->rank + n - 1) % n;
+    const int succ = (c->self().rank + 1) % n, pred = (c->self().rank + n - 1) % n;
     if (agree) {
       const LinkChecks::Pending mine{coll::groupTag(tags), now, last};
       lc.used = true;

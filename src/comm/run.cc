@@ -81,17 +81,17 @@ core::Job jobOf(horaComm* c, const core::Program* program, trace::Entry* entry) 
   j.mark = entry ? c->trace->mark() : nullptr;
   j.program = program;
   j.conns = c->connPtrs.data();
-  j.nranks = c->nranks;
+  j.nranks = c->self().nranks;
   j.abortFlag = &c->aborting;
   j.wakeFd = c->wakeFd.get();
   j.describe = describeComm;
   j.describeCtx = c;
   j.stage = c->stage.get();
-  j.localProcs = c->localProcs.empty() ? nullptr : c->localProcs.data();
+  j.localProcs = c->self().localProcs.empty() ? nullptr : c->self().localProcs.data();
   j.earlier = earlierCheck;
   j.earlierCtx = c;
-  if (c->shape.callCheck && !c->shape.stage && c->nranks > 1) {  // its checks to the successor may be held back (planChecks)
-    j.heldPeer = (c->rank + 1) % c->nranks;
+  if (c->shape.callCheck && !c->shape.stage && c->self().nranks > 1) {  // its checks to the successor may be held back (planChecks)
+    j.heldPeer = (c->self().rank + 1) % c->self().nranks;
     j.heldOn = c->connPtrs[static_cast<size_t>(j.heldPeer)];
   }
   return j;
@@ -190,7 +190,7 @@ void runAtOnceTogether(const std::vector<std::pair<horaComm*, coll::Args>>& call
       const size_t i = atOnce[k];
       try {
         core::Executor executor;
-        log::RankScope scope(calls[i].first->rank);
+        log::RankScope scope(calls[i].first->self().rank);
         if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor, traced[i].entry,
                        coll::stageChecksLater(adjusted[i], topoOf(calls[i].first))))
           fail(Errc::Internal, "a shared-stage plan did not run at once");
@@ -225,7 +225,7 @@ void take(horaComm* c) {
   c->check();
   if (c->busy.exchange(true))
     fail(Errc::InvalidUsage, "the communicator of rank %d is in use by another thread (a communicator serves one "
-         "thread at a time)", c->rank);
+         "thread at a time)", c->self().rank);
   c->scratch.reset();
 }
 
@@ -305,7 +305,7 @@ void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& 
 }
 
 void awaitLinkChecks(horaComm* c, bool meet) {
-  if (!c->seq.linkChecks.used || c->nranks < 2) return;
+  if (!c->seq.linkChecks.used || c->self().nranks < 2) return;
   take(c);
   struct Release {
     horaComm* c;
@@ -317,7 +317,7 @@ void awaitLinkChecks(horaComm* c, bool meet) {
   ts.checks.reserve(3);  // the rest received, the meeting, the flush
   ts.checks.jobs.clear();
   size_t slot = 0;
-  const int pred = (c->rank + c->nranks - 1) % c->nranks;
+  const int pred = (c->self().rank + c->self().nranks - 1) % c->self().nranks;
   transport::Connection* fromPred = c->connPtrs[static_cast<size_t>(pred)];
   if (!meet && fromPred->holdsBack()) {
     // The predecessor may hold its last checks back until it closes its end, perhaps on this
@@ -345,7 +345,7 @@ void awaitLinkChecks(horaComm* c, bool meet) {
   none.clear();
   ts.checks.jobs.push_back(jobOf(c, &none, nullptr));
   ts.checks.jobs.back().flushHeld = true;
-  HORA_TRACE(log::kColl, "rank %d of %d: %s receives %zu call checks%s", c->rank, c->nranks,
+  HORA_TRACE(log::kColl, "rank %d of %d: %s receives %zu call checks%s", c->self().rank, c->self().nranks,
              meet ? "finalize" : "destroy", expected, meet ? ", then meets every rank" : "");
   ts.executor.run(ts.checks.jobs, c->opts.timeout, c->spinFor);
   if (meet) lc.used = false;  // met: a second finalize has nothing to wait for
@@ -421,12 +421,12 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls, const 
   }
   if (!atOnce.empty()) {
     if (atOnce.size() > 1)  // (a lone call, the common case, has nothing to sort)
-      std::sort(atOnce.begin(), atOnce.end(), [&](size_t x, size_t y) { return calls[x].first->commId < calls[y].first->commId; });
+      std::sort(atOnce.begin(), atOnce.end(), [&](size_t x, size_t y) { return calls[x].first->self().commId < calls[y].first->self().commId; });
     // Several ranks of one communicator in this group (one thread driving them, as with
     // horaCommInitAll): each waits for the others, so they run side by side, a thread each.
     bool sameComm = false;
     for (size_t k = 1; k < atOnce.size(); ++k)
-      sameComm |= calls[atOnce[k]].first->commId == calls[atOnce[k - 1]].first->commId;
+      sameComm |= calls[atOnce[k]].first->self().commId == calls[atOnce[k - 1]].first->self().commId;
     // Their device buffers, if any, are copied in whole before and out after.
     for (size_t i : atOnce)
       if (const core::DeviceCopies* dc = staged(i)) runCopies(calls[i].first, executor, *dc, true);

@@ -366,7 +366,7 @@ int main(int argc, char** argv) {
   horaCommUserRank(comm, &rank);
   horaCommCount(comm, &n);
   for (int p = 0; p < n; ++p)
-    if (p != rank) say("link", std::to_string(p) + " " + comm->linkNames[static_cast<size_t>(p)]);
+    if (p != rank) say("link", std::to_string(p) + " " + comm->self().linkNames[static_cast<size_t>(p)]);
   int status = 0;
   if (mode == "sweep") status = sweep(comm, rank, n);
   if (mode == "sample") status = sample(comm, rank, n);
