@@ -162,7 +162,7 @@ TEST_CASE("collectives: direct and binomial Gather and Scatter int32 sweep (ever
 TEST_CASE("Gather and Scatter: the planner chooses by size, and HORA_ALGO names them", "[coll]") {
   for (int n : {4, 8, 16})
     for (Kind k : {Kind::Gather, Kind::Scatter}) {
-      coll::Topo t;
+      coll::JobShape t;
       t.nranks = n;
       t.hosts = n;
       t.coresPerHost = 2;

@@ -235,6 +235,11 @@ TEST_CASE("unknownVariables: misspellings are flagged with a suggestion", "[conf
   CHECK(contains(u[1], "HORA_CHUNK_BYTES"));
   CHECK(u[2].find("HORA_DEBUG_SUBSYSTEM") == 0);
 
+  // A renamed variable: flagged with its new name.
+  u = unknownVariables({"HORA_CUDA_STAGE_CHUNK"});
+  REQUIRE(u.size() == 1);
+  CHECK(contains(u[0], "renamed HORA_CUDA_BOUNCE_CHUNK"));
+
   // Far from every known name: flagged without a suggestion.
   u = unknownVariables({"HORA_COMPLETELY_DIFFERENT"});
   REQUIRE(u.size() == 1);

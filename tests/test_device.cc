@@ -1,5 +1,5 @@
 // Device buffers and CUDA streams (comm/device.h), on whatever device gpu/cuda.h offers:
-//   - HORA_CUDA=emulate (the multirank suite, every machine): the emulated GPU, so that staging,
+//   - HORA_CUDA=emulate (the multirank suite, every machine): the emulated GPU, so that bouncing,
 //     stream order, the CUDA IPC stage and their failures run everywhere;
 //   - otherwise (the gpu suite): the real GPU; without one the program prints why and exits 77
 //     (skipped). One GPU hosts every rank.
@@ -59,7 +59,7 @@ std::vector<Case> deviceSweep(int n) {
           for (bool inPlace : {false, true}) out.push_back(Case{c, t, op, count, inPlace, rooted ? (n - 1) / 2 : 0});
       }
   }
-  // Large: several 8 MiB slots of the IPC stage, and several staging blocks.
+  // Large: several 8 MiB slots of the IPC stage, and several bouncing blocks.
   out.push_back(Case{Coll::AllReduce, horaFloat32, horaSum, (5u << 20) + 3, false, 0});
   out.push_back(Case{Coll::AllReduce, horaInt64, horaMax, 4097, true, 0});  // past LL, one block
   out.push_back(Case{Coll::Broadcast, horaFloat64, horaSum, 300001, false, (n - 1) / 2});
@@ -108,7 +108,7 @@ std::string onKernelRanks(int n, const RankFn& fn) {
 }  // namespace
 
 // Run twice by the suite: as it is, and with HORA_CUDA_IPC=0 HORA_TRANSPORTS=tcp (every call
-// staged through host memory, the links TCP).
+// bounced through host memory, the links TCP).
 TEST_CASE("device buffers without a stream: every collective at 1, 2, 3, 5 and 8 ranks", "[device][sweep]") {
   for (int n : {1, 2, 3, 5, 8}) {
     auto results = runProcesses(n, [](horaComm_t comm, int rank, int nranks) -> std::string {
@@ -194,9 +194,9 @@ TEST_CASE("a group over two CUDA streams waits for both and both wait for it", "
   for (const auto& r : results) CHECK(r.ok());
 }
 
-TEST_CASE("a group of 40 staged collectives on a CUDA stream: each copied in chunks, every result exact",
+TEST_CASE("a group of 40 bounced collectives on a CUDA stream: each copied in chunks, every result exact",
           "[device][stream]") {
-  // A group is staged (no kernel runs a group): 40 AllReduces of 300 KiB each, every one's
+  // A group is bounced (no kernel runs a group): 40 AllReduces of 300 KiB each, every one's
   // copies ops of its program, 2 x 40 x up to 33 of them on the communicator's copy stream in
   // one run, with the events made beforehand in the caller's thread.
   auto results = runProcesses(3, [](horaComm_t comm, int rank, int nranks) -> std::string {

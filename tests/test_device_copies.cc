@@ -147,7 +147,7 @@ std::string verify(const std::vector<Rank>& ranks, Kind k, int r, size_t N, int 
   return "";
 }
 
-std::string runStaged(Kind k, int n, size_t N, bool inPlace, const coll::Plan& plan, size_t chunkBytes) {
+std::string runBounced(Kind k, int n, size_t N, bool inPlace, const coll::Plan& plan, size_t chunkBytes) {
   // (A plan whose algorithm does not implement k: planFor's choice.)
   const int root = (n - 1) / 2;
   // (The Ranks keep their vectors' memory where the copies point: reserved, never moved.)
@@ -162,7 +162,7 @@ std::string runStaged(Kind k, int n, size_t N, bool inPlace, const coll::Plan& p
   for (int r = 0; r < n; ++r) {
     const auto i = static_cast<size_t>(r);
     pool[i].reset();
-    coll::Topo topo{r, n};
+    coll::JobShape topo{r, n};
     coll::build(ranks[i].args, topo, planFor(ranks[i].args, topo, plan), pool[i], progs[i]);
     ranks[i].copies.engine = &engines[i];
     core::addDeviceCopies(progs[i], ranks[i].copies);
@@ -214,12 +214,12 @@ TEST_CASE("device copies: every collective through host blocks, copied in and ou
             a.kind = k;
             a.dtype = DataType::Int32;
             a.count = N;
-            if (!algo->implements(k) || algo->unfit(a, coll::Topo{0, n}, false)) continue;
+            if (!algo->implements(k) || algo->unfit(a, coll::JobShape{0, n}, false)) continue;
             coll::Plan plan = kSmall;
             plan.algo = algo->id();
             INFO(kindText(k) << " n=" << n << " by " << algo->name() << (inPlace ? " in place" : "")
                              << ", copies of " << chunkBytes << " bytes");
-            CHECK(runStaged(k, n, N, inPlace, plan, chunkBytes) == "");
+            CHECK(runBounced(k, n, N, inPlace, plan, chunkBytes) == "");
           }
 }
 
@@ -232,7 +232,7 @@ TEST_CASE("device copies: an op waits for the copies of what it reads, not for a
   x.copies.engine = &engine;
   core::Program p;
   core::Scratch scratch;
-  coll::Topo topo{r, n};
+  coll::JobShape topo{r, n};
   coll::Plan plan = kDefault;
   plan.algo = coll::Algo::Ring;
   coll::build(x.args, topo, plan, scratch, p);
@@ -274,7 +274,7 @@ TEST_CASE("device copies: an in-place chunk that no op writes is not copied out"
   Rank x = makeRank(Kind::Broadcast, 0, 3, 2048, true, 0, 1024);
   core::Program p;
   core::Scratch scratch;
-  coll::Topo topo{0, 3};
+  coll::JobShape topo{0, 3};
   coll::build(x.args, topo, planFor(x.args, topo, kDefault), scratch, p);
   const core::CopiesAdded added = core::addDeviceCopies(p, x.copies);
   CHECK(added.in == 8);

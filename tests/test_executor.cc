@@ -82,7 +82,7 @@ std::string runOverTcp(Kind kind, int n, size_t count, milliseconds timeout = mi
     a.dtype = DataType::Int32;
     a.root = 1;
     pool[static_cast<size_t>(r)].reset();
-    const coll::Topo topo{r, n};
+    const coll::JobShape topo{r, n};
     coll::build(a, topo, planFor(a, topo, kDefault), pool[static_cast<size_t>(r)], progs[r]);
     jobs[r].program = &progs[r];
     jobs[r].conns = w.table[static_cast<size_t>(r)].data();

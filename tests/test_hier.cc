@@ -1,4 +1,4 @@
-// Tests of the collectives across hosts, without sockets: ranks laid out on hosts (Topo::layout)
+// Tests of the collectives across hosts, without sockets: ranks laid out on hosts (JobShape::layout)
 // and run together over the in-memory transport (unit_coll.h), results compared bit for bit with
 // the reference. The hierarchical algorithm with every algorithm that can run its phase between
 // hosts, every layout shape (hosts of consecutive ranks or interleaved), every root; the ring and
@@ -40,7 +40,7 @@ std::vector<Algo> innerAlgorithms(Kind kind, int hosts) {
   coll::Args a;
   a.kind = kind;
   a.count = 64;
-  coll::Topo t{0, hosts};
+  coll::JobShape t{0, hosts};
   for (const coll::Algorithm* algo : coll::algorithms())
     if (algo->id() != Algo::Hier && algo->id() != Algo::P2P && algo->implements(kind) && !algo->unfit(a, t, false))
       v.push_back(algo->id());
@@ -153,8 +153,8 @@ TEST_CASE("hosts: rings and chains over interleaved hosts run in host order", "[
 }
 
 namespace {
-coll::Topo acrossHosts(int hosts, int perHost, const coll::HostLayout& l) {
-  coll::Topo t{0, hosts * perHost};
+coll::JobShape acrossHosts(int hosts, int perHost, const coll::HostLayout& l) {
+  coll::JobShape t{0, hosts * perHost};
   t.layout = &l;
   t.hosts = hosts;
   t.ranksPerHost = perHost;
@@ -174,7 +174,7 @@ coll::Args call(Kind k, size_t bytes) {
 TEST_CASE("hosts: hier is unfit on one host and on uneven hosts, and HORA_ALGO=hier says why", "[hier]") {
   coll::PlannerSettings s;
   s.forced = coll::parseForced("hier");
-  coll::Topo one{0, 4};
+  coll::JobShape one{0, 4};
   try {
     coll::plan(call(Kind::AllReduce, 1 << 20), one, s, true);
     FAIL("hier on one host was accepted");
@@ -185,7 +185,7 @@ TEST_CASE("hosts: hier is unfit on one host and on uneven hosts, and HORA_ALGO=h
     CHECK(w.find("ring") != std::string::npos);  // what could
   }
   const coll::HostLayout uneven = coll::HostLayout::fromLabels({0, 0, 1});
-  coll::Topo t = acrossHosts(2, 2, uneven);
+  coll::JobShape t = acrossHosts(2, 2, uneven);
   t.nranks = 3;
   CHECK(std::string(coll::algorithm(Algo::Hier).unfit(call(Kind::AllReduce, 64), t, true)) ==
         "its hosts have different numbers of ranks");
@@ -193,7 +193,7 @@ TEST_CASE("hosts: hier is unfit on one host and on uneven hosts, and HORA_ALGO=h
 
 TEST_CASE("hosts: the planner prefers hier for large calls across hosts, and picks its inner algorithm", "[hier]") {
   const coll::HostLayout l = coll::HostLayout::fromLabels(layoutOf(4, 4, false));
-  const coll::Topo t = acrossHosts(4, 4, l);
+  const coll::JobShape t = acrossHosts(4, 4, l);
   coll::PlannerSettings s;
   for (Kind k : {Kind::AllReduce, Kind::Broadcast, Kind::AllGather}) {
     coll::Choice why;

@@ -16,8 +16,8 @@ namespace {
 // A shared stage that is only a shape: the planner reads its size and region.
 using ShapeOnlyStage = test::StubStage;
 
-Topo oneHost(int n, const ShapeOnlyStage& st) {
-  Topo t;
+JobShape oneHost(int n, const ShapeOnlyStage& st) {
+  JobShape t;
   t.nranks = n;
   t.stage = &st;
   t.ranksPerHost = n;
@@ -26,8 +26,8 @@ Topo oneHost(int n, const ShapeOnlyStage& st) {
   return t;
 }
 
-Topo overTcp(int n) {
-  Topo t;
+JobShape overTcp(int n) {
+  JobShape t;
   t.nranks = n;
   t.hosts = n;
   t.ranksPerHost = 1;
@@ -44,7 +44,7 @@ Args allReduce(size_t bytes) {
   return a;
 }
 
-std::string chosen(const Args& a, const Topo& t, bool alone = true) {
+std::string chosen(const Args& a, const JobShape& t, bool alone = true) {
   return algoName(plan(a, t, PlannerSettings(), alone).algo);
 }
 
@@ -106,7 +106,7 @@ TEST_CASE("planner: across hosts, recursive doubling for small buffers and the r
 // dominate; what follows holds with margins of 30% or more in the model.
 TEST_CASE("planner: across hosts with many ranks, the logarithmic algorithms where waits dominate", "[planner]") {
   const Costs c;
-  auto us = [&](Algo algo, const Args& a, const Topo& t) { return algorithm(algo).predictUs(a, t, c); };
+  auto us = [&](Algo algo, const Args& a, const JobShape& t) { return algorithm(algo).predictUs(a, t, c); };
   for (int n : {16, 32, 64}) {
     INFO(n << " ranks");
     // AllReduce: recursive doubling for small buffers, Rabenseifner's for tens of KiB, the ring
@@ -152,7 +152,7 @@ TEST_CASE("planner: a Broadcast over links among up to 8 ranks takes the chain",
     for (size_t bytes : {size_t(8), size_t(4) << 10, size_t(256) << 10, size_t(16) << 20}) {
       Args a = allReduce(bytes);
       a.kind = Kind::Broadcast;
-      Topo oneHostTcp = overTcp(n);
+      JobShape oneHostTcp = overTcp(n);
       oneHostTcp.hosts = 1;
       oneHostTcp.ranksPerHost = n;
       INFO(n << " ranks, " << bytes << " bytes");
@@ -221,7 +221,7 @@ TEST_CASE("planner: HORA_ALGO forces, and a forced algorithm that cannot run is 
     CHECK(w.find("ring") != std::string::npos);
   }
   // One rank: every algorithm is a copy, so forcing is moot.
-  Topo one = overTcp(1);
+  JobShape one = overTcp(1);
   CHECK_NOTHROW(plan(allReduce(8), one, s, true));
 }
 
@@ -260,7 +260,7 @@ TEST_CASE("planner: tune files", "[planner]") {
   // Slow TCP links move the crossover from recursive doubling to the ring up.
   PlannerSettings s;
   s.costs = parseCosts("link tcp 100 5\n", "test");
-  Topo slow = overTcp(4);
+  JobShape slow = overTcp(4);
   slow.slowest = s.costs.link("tcp");
   CHECK(algoName(plan(allReduce(256 << 10), slow, s, true).algo) == std::string("rd"));
   CHECK(algoName(plan(allReduce(256 << 10), overTcp(4), s, true).algo) == std::string("ring"));
@@ -314,7 +314,7 @@ Args callOf(Kind k, size_t bytes, int n) {
 TEST_CASE("planner: across 4 hosts, the choice against the measured crossovers, fitted and built-in", "[planner][fit]") {
   const HostLayout layout = HostLayout::fromLabels({0, 0, 1, 1, 2, 2, 3, 3});
   const ShapeOnlyStage hostStage(2);
-  Topo t;
+  JobShape t;
   t.nranks = 8;
   t.hosts = 4;
   t.ranksPerHost = 2;

@@ -25,7 +25,7 @@ void runAll(MemWorld& w, const std::vector<std::vector<coll::Args>>& calls, cons
   for (int r = 0; r < n; ++r)
     for (const coll::Args& a : calls[static_cast<size_t>(r)]) {
       progs.emplace_back();
-      coll::Topo topo{r, n};
+      coll::JobShape topo{r, n};
       if (layout.hosts.size() > 1) {
         topo.layout = &layout;
         topo.hosts = static_cast<int>(layout.hosts.size());

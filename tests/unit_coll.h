@@ -45,7 +45,7 @@ inline constexpr milliseconds kRunTimeout{2000};
 std::vector<core::Scratch>& scratchPool();
 
 // Builds every rank's programs (calls[r] in order) and runs them all in one executor run.
-// With `hosts` (each rank's host number), the ranks are laid out on those hosts (Topo::layout).
+// With `hosts` (each rank's host number), the ranks are laid out on those hosts (JobShape::layout).
 void runAll(MemWorld& w, const std::vector<std::vector<coll::Args>>& calls, const coll::Plan& plan,
             milliseconds timeout = kRunTimeout, const std::vector<int>& hosts = {});
 
@@ -365,7 +365,7 @@ inline const coll::Plan kDefault = coll::Plan{};    // 512 KiB
 // The plan's algorithm when it implements the call's collective (the ring by default, or one a
 // test names), else the first of the registry that implements it and runs without a shared
 // stage: the in-memory transport has none.
-inline coll::Plan planFor(const coll::Args& a, const coll::Topo& t, coll::Plan p) {
+inline coll::Plan planFor(const coll::Args& a, const coll::JobShape& t, coll::Plan p) {
   if (coll::algorithm(p.algo).implements(a.kind)) {
     // An algorithm of phases: the inner one the test names, or the planner's.
     if (!coll::algorithm(p.inner).implements(a.kind)) coll::algorithm(p.algo).refine(a, t, coll::Costs(), p);

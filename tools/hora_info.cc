@@ -158,7 +158,7 @@ std::vector<TransportInfo> transports(const hora::Config& c) {
     out.push_back({"ib", "RDMA (InfiniBand, RoCE) through libibverbs", false, false, false,
                    "not built: this build has no libibverbs (meson option ib)"});
   // Not a transport of the registry: device buffers between the ranks of one host, handed
-  // over through CUDA IPC instead of staged through host memory.
+  // over through CUDA IPC instead of bounced through host memory.
   TransportInfo ipc{"cuda_ipc", "device buffers between the ranks of one host through CUDA IPC",
                     hora::cuda::built() || hora::cuda::emulated(), c.cudaIpc, false, ""};
   if (!hora::cuda::usable()) ipc.why = hora::cuda::unusableWhy();

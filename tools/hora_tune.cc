@@ -145,7 +145,7 @@ int run(int argc, char** argv) {
       c = hora::coll::parseCosts(text.str(), out);
     }
   }
-  const hora::coll::Topo shape = comm->shape;
+  const hora::coll::JobShape shape = comm->shape;
   const int n = comm->self().nranks, rank = comm->self().rank;
   // Memory: a copy reads and writes its bytes.
   {

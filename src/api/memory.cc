@@ -4,7 +4,7 @@
 // A registration asks every transport of the communicator to register the buffer now: the ib
 // transport puts it in its device's registration cache and holds it there until it is
 // deregistered, so that a call on it never pays the registration; the other transports keep
-// nothing (shared memory and TCP copy through their own buffers). Device buffers are staged
+// nothing (shared memory and TCP copy through their own buffers). Device buffers are bounced
 // through host memory by every transport but CUDA IPC, so they register nothing either. The
 // handle is an entry of the communicator's table: a handle that is not in it (another
 // communicator's, one deregistered already, any other pointer) is an argument error, never a

@@ -21,26 +21,26 @@ class Algorithm {
   virtual bool implements(Kind k) const = 0;
   // Why it cannot run this call on this communicator (a constant text), or null when it can.
   // `alone`: the call is not part of a group (some run only alone, without a program).
-  virtual const char* unfit(const Args& a, const Topo& t, bool alone) const {
+  virtual const char* unfit(const Args& a, const JobShape& t, bool alone) const {
     (void)a, (void)t, (void)alone;
     return nullptr;
   }
   // Its predicted time for the call, in microseconds: its fixed cost (Costs::base of its name
   // and the collective), the waits, and the bytes' cost times Costs::factor of the same
   // (coll/fit.h fits both).
-  virtual double predictUs(const Args& a, const Topo& t, const Costs& c) const = 0;
+  virtual double predictUs(const Args& a, const JobShape& t, const Costs& c) const = 0;
   // Settles what the plan leaves to the algorithm (an algorithm of phases: the algorithm of
   // each), once the planner has chosen it.
-  virtual void refine(const Args& a, const Topo& t, const Costs& c, Plan& p) const { (void)a, (void)t, (void)c, (void)p; }
+  virtual void refine(const Args& a, const JobShape& t, const Costs& c, Plan& p) const { (void)a, (void)t, (void)c, (void)p; }
   // Appends this rank's ops for the call.
-  virtual void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const = 0;
+  virtual void build(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const = 0;
   // A lone call it runs at once, through the shared stage, without building a program (a few
   // hundred instructions less); the planner asks only when it chose this algorithm.
-  virtual bool runsNow(const Args& a, const Topo& t) const {
+  virtual bool runsNow(const Args& a, const JobShape& t) const {
     (void)a, (void)t;
     return false;
   }
-  virtual void runNow(const Args& a, const Topo& t, const AwaitFn& await) const {
+  virtual void runNow(const Args& a, const JobShape& t, const AwaitFn& await) const {
     (void)a, (void)t, (void)await;
   }
   const char* name() const;

@@ -19,7 +19,7 @@ namespace hora::coll {
 
 using core::Deps;
 
-void pairwiseAllToAll(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, core::ProgramBuilder& b) {
+void pairwiseAllToAll(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, core::ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count, bytes = N * E;
   if (N == 0) return;
@@ -65,7 +65,7 @@ void pairwiseAllToAll(const Args& a, const Topo& t, const Plan& p, core::Scratch
   }
 }
 
-void disseminationBarrier(const Topo& t, core::Scratch& scratch, core::ProgramBuilder& b) {
+void disseminationBarrier(const JobShape& t, core::Scratch& scratch, core::ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank;
   int32_t heard = -1, sent = -1;
   auto* token = static_cast<uint8_t*>(scratch.get(1));
@@ -83,12 +83,12 @@ class Pairwise final : public Algorithm {
  public:
   Algo id() const override { return Algo::Pairwise; }
   bool implements(Kind k) const override { return k == Kind::AllToAll; }
-  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+  double predictUs(const Args& a, const JobShape& t, const Costs& c) const override {
     const double block = static_cast<double>(a.count * dataTypeSize(a.dtype));
     const LinkCost& l = t.slowest;
     return c.base("pairwise", a.kind) + waitUs(l, t, c) + c.factor("pairwise", a.kind) * (t.nranks - 1) * bytesUs(block, l.gbps, t);
   }
-  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
+  void build(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
     pairwiseAllToAll(a, t, p, s, b);
   }
 };
@@ -97,10 +97,10 @@ class Dissemination final : public Algorithm {
  public:
   Algo id() const override { return Algo::Dissemination; }
   bool implements(Kind k) const override { return k == Kind::Barrier; }
-  double predictUs(const Args&, const Topo& t, const Costs& c) const override {
+  double predictUs(const Args&, const JobShape& t, const Costs& c) const override {
     return std::ceil(std::log2(std::max(2, t.nranks))) * waitUs(t.slowest, t, c);
   }
-  void build(const Args&, const Topo& t, const Plan&, core::Scratch& s, core::ProgramBuilder& b) const override {
+  void build(const Args&, const JobShape& t, const Plan&, core::Scratch& s, core::ProgramBuilder& b) const override {
     disseminationBarrier(t, s, b);
   }
 };

@@ -36,12 +36,12 @@ int binomialSubtree(int n, int q) {
   return std::min(q & -q, n - q);
 }
 
-void binomialBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) {
+void binomialBroadcast(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) {
   const int n = t.nranks;
   treeRootedBroadcast(a, p, unroot(binomialLinks(n, mod(t.rank - a.root, n)), a.root, n), s, b);
 }
 
-void binomialReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) {
+void binomialReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) {
   const int n = t.nranks;
   treeRootedReduce(a, n, p, unroot(binomialLinks(n, mod(t.rank - a.root, n)), a.root, n), s, b);
 }
@@ -51,7 +51,7 @@ namespace {
 // linear algorithm's does, but each level stores and forwards: a chunk (or a subtree smaller than
 // one) per level before the pipeline is full, and on one host all ranks' forwarding (the sum of the
 // subtree sizes, in blocks, against the linear algorithm's n-1) shares the host's memory and cores.
-double gatherUs(const Args& a, const Topo& t, const Costs& c) {
+double gatherUs(const Args& a, const JobShape& t, const Costs& c) {
   const int n = t.nranks;
   const double N = static_cast<double>(a.count * dataTypeSize(a.dtype)), C = 512.0 * 1024;
   const LinkCost& l = t.slowest;
@@ -78,12 +78,12 @@ class Binomial final : public Algorithm {
   bool implements(Kind k) const override {
     return k == Kind::Broadcast || k == Kind::Reduce || k == Kind::Gather || k == Kind::Scatter;
   }
-  const char* unfit(const Args& a, const Topo& t, bool) const override {
+  const char* unfit(const Args& a, const JobShape& t, bool) const override {
     if (a.kind == Kind::Gather || a.kind == Kind::Scatter) return nullptr;  // nothing reduced: any number of ranks
     return t.nranks > (1 << (kernels::kMaxSources - 1)) ? "its root reduces every child at once, 2^15 ranks at most"
                                                          : nullptr;
   }
-  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+  double predictUs(const Args& a, const JobShape& t, const Costs& c) const override {
     if (a.kind == Kind::Gather || a.kind == Kind::Scatter) return gatherUs(a, t, c);
     const double N = static_cast<double>(a.count * dataTypeSize(a.dtype)), C = 512.0 * 1024;
     const double chunk = std::min(N, C), chunks = std::max(1.0, std::ceil(N / C)), levels = ceilLog2(t.nranks);
@@ -93,7 +93,7 @@ class Binomial final : public Algorithm {
     const double reduce = a.kind == Kind::Reduce ? bytesUs(2 * chunk, c.memoryGBps, t) : 0;
     return c.base("binomial", a.kind) + levels * chunks * (waitUs(l, t, c) + c.factor("binomial", a.kind) * (move + reduce));
   }
-  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
+  void build(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
     if (a.kind == Kind::Broadcast) binomialBroadcast(a, t, p, s, b);
     else if (a.kind == Kind::Reduce) binomialReduce(a, t, p, s, b);
     else binomialGatherScatter(a, t, p, s, b);

@@ -15,7 +15,7 @@ namespace hora::coll {
 using core::Deps;
 using core::reduceAction;
 
-void bruckAllGather(const Args& a, const Topo& t, const Plan&, core::Scratch& scratch, core::ProgramBuilder& b) {
+void bruckAllGather(const Args& a, const JobShape& t, const Plan&, core::Scratch& scratch, core::ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count, block = N * E;
   if (N == 0) return;
@@ -47,7 +47,7 @@ class Bruck final : public Algorithm {
  public:
   Algo id() const override { return Algo::Bruck; }
   bool implements(Kind k) const override { return k == Kind::AllGather; }
-  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+  double predictUs(const Args& a, const JobShape& t, const Costs& c) const override {
     const double N = static_cast<double>(a.count * dataTypeSize(a.dtype)), n = t.nranks;
     const LinkCost& l = t.slowest;
     const double move = t.stage ? bytesUs(6 * (n - 1) * N, c.memoryGBps, t) + bytesUs((n - 1) * N, c.stage.gbps, t)
@@ -55,7 +55,7 @@ class Bruck final : public Algorithm {
     return c.base("bruck", a.kind) + ceilLog2(t.nranks) * waitUs(l, t, c) +
            c.factor("bruck", a.kind) * (move + bytesUs(2 * n * N, c.memoryGBps, t));
   }
-  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
+  void build(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
     bruckAllGather(a, t, p, s, b);
   }
 };

@@ -3,7 +3,7 @@
 
 namespace hora::coll {
 
-void build(const Args& a, const Topo& t, const Plan& plan, core::Scratch& scratch, core::Program& out) {
+void build(const Args& a, const JobShape& t, const Plan& plan, core::Scratch& scratch, core::Program& out) {
   out.tag = makeTag(a);
   core::ProgramBuilder b(out);
   algorithm(plan.algo).build(a, t, plan, scratch, b);
@@ -18,7 +18,7 @@ void build(const Args& a, const Topo& t, const Plan& plan, core::Scratch& scratc
 // rank of a call with nothing to move: those could return success while a rank with another
 // call (root, count, collective) fails. They compare it with their predecessor's later
 // (comm/call_check.h).
-bool needsAgreement(const Args& a, const Topo& t) {
+bool needsAgreement(const Args& a, const JobShape& t) {
   if (!t.callCheck || t.nranks < 2 || a.kind == Kind::Send || a.kind == Kind::Recv || a.kind == Kind::Barrier)
     return false;
   return a.kind == Kind::Broadcast || a.kind == Kind::Reduce || a.kind == Kind::Gather || a.kind == Kind::Scatter ||
@@ -29,7 +29,7 @@ bool needsAgreement(const Args& a, const Topo& t) {
 // as the last job of its communicator in a call or group, after every other job's messages on
 // the link (so both ends count them alike, whatever sends and receives each rank's group holds),
 // depending on none of their ops: it leaves with the data, and the sender never waits for it.
-void buildCheckSend(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out) {
+void buildCheckSend(const JobShape& t, uint64_t tag, core::Scratch& scratch, core::Program& out) {
   out.tag = tag;
   core::ProgramBuilder b(out);
   auto* token = static_cast<uint8_t*>(scratch.get(1));
@@ -37,13 +37,13 @@ void buildCheckSend(const Topo& t, uint64_t tag, core::Scratch& scratch, core::P
   b.send((t.rank + 1) % t.nranks, token, 1);
 }
 
-void buildCheckRecv(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out) {
+void buildCheckRecv(const JobShape& t, uint64_t tag, core::Scratch& scratch, core::Program& out) {
   out.tag = tag;
   core::ProgramBuilder b(out);
   b.recv((t.rank + t.nranks - 1) % t.nranks, scratch.get(1), 1);
 }
 
-void addCheckRecv(const Topo& t, uint64_t tag, uint16_t call, core::Scratch& scratch, core::Program& out) {
+void addCheckRecv(const JobShape& t, uint64_t tag, uint16_t call, core::Scratch& scratch, core::Program& out) {
   core::ProgramBuilder b(out);
   const int32_t i = b.recv((t.rank + t.nranks - 1) % t.nranks, scratch.get(1), 1);
   out.ops[static_cast<size_t>(i)].value = tag;
@@ -51,7 +51,7 @@ void addCheckRecv(const Topo& t, uint64_t tag, uint16_t call, core::Scratch& scr
 }
 
 // Cost: ceil(log2 n) tiny messages per rank.
-void buildAgreement(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out) {
+void buildAgreement(const JobShape& t, uint64_t tag, core::Scratch& scratch, core::Program& out) {
   out.tag = tag;
   core::ProgramBuilder b(out);
   disseminationBarrier(t, scratch, b);

@@ -23,7 +23,7 @@ using core::ProgramBuilder;
 using core::reduceAction;
 using core::SlotPool;
 
-void chainBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch&, ProgramBuilder& b) {
+void chainBroadcast(const Args& a, const JobShape& t, const Plan& p, core::Scratch&, ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;
@@ -44,7 +44,7 @@ void chainBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch&,
   }
 }
 
-void chainReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
+void chainReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   const Reducer red{a, n};
@@ -103,7 +103,7 @@ class Chain final : public Algorithm {
   // more ranks the n-1 waits stay in the prediction: a lone call pays them (63 at 64 ranks,
   // against the trees' 6), and that many has not been measured.
   static constexpr int kPipelinedMost = 8;
-  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+  double predictUs(const Args& a, const JobShape& t, const Costs& c) const override {
     const double N = static_cast<double>(a.count * dataTypeSize(a.dtype)), C = 512.0 * 1024;
     const bool pipelined = a.kind == Kind::Broadcast && !t.stage && t.nranks <= kPipelinedMost;
     const double chunk = std::min(N, C), chunks = std::max(1.0, std::ceil(N / C));
@@ -116,7 +116,7 @@ class Chain final : public Algorithm {
     if (pipelined) return c.base("chain", a.kind) + waitUs(l, t, c) + f * chunks * 2 * move;
     return c.base("chain", a.kind) + (t.nranks - 1 + chunks - 1) * (waitUs(l, t, c) + f * move);
   }
-  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) const override {
+  void build(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) const override {
     if (buildInHostOrder(*this, a, t, p, s, b)) return;
     if (a.kind == Kind::Broadcast) chainBroadcast(a, t, p, s, b);
     else chainReduce(a, t, p, s, b);

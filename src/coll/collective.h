@@ -90,7 +90,10 @@ struct HostLayout {
   std::vector<int> hostOrder() const;
 };
 
-struct Topo {
+// What the planner and the algorithms know of the job (horaComm::shape): this rank and the
+// ranks, how they spread over hosts and machines, the shared stages, the slowest links. (The
+// hosts' hardware itself is src/topo/'s topology.)
+struct JobShape {
   int rank = 0;
   int nranks = 1;
   // The shared stage, when every rank of the communicator is a member of it (the stage
@@ -151,27 +154,27 @@ class AwaitFn {
 };
 
 // Appends this rank's ops for `a`, by the plan's algorithm, to `out` and sets its tag.
-void build(const Args& a, const Topo& t, const Plan& plan, core::Scratch& scratch, core::Program& out);
+void build(const Args& a, const JobShape& t, const Plan& plan, core::Scratch& scratch, core::Program& out);
 // Whether a rank of the call may finish without having heard, through checked messages, from
 // every other, so that its call is compared with its predecessor's later (comm/call_check.h):
 // a Broadcast, a Reduce, a Gather, a Scatter, a call with nothing to move (HORA_CALL_CHECK; see
 // build.cc).
-bool needsAgreement(const Args& a, const Topo& t);
+bool needsAgreement(const Args& a, const JobShape& t);
 // That comparison over the links: the call's check, a one-byte message tagged `tag` to the
 // successor (rank + 1), in a program of its own that runs after the communicator's other jobs
 // of a call or group; and its receipt from the predecessor, in a later call.
-void buildCheckSend(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out);
-void buildCheckRecv(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out);
+void buildCheckSend(const JobShape& t, uint64_t tag, core::Scratch& scratch, core::Program& out);
+void buildCheckRecv(const JobShape& t, uint64_t tag, core::Scratch& scratch, core::Program& out);
 // One more check received in the same program (a batch of them, in order): its own tag and frame
 // number on the op, where the program's are its first's.
-void addCheckRecv(const Topo& t, uint64_t tag, uint16_t call, core::Scratch& scratch, core::Program& out);
+void addCheckRecv(const JobShape& t, uint64_t tag, uint16_t call, core::Scratch& scratch, core::Program& out);
 // A meeting of every rank (a dissemination barrier), its messages tagged `tag`: on leaving it a
 // rank has heard, through checked messages, from every other (horaCommFinalize's).
-void buildAgreement(const Topo& t, uint64_t tag, core::Scratch& scratch, core::Program& out);
+void buildAgreement(const JobShape& t, uint64_t tag, core::Scratch& scratch, core::Program& out);
 // Whether a lone call run at once through the stage leaves some rank without having compared
 // its call with every other's (a small rooted call through the stage's cells, src/coll/stage_now.cc),
 // so that the ranks compare it later with their predecessor's (HORA_CALL_CHECK; run.cc).
-bool stageChecksLater(const Args& a, const Topo& t);
+bool stageChecksLater(const Args& a, const JobShape& t);
 
 // The tag every message of the call carries, and its description.
 uint64_t makeTag(const Args& a);

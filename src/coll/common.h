@@ -70,40 +70,40 @@ struct Reducer {
 };
 
 // Per-algorithm builders (ring.cc, chain.cc, p2p.cc).
-void stageAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
-void stageBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
-void stageHierAllReduce(const Args& a, const Topo& t, const Plan& p, const Algorithm& inner,
+void stageAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void stageBroadcast(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void stageHierAllReduce(const Args& a, const JobShape& t, const Plan& p, const Algorithm& inner,
                         const std::vector<int>& team, int teamIndex, core::Scratch& scratch, core::ProgramBuilder& b);
-void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await);
+void stageFlatNow(const Args& a, const JobShape& t, const AwaitFn& await);
 // The fold of recursive doubling and Rabenseifner's (direct.cc), p the largest power of two <=
 // n: a rank from p on hands its input (scaled for PreMulSum) to rank r-p, receives the result
 // from it and gets false; another gets true, in *acc its input scaled for PreMulSum, with rank
 // r+p's folded in (in the result buffer) when r < n-p, and in *ready the op that made it.
-bool foldIn(const Args& a, const Topo& t, int p, core::Scratch& s, core::ProgramBuilder& b, const void** acc,
+bool foldIn(const Args& a, const JobShape& t, int p, core::Scratch& s, core::ProgramBuilder& b, const void** acc,
             int32_t* ready);
-void rdAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
-void directAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
-void ringAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
-void ringAllGather(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
-void ringReduceScatter(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
-void chainBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
-void chainReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
-void p2p(const Args& a, const Topo& t, const Plan& p, core::ProgramBuilder& b);
-void pairwiseAllToAll(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
-void disseminationBarrier(const Topo& t, core::Scratch& s, core::ProgramBuilder& b);
+void rdAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void directAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void ringAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void ringAllGather(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void ringReduceScatter(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void chainBroadcast(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void chainReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void p2p(const Args& a, const JobShape& t, const Plan& p, core::ProgramBuilder& b);
+void pairwiseAllToAll(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void disseminationBarrier(const JobShape& t, core::Scratch& s, core::ProgramBuilder& b);
 // Trees and logarithmic algorithms (tree.cc, binomial.cc, rabenseifner.cc, bruck.cc, direct.cc):
 // they read only t.rank and t.nranks, so they build as well for a sub-team of ranks.
-void treeAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
-void treeBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
-void treeReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
-void binomialBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
-void binomialReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
-void rabenseifnerAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
-void rdAllGather(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
-void bruckAllGather(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void treeAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void treeBroadcast(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void treeReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void binomialBroadcast(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void binomialReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void rabenseifnerAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void rdAllGather(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void bruckAllGather(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 // Gather and Scatter (gather.cc): linear (the direct algorithm's) and over the binomial tree.
-void linearGatherScatter(const Args& a, const Topo& t, const Plan& p, core::ProgramBuilder& b);
-void binomialGatherScatter(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
+void linearGatherScatter(const Args& a, const JobShape& t, const Plan& p, core::ProgramBuilder& b);
+void binomialGatherScatter(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 
 // One rank's place in a tree, as ranks: its parent (-1 at the root) and its children, in the
 // order their partial results are reduced (and the broadcast sends).
@@ -154,7 +154,7 @@ int32_t buildOnTeam(const Algorithm& algo, const Args& sub, const std::vector<in
 // Across hosts whose ranks are not consecutive: builds a ring or a chain over the ranks in host
 // order, so that it crosses each host's link once each way (AllGather and ReduceScatter through
 // a copy of their blocks in that order), and returns true; false when the order is right.
-bool buildInHostOrder(const Algorithm& algo, const Args& a, const Topo& t, const Plan& p, core::Scratch& s,
+bool buildInHostOrder(const Algorithm& algo, const Args& a, const JobShape& t, const Plan& p, core::Scratch& s,
                       core::ProgramBuilder& b);
 
 inline size_t chunkElems(const Args& a, const Plan& p) {

@@ -64,15 +64,15 @@ struct Costs {
 std::string costKey(const char* algo, Kind k);
 
 // Ranks per core on the busiest host (at least 1): how much the cores are shared.
-inline double sharing(const Topo& t) {
+inline double sharing(const JobShape& t) {
   return std::max(1.0, static_cast<double>(std::max(t.ranksPerHost, t.ranksPerMachine)) / std::max(1, t.coresPerHost));
 }
 // One wait on a link, when the rank waited for may first have to be scheduled.
-inline double waitUs(const LinkCost& l, const Topo& t, const Costs& c) {
+inline double waitUs(const LinkCost& l, const JobShape& t, const Costs& c) {
   return l.latencyUs + c.oversubscribedUs * std::log2(sharing(t));
 }
 // Microseconds to move `bytes` at `gbps`, slowed by cores shared among ranks.
-inline double bytesUs(double bytes, double gbps, const Topo& t) { return sharing(t) * bytes / gbps / 1000.0; }
+inline double bytesUs(double bytes, double gbps, const JobShape& t) { return sharing(t) * bytes / gbps / 1000.0; }
 
 // The text a tune file holds: one setting per line, `key value...`, '#' comments:
 //   stage LATENCY_US GBPS | memory GBPS | oversubscribed US | link NAME LATENCY_US GBPS |

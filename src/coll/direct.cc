@@ -13,7 +13,7 @@ namespace hora::coll {
 using core::Deps;
 using core::reduceAction;
 
-void directAllReduce(const Args& a, const Topo& t, const Plan&, core::Scratch& scratch, core::ProgramBuilder& b) {
+void directAllReduce(const Args& a, const JobShape& t, const Plan&, core::Scratch& scratch, core::ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count, bytes = N * E;
   const Reducer red{a, n};
@@ -42,7 +42,7 @@ void directAllReduce(const Args& a, const Topo& t, const Plan&, core::Scratch& s
 }
 
 
-bool foldIn(const Args& a, const Topo& t, int p, core::Scratch& scratch, core::ProgramBuilder& b, const void** acc,
+bool foldIn(const Args& a, const JobShape& t, int p, core::Scratch& scratch, core::ProgramBuilder& b, const void** acc,
             int32_t* ready) {
   const int n = t.nranks, r = t.rank;
   const size_t N = a.count, bytes = N * dataTypeSize(a.dtype);
@@ -75,7 +75,7 @@ bool foldIn(const Args& a, const Topo& t, int p, core::Scratch& scratch, core::P
 // result back to rank r+p. log2(p) (+2 when n is not a power of two) steps, log2(p) * N*E bytes
 // each way per rank. Partners combine the same two values (in opposite order, and every op is
 // commutative), so all ranks hold the same bits after every round.
-void rdAllReduce(const Args& a, const Topo& t, const Plan&, core::Scratch& scratch, core::ProgramBuilder& b) {
+void rdAllReduce(const Args& a, const JobShape& t, const Plan&, core::Scratch& scratch, core::ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count, bytes = N * E;
   const Reducer red{a, n};
@@ -105,7 +105,7 @@ void rdAllReduce(const Args& a, const Topo& t, const Plan&, core::Scratch& scrat
 // r ^ 2^k, straight into their places in the result: at most two contiguous runs each way.
 // Finally ranks r < n-p send the whole result to rank r+p. log2(p) (+2) steps; (n-1) N*E
 // bytes in per rank, in messages that double every round.
-void rdAllGather(const Args& a, const Topo& t, const Plan&, core::Scratch&, core::ProgramBuilder& b) {
+void rdAllGather(const Args& a, const JobShape& t, const Plan&, core::Scratch&, core::ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count, block = N * E;
   if (N == 0) return;
@@ -149,11 +149,11 @@ class Direct final : public Algorithm {
  public:
   Algo id() const override { return Algo::Direct; }
   bool implements(Kind k) const override { return k == Kind::AllReduce || k == Kind::Gather || k == Kind::Scatter; }
-  const char* unfit(const Args& a, const Topo& t, bool) const override {
+  const char* unfit(const Args& a, const JobShape& t, bool) const override {
     return a.kind == Kind::AllReduce && t.nranks > kernels::kMaxSources ? "it reduces every input at once, 16 ranks at most"
                                                                          : nullptr;
   }
-  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+  double predictUs(const Args& a, const JobShape& t, const Costs& c) const override {
     const double N = static_cast<double>(a.count * dataTypeSize(a.dtype)), n = t.nranks;
     const LinkCost& l = t.slowest;
     const double message = t.stage ? bytesUs(3 * N, c.memoryGBps, t) + bytesUs(N, c.stage.gbps, t) : bytesUs(N, l.gbps, t);
@@ -165,7 +165,7 @@ class Direct final : public Algorithm {
     return c.base("direct", a.kind) + (n - 1) * waitUs(l, t, c) +
            c.factor("direct", a.kind) * ((n - 1) * message + bytesUs((n + 1) * N, c.memoryGBps, t));
   }
-  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
+  void build(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
     if (a.kind == Kind::AllReduce) directAllReduce(a, t, p, s, b);
     else linearGatherScatter(a, t, p, b);
   }
@@ -177,7 +177,7 @@ class RecursiveDoubling final : public Algorithm {
  public:
   Algo id() const override { return Algo::RecursiveDoubling; }
   bool implements(Kind k) const override { return k == Kind::AllReduce || k == Kind::AllGather; }
-  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+  double predictUs(const Args& a, const JobShape& t, const Costs& c) const override {
     const double N = static_cast<double>(a.count * dataTypeSize(a.dtype));
     if (a.kind == Kind::AllGather) return allGatherUs(N, t, c);
     int p = 1, steps = 0;
@@ -191,14 +191,14 @@ class RecursiveDoubling final : public Algorithm {
                                   : bytesUs(N, l.gbps, t) + bytesUs(3 * N, c.memoryGBps, t);
     return c.base("rd", a.kind) + steps * (waitUs(l, t, c) + c.factor("rd", a.kind) * perStep);
   }
-  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
+  void build(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
     if (a.kind == Kind::AllGather) rdAllGather(a, t, p, s, b);
     else rdAllReduce(a, t, p, s, b);
   }
 
  private:
   // AllGather: log2(p) waits (+2), (n-1) N bytes in, and for the extra ranks the whole result.
-  static double allGatherUs(double N, const Topo& t, const Costs& c) {
+  static double allGatherUs(double N, const JobShape& t, const Costs& c) {
     int steps = 0;
     const int p = floorPow2(t.nranks, &steps);
     const double n = t.nranks;

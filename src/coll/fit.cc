@@ -14,7 +14,7 @@ struct Trial {
   double base = 0, error = 0;
 };
 
-Trial trial(const Costs& c, const Topo& t, const std::string& key, double f, const std::vector<const Measured*>& ms) {
+Trial trial(const Costs& c, const JobShape& t, const std::string& key, double f, const std::vector<const Measured*>& ms) {
   Costs cf = c;
   cf.byteFactor[key] = f;
   cf.baseUs[key] = 0;
@@ -38,7 +38,7 @@ Trial trial(const Costs& c, const Topo& t, const std::string& key, double f, con
 
 }  // namespace
 
-Costs fitCosts(const Costs& c, const Topo& t, const std::vector<Measured>& m, std::vector<Fitted>* report) {
+Costs fitCosts(const Costs& c, const JobShape& t, const std::vector<Measured>& m, std::vector<Fitted>* report) {
   std::map<std::string, std::vector<const Measured*>> byKey;
   for (const Measured& x : m)
     if (x.us > 0) byKey[costKey(algorithm(x.algo).name(), x.args.kind)].push_back(&x);

@@ -33,6 +33,6 @@ struct Fitted {
 // errors; base >= 0, factor from 1/16 to 16), the rest of c unchanged. An algorithm of phases
 // (hier) is fitted after the others, whose costs its prediction includes. `report`, if given,
 // gets a line per key.
-Costs fitCosts(const Costs& c, const Topo& t, const std::vector<Measured>& m, std::vector<Fitted>* report = nullptr);
+Costs fitCosts(const Costs& c, const JobShape& t, const std::vector<Measured>& m, std::vector<Fitted>* report = nullptr);
 
 }  // namespace hora::coll

@@ -55,7 +55,7 @@ void* bigOf(const Args& a) { return a.kind == Kind::Gather ? a.recvbuf : const_c
 
 }  // namespace
 
-void linearGatherScatter(const Args& a, const Topo& t, const Plan& p, ProgramBuilder& b) {
+void linearGatherScatter(const Args& a, const JobShape& t, const Plan& p, ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank, R = a.root;
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;
@@ -127,7 +127,7 @@ struct Filled {
 
 }  // namespace
 
-void binomialGatherScatter(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
+void binomialGatherScatter(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
   const int n = t.nranks, R = a.root, q = mod(t.rank - R, n), w = n - R;
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;

@@ -90,7 +90,7 @@ int32_t buildOnTeam(const Algorithm& algo, const Args& sub, const std::vector<in
   static thread_local core::Program prog;
   prog.clear();
   ProgramBuilder sb(prog);
-  Topo t;
+  JobShape t;
   t.rank = me;
   t.nranks = static_cast<int>(team.size());
   algo.build(sub, t, p, scratch, sb);
@@ -99,7 +99,7 @@ int32_t buildOnTeam(const Algorithm& algo, const Args& sub, const std::vector<in
   return b.join(first, static_cast<int32_t>(b.size()));
 }
 
-bool buildInHostOrder(const Algorithm& algo, const Args& a, const Topo& t, const Plan& p, core::Scratch& s,
+bool buildInHostOrder(const Algorithm& algo, const Args& a, const JobShape& t, const Plan& p, core::Scratch& s,
                       ProgramBuilder& b) {
   if (!t.layout || t.layout->consecutive()) return false;
   const std::vector<int> order = t.layout->hostOrder();
@@ -224,7 +224,7 @@ void exchangeSlices(const Args& a, const Place& pl, void* buf, int32_t ready, in
   }
 }
 
-void hierAllReducePiece(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
+void hierAllReducePiece(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;
   const Place pl(*t.layout, t.rank);
@@ -243,7 +243,7 @@ void hierAllReducePiece(const Args& a, const Topo& t, const Plan& p, core::Scrat
   exchangeSlices(a, pl, a.recvbuf, done, -1, a.sendbuf == a.recvbuf ? sent : std::vector<int32_t>{}, b);
 }
 
-void hierBroadcastPiece(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
+void hierBroadcastPiece(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;
   const Place pl(*t.layout, t.rank);
@@ -267,7 +267,7 @@ void hierBroadcastPiece(const Args& a, const Topo& t, const Plan& p, core::Scrat
   exchangeSlices(a, pl, a.recvbuf, done, a.root, {}, b);
 }
 
-void hierReducePiece(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
+void hierReducePiece(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;
   const Place pl(*t.layout, t.rank);
@@ -307,7 +307,7 @@ void hierReducePiece(const Args& a, const Topo& t, const Plan& p, core::Scratch&
 // before is handed out. A piece is kPieceChunks of the plan's chunks per local rank.
 constexpr size_t kPieceChunks = 4;
 template <class Body>
-void byPieces(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b, Body body) {
+void byPieces(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, ProgramBuilder& b, Body body) {
   const size_t E = dataTypeSize(a.dtype), L = t.layout->hosts[0].size();
   const size_t piece = std::max<size_t>(1, kPieceChunks * L * p.chunkBytes / E);
   for (size_t off = 0; off < a.count || off == 0; off += piece) {
@@ -320,7 +320,7 @@ void byPieces(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, Pro
   }
 }
 
-void hierAllGather(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
+void hierAllGather(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
   const size_t E = dataTypeSize(a.dtype), N = a.count, block = N * E;
   if (N == 0) return;
   const Place pl(*t.layout, t.rank);
@@ -349,7 +349,7 @@ void hierAllGather(const Args& a, const Topo& t, const Plan& p, core::Scratch& s
   }
 }
 
-void hierReduceScatter(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
+void hierReduceScatter(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
   const size_t E = dataTypeSize(a.dtype), N = a.count, block = N * E;
   if (N == 0) return;
   const Place pl(*t.layout, t.rank);
@@ -389,7 +389,7 @@ void hierReduceScatter(const Args& a, const Topo& t, const Plan& p, core::Scratc
 
 // What the phase between hosts is: its call, and the topology it runs on (one rank of each
 // host, the L teams sharing each host's cores and link).
-Args teamCall(const Args& a, const Topo& t) {
+Args teamCall(const Args& a, const JobShape& t) {
   Args s = innerArgs(a, t.nranks);
   const int L = t.layout ? static_cast<int>(t.layout->hosts[0].size()) : 1;
   if (a.kind != Kind::AllGather && a.kind != Kind::ReduceScatter) s.count = (a.count + static_cast<size_t>(L) - 1) / static_cast<size_t>(L);
@@ -397,8 +397,8 @@ Args teamCall(const Args& a, const Topo& t) {
   return s;
 }
 
-Topo teamTopo(const Topo& t) {
-  Topo s;
+JobShape teamTopo(const JobShape& t) {
+  JobShape s;
   s.rank = 0;
   s.nranks = t.hosts;
   s.hosts = t.hosts;
@@ -411,7 +411,7 @@ Topo teamTopo(const Topo& t) {
 
 // Within a host, `messages` messages of `bytes` each, all at once, from this rank (and as many
 // to it): one wait, the bytes over the host's link and through memory.
-double localUs(double messages, double bytes, const Topo& t, const Costs& c) {
+double localUs(double messages, double bytes, const JobShape& t, const Costs& c) {
   if (messages <= 0) return 0;
   return waitUs(t.local, t, c) + messages * (bytesUs(bytes, t.local.gbps, t) + bytesUs(4 * bytes, c.memoryGBps, t));
 }
@@ -423,7 +423,7 @@ class Hier final : public Algorithm {
     return k == Kind::AllReduce || k == Kind::Broadcast || k == Kind::Reduce || k == Kind::AllGather ||
            k == Kind::ReduceScatter;
   }
-  const char* unfit(const Args& a, const Topo& t, bool) const override {
+  const char* unfit(const Args& a, const JobShape& t, bool) const override {
     if (!t.layout || t.layout->hosts.size() < 2) return "every rank is on one host";
     if (!t.layout->uniform()) return "its hosts have different numbers of ranks";
     if (static_cast<int>(t.layout->hosts[0].size()) > kernels::kMaxSources)
@@ -431,7 +431,7 @@ class Hier final : public Algorithm {
     const Algorithm* inner = innerFor(a, t, Costs(), nullptr);
     return inner ? nullptr : "no algorithm runs its phase between hosts";
   }
-  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+  double predictUs(const Args& a, const JobShape& t, const Costs& c) const override {
     double inner = 0;
     innerFor(a, t, c, &inner);
     const double L = static_cast<double>(t.layout->hosts[0].size()), H = static_cast<double>(t.layout->hosts.size());
@@ -453,10 +453,10 @@ class Hier final : public Algorithm {
     local *= c.factor("hier", a.kind);
     return c.base("hier", a.kind) + std::max(local, inner) + std::min(local, inner) / pieces;
   }
-  void refine(const Args& a, const Topo& t, const Costs& c, Plan& p) const override {
+  void refine(const Args& a, const JobShape& t, const Costs& c, Plan& p) const override {
     if (const Algorithm* inner = innerFor(a, t, c, nullptr)) p.inner = inner->id();
   }
-  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) const override {
+  void build(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) const override {
     switch (a.kind) {
       case Kind::AllReduce:
         if (t.hostStage) {
@@ -476,10 +476,10 @@ class Hier final : public Algorithm {
 
  private:
   // The fastest algorithm for the phase between hosts (its prediction in *us).
-  const Algorithm* innerFor(const Args& a, const Topo& t, const Costs& c, double* us) const {
+  const Algorithm* innerFor(const Args& a, const JobShape& t, const Costs& c, double* us) const {
     if (!t.layout) return nullptr;
     const Args sub = teamCall(a, t);
-    const Topo st = teamTopo(t);
+    const JobShape st = teamTopo(t);
     const Algorithm* best = nullptr;
     double bestUs = 0;
     for (const Algorithm* algo : algorithms()) {

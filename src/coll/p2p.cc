@@ -7,7 +7,7 @@
 
 namespace hora::coll {
 
-void p2p(const Args& a, const Topo&, const Plan& p, core::ProgramBuilder& b) {
+void p2p(const Args& a, const JobShape&, const Plan& p, core::ProgramBuilder& b) {
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   const size_t C = chunkElems(a, p), chunks = chunksIn(N, C);
   const Range all{0, N};
@@ -23,11 +23,11 @@ class P2P final : public Algorithm {
  public:
   Algo id() const override { return Algo::P2P; }
   bool implements(Kind k) const override { return k == Kind::Send || k == Kind::Recv; }
-  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+  double predictUs(const Args& a, const JobShape& t, const Costs& c) const override {
     const LinkCost& l = t.slowest;
     return waitUs(l, t, c) + bytesUs(static_cast<double>(a.count * dataTypeSize(a.dtype)), l.gbps, t);
   }
-  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch&, core::ProgramBuilder& b) const override {
+  void build(const Args& a, const JobShape& t, const Plan& p, core::Scratch&, core::ProgramBuilder& b) const override {
     p2p(a, t, p, b);
   }
 };

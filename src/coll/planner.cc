@@ -78,7 +78,7 @@ std::array<int, kKinds> parseForced(const std::string& value) {
   return forced;
 }
 
-Plan plan(const Args& a, const Topo& t, const PlannerSettings& s, bool alone, Choice* why) {
+Plan plan(const Args& a, const JobShape& t, const PlannerSettings& s, bool alone, Choice* why) {
   Plan p;
   p.chunkBytes = s.chunkBytes;
   p.slots = 4;
@@ -120,7 +120,7 @@ Plan plan(const Args& a, const Topo& t, const PlannerSettings& s, bool alone, Ch
   return p;
 }
 
-std::string explain(const Args& a, const Topo& t, const Plan& p, const Choice& c) {
+std::string explain(const Args& a, const JobShape& t, const Plan& p, const Choice& c) {
   std::string s = format("%s %s %s, %d rank%s on %d host%s: %s %s (predicted %.1f us", kindName(a.kind),
                          sizeText(static_cast<double>(a.count * dataTypeSize(a.dtype))).c_str(), dataTypeName(a.dtype),
                          t.nranks, t.nranks == 1 ? "" : "s", t.hosts, t.hosts == 1 ? "" : "s",

@@ -37,9 +37,9 @@ struct Choice {
 };
 
 // The plan of a call; `alone`: not part of a group. Throws when a forced algorithm cannot run it.
-Plan plan(const Args& a, const Topo& t, const PlannerSettings& s, bool alone, Choice* why = nullptr);
+Plan plan(const Args& a, const JobShape& t, const PlannerSettings& s, bool alone, Choice* why = nullptr);
 
 // "AllReduce 1 MiB float, 4 ranks on 1 host: chose slice (predicted 410 us; rd 900 us, ...)".
-std::string explain(const Args& a, const Topo& t, const Plan& p, const Choice& c);
+std::string explain(const Args& a, const JobShape& t, const Plan& p, const Choice& c);
 
 }  // namespace hora::coll

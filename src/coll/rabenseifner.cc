@@ -22,7 +22,7 @@ namespace hora::coll {
 using core::Deps;
 using core::reduceAction;
 
-void rabenseifnerAllReduce(const Args& a, const Topo& t, const Plan&, core::Scratch& scratch, core::ProgramBuilder& b) {
+void rabenseifnerAllReduce(const Args& a, const JobShape& t, const Plan&, core::Scratch& scratch, core::ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count, bytes = N * E;
   const Reducer red{a, n};
@@ -78,7 +78,7 @@ class Rabenseifner final : public Algorithm {
  public:
   Algo id() const override { return Algo::Rabenseifner; }
   bool implements(Kind k) const override { return k == Kind::AllReduce; }
-  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+  double predictUs(const Args& a, const JobShape& t, const Costs& c) const override {
     const double N = static_cast<double>(a.count * dataTypeSize(a.dtype));
     int steps = 0;
     const int pw = floorPow2(t.nranks, &steps);
@@ -94,7 +94,7 @@ class Rabenseifner final : public Algorithm {
     if (fold) us += 2 * waitUs(l, t, c) + f * (2 * move(N) + bytesUs(3 * N, c.memoryGBps, t));
     return us;
   }
-  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
+  void build(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
     rabenseifnerAllReduce(a, t, p, s, b);
   }
 };

@@ -36,7 +36,7 @@ using core::ProgramBuilder;
 using core::reduceAction;
 using core::SlotPool;
 
-void ringAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
+void ringAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   const Reducer red{a, n};
@@ -99,7 +99,7 @@ void ringAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s
   }
 }
 
-void ringAllGather(const Args& a, const Topo& t, const Plan& p, core::Scratch&, ProgramBuilder& b) {
+void ringAllGather(const Args& a, const JobShape& t, const Plan& p, core::Scratch&, ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;
@@ -122,7 +122,7 @@ void ringAllGather(const Args& a, const Topo& t, const Plan& p, core::Scratch&, 
   }
 }
 
-void ringReduceScatter(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
+void ringReduceScatter(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count;  // N: elements per rank
   const Reducer red{a, n};
@@ -196,7 +196,7 @@ class Ring final : public Algorithm {
   bool implements(Kind k) const override {
     return k == Kind::AllReduce || k == Kind::AllGather || k == Kind::ReduceScatter;
   }
-  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+  double predictUs(const Args& a, const JobShape& t, const Costs& c) const override {
     const double n = t.nranks, E = static_cast<double>(dataTypeSize(a.dtype));
     // Bytes of the block each step moves, and the steps.
     const double block = a.kind == Kind::AllReduce ? a.count * E / n : a.count * E;
@@ -210,7 +210,7 @@ class Ring final : public Algorithm {
     return c.base("ring", a.kind) + steps * chunks * waitUs(l, t, c) +
            c.factor("ring", a.kind) * (steps * move + reducing * bytesUs(3 * block, c.memoryGBps, t));
   }
-  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) const override {
+  void build(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) const override {
     if (buildInHostOrder(*this, a, t, p, s, b)) return;
     if (a.kind == Kind::AllReduce) ringAllReduce(a, t, p, s, b);
     else if (a.kind == Kind::AllGather) ringAllGather(a, t, p, s, b);

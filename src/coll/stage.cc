@@ -7,7 +7,7 @@
 //   InReady   the chunk whose input is in my in-slot       OutReady  ... whose slice is in my out-slot
 //   InFree    the chunk whose in-slots I have read         OutFree   ... whose out-slots I have read
 //
-// Chunks are numbered by one sequence shared by every call on the host (Topo::stageSeq), and
+// Chunks are numbered by one sequence shared by every call on the host (JobShape::stageSeq), and
 // chunk s uses slots s%2, so chunk s+1 fills the other slots while chunk s is still being read
 // (a single copy of a Broadcast only a word in the in-slot: stageBroadcast).
 //
@@ -45,10 +45,10 @@ namespace {
 // (broadcast_perf -a 3, 2 ranks on 2 cores: 4 MiB in 158-163 us against 365-378 alone, 64 KiB
 // in 5.3 against 8.1). Threads copy at memory speed on one core (4 MiB in 93 us alone, 103-106
 // split), so they do not split.
-bool splitBroadcast(const Args& a, const Topo& t) {
+bool splitBroadcast(const Args& a, const JobShape& t) {
   return t.nranks == 2 && a.sendbuf == a.recvbuf && t.stage->memberAccess() == transport::SharedStage::Access::Kernel;
 }
-bool singleCopyBroadcast(const Args& a, const Topo& t) {
+bool singleCopyBroadcast(const Args& a, const JobShape& t) {
   using Access = transport::SharedStage::Access;
   if (a.kind != Kind::Broadcast || !t.stage) return false;
   const size_t bytes = a.count * dataTypeSize(a.dtype);
@@ -65,7 +65,7 @@ int32_t waitFor(core::ProgramBuilder& b, Counter c, uint64_t s, core::Deps d = {
 }
 }  // namespace
 
-void stageAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch&, core::ProgramBuilder& b) {
+void stageAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratch&, core::ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   const Reducer red{a, n};
@@ -134,7 +134,7 @@ void stageAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch&,
 // The root's data crosses memory once per reader and never into a slot, and a reader needs
 // nothing of the root between the start and the end of its copy: a root (or reader)
 // descheduled meanwhile costs nothing, where the slots' pipeline meets at every chunk.
-void stageBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& scratch, core::ProgramBuilder& b) {
+void stageBroadcast(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, core::ProgramBuilder& b) {
   const int r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;
@@ -213,7 +213,7 @@ void stageBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& 
 // out-slot (`inner`, spliced in by buildOnTeam); post, wait; copy the L slices out of the
 // out-slots into the result. Chunks pipeline as in stageAllReduce: while one chunk's slice
 // crosses the network, the next is reduced.
-void stageHierAllReduce(const Args& a, const Topo& t, const Plan& p, const Algorithm& inner,
+void stageHierAllReduce(const Args& a, const JobShape& t, const Plan& p, const Algorithm& inner,
                         const std::vector<int>& team, int teamIndex, core::Scratch& scratch, core::ProgramBuilder& b) {
   const transport::SharedStage& st = *t.hostStage;
   const int L = st.size(), i = st.index();
@@ -276,13 +276,13 @@ size_t flatLimit(int nranks) {
 // A lone Broadcast above a cell (or a slot) runs as a program, pipelined through the root's
 // slots (stageBroadcast), as one in a group does; a lone one that fits goes through the cells
 // (or a slot) at once.
-bool pipelinedBroadcast(const Args& a, const Topo& t) {
+bool pipelinedBroadcast(const Args& a, const JobShape& t) {
   const size_t bytes = a.count * dataTypeSize(a.dtype);
   return a.kind == Kind::Broadcast && a.count > 0 && t.stage &&
          (bytes > transport::SharedStage::kCellBytes || bytes > t.stage->slotBytes() || singleCopyBroadcast(a, t));
 }
 
-const char* needsStage(const Topo& t) {
+const char* needsStage(const JobShape& t) {
   if (!t.stage) return "it needs every rank in one shared stage (the ranks of one host, with shared memory on)";
   if (t.nranks > kernels::kMaxSources) return "it reduces every rank's slot at once, 16 ranks at most";
   return nullptr;
@@ -296,7 +296,7 @@ class Flat final : public Algorithm {
  public:
   Algo id() const override { return Algo::Flat; }
   bool implements(Kind k) const override { return k != Kind::Send && k != Kind::Recv; }
-  const char* unfit(const Args& a, const Topo& t, bool alone) const override {
+  const char* unfit(const Args& a, const JobShape& t, bool alone) const override {
     if (const char* why = needsStage(t)) return why;
     if (a.kind == Kind::AllReduce) return nullptr;  // as a program, in chunks of a slot
     // A Broadcast as a program too (stageBroadcast): one above a cell, or any in a group.
@@ -311,7 +311,7 @@ class Flat final : public Algorithm {
     if (in > flatLimit(t.nranks) && !inCells(a, t)) return "the input is above the size where it was measured to beat the ring and chain";
     return nullptr;
   }
-  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+  double predictUs(const Args& a, const JobShape& t, const Costs& c) const override {
     if (a.kind == Kind::Barrier) return waitUs(c.stage, t, c);
     if (singleCopyBroadcast(a, t)) {
       // Every reader reads the root's buffer (from another core: the stage's rate) and writes
@@ -340,15 +340,15 @@ class Flat final : public Algorithm {
     return waitUs(c.stage, t, c) +
            c.factor("flat", a.kind) * (bytesUs(2 * N + 2 * out, c.memoryGBps, t) + bytesUs(peers, c.stage.gbps, t));
   }
-  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
+  void build(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
     if (a.kind == Kind::Broadcast) stageBroadcast(a, t, p, s, b);
     else stageAllReduce(a, t, p, s, b);
   }
-  bool runsNow(const Args& a, const Topo& t) const override {
+  bool runsNow(const Args& a, const JobShape& t) const override {
     if (a.kind == Kind::Barrier) return true;
     return a.count > 0 && flatInput(a, t) <= t.stage->slotBytes() && !pipelinedBroadcast(a, t);
   }
-  void runNow(const Args& a, const Topo& t, const AwaitFn& await) const override { stageFlatNow(a, t, await); }
+  void runNow(const Args& a, const JobShape& t, const AwaitFn& await) const override { stageFlatNow(a, t, await); }
 };
 
 // Slice: per chunk two waits; traffic per rank 3N + 3N/n locally and 2(n-1)N/n from peers.
@@ -356,14 +356,14 @@ class Slice final : public Algorithm {
  public:
   Algo id() const override { return Algo::Slice; }
   bool implements(Kind k) const override { return k == Kind::AllReduce; }
-  const char* unfit(const Args&, const Topo& t, bool) const override { return needsStage(t); }
-  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+  const char* unfit(const Args&, const JobShape& t, bool) const override { return needsStage(t); }
+  double predictUs(const Args& a, const JobShape& t, const Costs& c) const override {
     const double N = static_cast<double>(a.count * dataTypeSize(a.dtype)), n = t.nranks;
     const double chunks = t.stage ? std::max(1.0, std::ceil(N / static_cast<double>(t.stage->slotBytes()))) : 1;
     return c.base("slice", a.kind) + 2 * chunks * waitUs(c.stage, t, c) +
            c.factor("slice", a.kind) * (bytesUs(3 * N + 3 * N / n, c.memoryGBps, t) + bytesUs(2 * (n - 1) * N / n, c.stage.gbps, t));
   }
-  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
+  void build(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
     stageAllReduce(a, t, p, s, b);
   }
 };

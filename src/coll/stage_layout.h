@@ -24,9 +24,9 @@ struct Slots {
 
 // What each rank puts in its slot: its input (all n blocks of it for ReduceScatter and AllToAll,
 // and for the root of a Scatter: every rank counts that one, so that all decide alike).
-size_t flatInput(const Args& a, const Topo& t);
+size_t flatInput(const Args& a, const JobShape& t);
 // Whether a lone rooted call (Broadcast, Scatter, Reduce, Gather) goes through the stage's
 // cells: its input fits one, and the stage has them.
-bool inCells(const Args& a, const Topo& t);
+bool inCells(const Args& a, const JobShape& t);
 
 }  // namespace hora::coll

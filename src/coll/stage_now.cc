@@ -36,18 +36,18 @@ void reduceFrom(void* dst, const In& in, int n, size_t offset, size_t count, con
 constexpr int kNoteSpins = 1024;
 }  // namespace
 
-size_t flatInput(const Args& a, const Topo& t) {
+size_t flatInput(const Args& a, const JobShape& t) {
   const bool blocks = a.kind == Kind::ReduceScatter || a.kind == Kind::AllToAll || a.kind == Kind::Scatter;
   return a.count * dataTypeSize(a.dtype) * (blocks ? static_cast<size_t>(t.nranks) : 1);
 }
 
-bool inCells(const Args& a, const Topo& t) {
+bool inCells(const Args& a, const JobShape& t) {
   const bool rooted = a.kind == Kind::Broadcast || a.kind == Kind::Scatter || a.kind == Kind::Reduce ||
                       a.kind == Kind::Gather;
   return rooted && t.stage && t.stage->hasCells() && flatInput(a, t) <= transport::SharedStage::kCellBytes;
 }
 
-bool stageChecksLater(const Args& a, const Topo& t) { return t.callCheck && t.nranks > 1 && inCells(a, t); }
+bool stageChecksLater(const Args& a, const JobShape& t) { return t.callCheck && t.nranks > 1 && inCells(a, t); }
 
 // Every collective but send/recv, in one step: each rank puts what it shares in its slot and
 // posts; once every rank has posted, each takes what it needs straight out of the slots.
@@ -69,7 +69,7 @@ bool stageChecksLater(const Args& a, const Topo& t) { return t.callCheck && t.nr
 // input, that their calls agree, and, for the smallest calls, the input. Where a note is not
 // there yet, or differs, the rank waits for the counters and compares the announcements as
 // before, and that comparison says what differs.
-void stageFlatNow(const Args& a, const Topo& t, const AwaitFn& await) {
+void stageFlatNow(const Args& a, const JobShape& t, const AwaitFn& await) {
   using Note = transport::SharedStage::Note;
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count, bytes = N * E;

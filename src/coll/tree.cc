@@ -172,17 +172,17 @@ void treeRootedReduce(const Args& a, int nranks, const Plan& p, const TreeLinks&
   for (size_t c = 0; c < pipe.chunks(); ++c) pipe.up(c);
 }
 
-void treeBroadcast(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) {
+void treeBroadcast(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) {
   const int n = t.nranks;
   treeRootedBroadcast(a, p, unroot(btree(n, mod(t.rank - a.root, n)), a.root, n), s, b);
 }
 
-void treeReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) {
+void treeReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) {
   const int n = t.nranks;
   treeRootedReduce(a, n, p, unroot(btree(n, mod(t.rank - a.root, n)), a.root, n), s, b);
 }
 
-void treeAllReduce(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) {
+void treeAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank;
   const size_t N = a.count;
   const Reducer red{a, n};
@@ -208,7 +208,7 @@ class Tree final : public Algorithm {
  public:
   Algo id() const override { return Algo::Tree; }
   bool implements(Kind k) const override { return k == Kind::AllReduce || k == Kind::Broadcast || k == Kind::Reduce; }
-  double predictUs(const Args& a, const Topo& t, const Costs& c) const override {
+  double predictUs(const Args& a, const JobShape& t, const Costs& c) const override {
     const double E = static_cast<double>(dataTypeSize(a.dtype)), H = ceilLog2(t.nranks), C = 512.0 * 1024;
     // AllReduce: each tree carries half the buffer up and then down.
     const double N = a.count * E / (a.kind == Kind::AllReduce ? 2 : 1);
@@ -221,7 +221,7 @@ class Tree final : public Algorithm {
     const double reduce = a.kind == Kind::Broadcast ? 0 : bytesUs(3 * chunk, c.memoryGBps, t);
     return c.base("tree", a.kind) + (levels + chunks - 1) * (waitUs(l, t, c) + c.factor("tree", a.kind) * (move + reduce));
   }
-  void build(const Args& a, const Topo& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) const override {
+  void build(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, ProgramBuilder& b) const override {
     if (a.kind == Kind::AllReduce) treeAllReduce(a, t, p, s, b);
     else if (a.kind == Kind::Broadcast) treeBroadcast(a, t, p, s, b);
     else treeReduce(a, t, p, s, b);

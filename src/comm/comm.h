@@ -217,8 +217,8 @@ struct horaComm {
   uint32_t magic = kMagic;
   hora::CommOptions opts;
   hora::coll::PlannerSettings planner;
-  // What the planner knows of the job (coll::Topo's hosts, ranks per host, cores, slowest link).
-  hora::coll::Topo shape;
+  // What the planner knows of the job (coll::JobShape's hosts, ranks per host, cores, slowest link).
+  hora::coll::JobShape shape;
   hora::coll::HostLayout layout;  // shape.layout, when the ranks span hosts
   // The shared stage offered by a transport to some of this rank's peers (before conns:
   // outlives them); null when none is.

@@ -129,11 +129,11 @@ const Variable kVariables[] = {
      "how a CUDA stream waits for a call's worker: memop (cuStreamWaitValue32; the polling kernel where the "
      "driver refuses it) or kernel (a one-thread kernel polls the word)"},
     {"HORA_CUDA_IPC", Topic::Cuda, "0 or 1", "1", "0 or 1",
-     "0: device buffers of the ranks of one host are staged through host memory instead of the CUDA IPC stage; "
+     "0: device buffers of the ranks of one host are bounced through host memory instead of the CUDA IPC stage; "
      "must agree on every rank",
      "NCCL_P2P_DISABLE", "1 as 0 (stage through host memory)"},
-    {"HORA_CUDA_STAGE_CHUNK", Topic::Cuda, "size", "1M", "0, or 4096 to 256M bytes (K and M suffixes)",
-     "device buffers staged through host memory (across hosts, or with HORA_CUDA_IPC=0) are copied in and out "
+    {"HORA_CUDA_BOUNCE_CHUNK", Topic::Cuda, "size", "1M", "0, or 4096 to 256M bytes (K and M suffixes)",
+     "device buffers bounced through host memory (across hosts, or with HORA_CUDA_IPC=0) are copied in and out "
      "in chunks of this size (at most 32 each way, larger chunks for larger buffers), each copy an op of the "
      "call's program, so that the copies, the wire and the reductions overlap; 0: each buffer is copied whole, "
      "in before the call and out after it; may differ between ranks"},
@@ -141,7 +141,7 @@ const Variable kVariables[] = {
      "1: a collective whose buffers are all on the device, between ranks of one host, is a kernel on the "
      "caller's stream that moves and reduces the data itself through the ranks' mapped device memory (no host "
      "hand-off); 0: such calls go through the communicator's worker thread (the CUDA IPC stage for an AllReduce, "
-     "staging for the rest); must agree on every rank; needs HORA_CUDA_IPC=1"},
+     "bouncing for the rest); must agree on every rank; needs HORA_CUDA_IPC=1"},
     // How a rank finds its job (horaCommInitFromEnv, hora.torch's init).
     {"HORA_RANK", Topic::Launch, "integer", "", "0 to HORA_SIZE-1",
      "this rank (horaCommInitFromEnv; set by hora-run)"},
@@ -512,11 +512,11 @@ Config parseConfig(const EnvLookup& env) {
   } else {
     readNcclCudaIpc(c, s);
   }
-  if (auto v = env("HORA_CUDA_STAGE_CHUNK")) {
-    c.cudaStageChunk = static_cast<size_t>(parseBytes("HORA_CUDA_STAGE_CHUNK", *v, 0, 256LL << 20,
+  if (auto v = env("HORA_CUDA_BOUNCE_CHUNK")) {
+    c.cudaBounceChunk = static_cast<size_t>(parseBytes("HORA_CUDA_BOUNCE_CHUNK", *v, 0, 256LL << 20,
                                                       "0, or a size from 4096 to 256M (K and M suffixes allowed)"));
-    if (c.cudaStageChunk && c.cudaStageChunk < 4096)
-      bad("HORA_CUDA_STAGE_CHUNK", *v, "0, or a size from 4096 to 256M (K and M suffixes allowed)");
+    if (c.cudaBounceChunk && c.cudaBounceChunk < 4096)
+      bad("HORA_CUDA_BOUNCE_CHUNK", *v, "0, or a size from 4096 to 256M (K and M suffixes allowed)");
   }
   if (auto v = env("HORA_CUDA_KERNELS")) c.cudaKernels = parseIntVariable("HORA_CUDA_KERNELS", *v, 0, 1, "0 or 1") != 0;
   if (KnobSource s = source(env, "HORA_COMM_BLOCKING", c); s.value) {
@@ -561,6 +561,15 @@ std::vector<std::string> unreadNcclVariables(const std::vector<std::string>& nam
   return out;
 }
 
+// Variables of earlier versions, no longer read, and what they are called now: flagged by name.
+struct Renamed {
+  const char* old;
+  const char* now;
+};
+constexpr Renamed kRenamed[] = {
+    {"HORA_CUDA_STAGE_CHUNK", "HORA_CUDA_BOUNCE_CHUNK"},
+};
+
 std::vector<std::string> unknownVariables(const std::vector<std::string>& names) {
   std::vector<std::string> out;
   for (const std::string& n : names) {
@@ -575,7 +584,9 @@ std::vector<std::string> unknownVariables(const std::vector<std::string>& names)
       if (d < bestD) { bestD = d; best = v.name; }
     }
     if (known) continue;
-    if (best && bestD <= 3) out.push_back(n + " (did you mean " + best + "?)");
+    const auto renamed = std::find_if(std::begin(kRenamed), std::end(kRenamed), [&](const Renamed& r) { return n == r.old; });
+    if (renamed != std::end(kRenamed)) out.push_back(n + " (renamed " + renamed->now + ")");
+    else if (best && bestD <= 3) out.push_back(n + " (did you mean " + best + "?)");
     else out.push_back(n);
   }
   return out;

@@ -42,7 +42,7 @@ struct Config {
   std::string cuda = "auto";  // HORA_CUDA: auto, off, emulate
   bool cudaIpc = true;        // HORA_CUDA_IPC
   bool cudaKernels = true;    // HORA_CUDA_KERNELS
-  size_t cudaStageChunk = size_t(1) << 20;  // HORA_CUDA_STAGE_CHUNK (0: whole)
+  size_t cudaBounceChunk = size_t(1) << 20;  // HORA_CUDA_BOUNCE_CHUNK (0: whole)
   bool cudaWaitKernel = false;  // HORA_CUDA_STREAM_WAIT=kernel
   std::string topoFile;  // HORA_TOPO_FILE: an hwloc XML file; empty: this machine
   bool commBlocking = true;   // HORA_COMM_BLOCKING: the default of horaConfig_t.blocking

@@ -104,7 +104,7 @@ CommState& stateOf(horaComm* c) {
   try {
     cuda::loadKernels();  // here, in a caller's thread, before a stream can wait for the worker
   } catch (const Error& e) {
-    // (A GPU none of the built code runs on: copies and staging still work; a reduction
+    // (A GPU none of the built code runs on: copies and bouncing still work; a reduction
     // fails at its launch, with CUDA's reason.)
     HORA_WARN(log::kColl, "loading the CUDA kernels: %s", e.what());
   }
@@ -200,19 +200,19 @@ void awaitLegacyStream(const horaComm* c, CommState& st) {
 }
 
 // How calls with device buffers will run, settled in the caller's thread (where a collective
-// set-up and CUDA allocations are safe): through the IPC stage, or staged through pinned blocks
+// set-up and CUDA allocations are safe): through the IPC stage, or bounced through pinned blocks
 // taken here and given back when it goes.
-struct Staging {
+struct Bounce {
   Calls calls;  // pinned buffers in place of the device ones
   // By call: its copies between the device buffers and the blocks, as ops of its program
   // (core/device_copies.h), on its communicator's copy engine.
   std::vector<core::DeviceCopies> copies;
   std::vector<std::pair<CommState*, uint8_t*>> taken;
   bool ipc = false;
-  Staging() = default;
-  Staging(const Staging&) = delete;
-  Staging& operator=(const Staging&) = delete;
-  ~Staging() {
+  Bounce() = default;
+  Bounce(const Bounce&) = delete;
+  Bounce& operator=(const Bounce&) = delete;
+  ~Bounce() {
     for (auto& [st, b] : taken) st->give(b);
   }
 };
@@ -220,8 +220,8 @@ struct Staging {
 // `lone`: the calls are the whole of what the caller submitted (not one communicator's part of
 // a group over several, whose other parts may be this very thread's to submit: a collective
 // set-up here would wait for them).
-std::unique_ptr<Staging> stagingFor(const Calls& calls, const std::vector<Where>& ws, bool lone) {
-  auto p = std::make_unique<Staging>();
+std::unique_ptr<Bounce> bounceFor(const Calls& calls, const std::vector<Where>& ws, bool lone) {
+  auto p = std::make_unique<Bounce>();
   p->calls = calls;
   if (calls.size() == 1 && ipcFits(calls[0].first, calls[0].second, ws[0])) {
     horaComm* c = calls[0].first;
@@ -250,7 +250,7 @@ std::unique_ptr<Staging> stagingFor(const Calls& calls, const std::vector<Where>
     auto it = std::find_if(copiers.begin(), copiers.end(), [&](const auto& e) { return e.first == &copier; });
     if (it == copiers.end()) it = copiers.insert(copiers.end(), {&copier, 0});
     it->second += 2 * core::kMaxCopyChunks + 2;  // (each way at most kMaxCopyChunks and a copy's rest)
-    dc.chunkBytes = config().cudaStageChunk;
+    dc.chunkBytes = config().cudaBounceChunk;
     const auto lo = [](const void* q) { return reinterpret_cast<uintptr_t>(q); };
     const bool both = w.inDev >= 0 && w.outDev >= 0;
     if (both && lo(w.in) < lo(w.out) + w.outBytes && lo(w.out) < lo(w.in) + w.inBytes) {
@@ -290,10 +290,10 @@ long long usSince(Clock::time_point t) {
   return static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t).count());
 }
 
-// Runs a staging: with `stream` null, on the legacy default stream's behalf (after what was
+// Runs a bounce: with `stream` null, on the legacy default stream's behalf (after what was
 // queued there; a worker has waited for its streams' events instead). Nothing of it is in
 // flight when this returns or throws.
-void execute(Staging& p, void* stream) {
+void execute(Bounce& p, void* stream) {
   if (p.ipc) {
     horaComm* c = p.calls[0].first;
     CommState& st = stateOf(c);
@@ -312,7 +312,7 @@ void execute(Staging& p, void* stream) {
   if (!stream) awaitLegacyStream(p.calls[0].first, stateOf(p.calls[0].first));
   const Clock::time_point t0 = tracing() ? Clock::now() : Clock::time_point();
   hora::runCalls(p.calls, &p.copies);
-  HORA_TRACE(log::kColl, "staged %s: %lld us, copies included", coll::describe(p.calls[0].second).c_str(),
+  HORA_TRACE(log::kColl, "bounced %s: %lld us, copies included", coll::describe(p.calls[0].second).c_str(),
              usSince(t0));
 }
 
@@ -374,7 +374,7 @@ void runSync(const Calls& calls) {
   if (calls.size() == 1 && viaKernel(calls[0].first, calls[0].second, ws[0], nullptr, true)) return;
   if (calls.size() > 1 && viaKernels(calls[0].first, calls, ws, nullptr, true)) return;
   OnDevice on(stateOf(calls[0].first).device);
-  std::unique_ptr<Staging> p = stagingFor(calls, ws, true);
+  std::unique_ptr<Bounce> p = bounceFor(calls, ws, true);
   execute(*p, nullptr);
 }
 
@@ -409,13 +409,13 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
       if (k.gate) awaitClique(c, k, k.gated);
     }
   }
-  // First, everything that may fail or wait (arguments, set-up, staging memory), before any
+  // First, everything that may fail or wait (arguments, set-up, bounce memory), before any
   // stream is touched.
   struct Item {
     horaComm* c;
     CommState* st;
     Calls calls;
-    std::shared_ptr<Staging> staging;  // null: host buffers only
+    std::shared_ptr<Bounce> bouncing;  // null: host buffers only
     std::vector<void*> events;
     std::vector<char> pooled;  // events[i] is from st's pool (a stream of its device), else its own
   };
@@ -451,7 +451,7 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
     std::vector<Where> ws;
     if (anyOnDevice(it.calls, ws)) {
       OnDevice on(it.st->device);
-      it.staging = stagingFor(it.calls, ws, comms.size() == 1);
+      it.bouncing = bounceFor(it.calls, ws, comms.size() == 1);
     }
     items.push_back(std::move(it));
   }
@@ -479,7 +479,7 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
     const uint32_t seq = ++st.seq;
     seqs.push_back(seq);
     horaComm* c = it.c;
-    st.worker->enqueue(fn, it.calls, [c, &st, calls = it.calls, staging = it.staging, events = it.events,
+    st.worker->enqueue(fn, it.calls, [c, &st, calls = it.calls, bouncing = it.bouncing, events = it.events,
                                       pooled = it.pooled, distinct, seq, fn, release,
                                       queued = tracing() ? Clock::now() : Clock::time_point()] {
       struct Done {  // whatever happens, the streams go on (first), and the events go back
@@ -500,9 +500,9 @@ void enqueue(const char* fn, const Calls& calls, const std::vector<void*>& strea
         const long long ready = usSince(queued);
         for (const auto& call : calls)
           if (call.first->aborting.load()) fail(Errc::InvalidUsage, "the communicator was aborted");
-        if (staging) {
-          readScalars(staging->calls, st.copyStream);
-          execute(*staging, st.copyStream);
+        if (bouncing) {
+          readScalars(bouncing->calls, st.copyStream);
+          execute(*bouncing, st.copyStream);
         } else {
           Calls run = calls;
           readScalars(run, st.copyStream);

@@ -9,9 +9,9 @@
 //   - an AllReduce whose ranks are all on this host, with every buffer on the device, goes
 //     through the CUDA IPC stage (transport::RegionStage): the shared-stage AllReduce with its
 //     reductions as kernels reading the peers' GPU memory; the stage is set up, collectively, by
-//     the first such call (if a rank cannot map a peer's memory, every rank falls back to staging
+//     the first such call (if a rank cannot map a peer's memory, every rank falls back to bouncing
 //     for good);
-//   - everything else is staged: device inputs are copied into pinned host buffers, the call runs
+//   - everything else is bounced: device inputs are copied into pinned host buffers, the call runs
 //     on those, and device outputs are copied back.
 //
 // Stream order. A call on a CUDA stream returns at once: the stream records an event, and the
@@ -44,7 +44,7 @@ struct StreamRef {
 StreamRef resolve(const void* handle);
 
 // Runs the calls now on this thread (the synchronous path): as device-initiated kernels where
-// they fit, else staging device buffers through host memory.
+// they fit, else bouncing device buffers through host memory.
 void runSync(const Calls& calls);
 // runSync of one call (the common call outside a group, without a vector of calls where its
 // buffers are host memory).
@@ -70,7 +70,7 @@ bool kernelsActive(horaComm* c);
 // The kernels of that protocol c has launched (a group's calls are one).
 uint64_t kernelLaunches(horaComm* c);
 
-// Per communicator: its worker, pinned staging and CUDA IPC stage (comm.h holds one).
+// Per communicator: its worker, pinned bounce blocks and CUDA IPC stage (comm.h holds one).
 struct CommState;
 void destroy(CommState* s);  // drains the worker first
 // The device a communicator is on: the given one, else the current device where CUDA is usable,

@@ -59,7 +59,7 @@ void setupStage(horaComm* c, CommState& st) {
     if (!no.empty()) why += (why.empty() ? "" : "; ") + std::string(p.name) + ": " + no;
   }
   st.ipc = Ipc::Off;
-  HORA_INFO(log::kInit, "rank %d: no device stage (%s); device buffers are staged through host memory", c->self().rank,
+  HORA_INFO(log::kInit, "rank %d: no device stage (%s); device buffers are bounced through host memory", c->self().rank,
             why.empty() ? "another rank could not map every region" : why.c_str());
   st.engine.reset();
 }

@@ -1,4 +1,4 @@
-// The device path's private parts, shared by comm/device.cc (staging through the host, the CUDA
+// The device path's private parts, shared by comm/device.cc (bouncing through the host, the CUDA
 // IPC stage's calls, streams), comm/device_setup.cc (the collective set-ups: the ranks'
 // exchanges, the device stage asked of the stage providers) and comm/device_kernels.cc (the
 // device-initiated collectives' host side):
@@ -75,7 +75,7 @@ struct CommState {
     size_t bytes;
     bool taken;
   };
-  // Pinned host memory for staging. Blocks are taken and given back, and freed only with the
+  // Pinned host memory for bouncing. Blocks are taken and given back, and freed only with the
   // communicator: a free of pinned memory may wait for the whole device, and a stream may be
   // waiting for this communicator's worker.
   std::vector<Block> pool;
@@ -93,7 +93,7 @@ struct CommState {
   uint64_t lastIpcChunk = 0;  // the stage sequence of the last chunk through it
   std::unique_ptr<core::DeviceEngine> engine;
   // The copies between device buffers and the pinned blocks that stand in for them, as ops of
-  // the calls' programs (core/device_copies.h): made by the first call staged, in its caller's
+  // the calls' programs (core/device_copies.h): made by the first call bounced, in its caller's
   // thread (a stream and events).
   core::DeviceEngine& copier();
   std::unique_ptr<core::DeviceEngine> copier_;

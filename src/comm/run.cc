@@ -72,7 +72,7 @@ struct ThreadState {
 // instructions.)
 ThreadState& threadState() { return PerThread<ThreadState>::get(); }
 
-const coll::Topo& topoOf(horaComm* c) { return c->shape; }
+const coll::JobShape& shapeOf(horaComm* c) { return c->shape; }
 
 }  // namespace
 
@@ -102,7 +102,7 @@ namespace {
 // The plan of a collective (not a send or receive), cached with what running it needs to know
 // of it, and explained at INFO the first time a communicator makes one for its collective and
 // size class (a power of two).
-const PlanCache::Entry& planned(horaComm* c, const coll::Args& a, const coll::Topo& topo, bool alone) {
+const PlanCache::Entry& planned(horaComm* c, const coll::Args& a, const coll::JobShape& topo, bool alone) {
   // Every prediction depends on the collective, its bytes and whether it is alone (the rest is
   // the communicator's): the last plan of each is kept.
   const uint64_t bytes = a.count * dataTypeSize(a.dtype);
@@ -128,7 +128,7 @@ const PlanCache::Entry& planned(horaComm* c, const coll::Args& a, const coll::To
 }
 
 // The plan of any call: a send or receive's is point-to-point.
-coll::Plan planOf(horaComm* c, const coll::Args& a, const coll::Topo& topo, bool alone) {
+coll::Plan planOf(horaComm* c, const coll::Args& a, const coll::JobShape& topo, bool alone) {
   if (a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv) {
     coll::Plan p;
     p.algo = coll::Algo::P2P;
@@ -140,7 +140,7 @@ coll::Plan planOf(horaComm* c, const coll::Args& a, const coll::Topo& topo, bool
 
 // A lone call whose algorithm runs it at once through the shared stage, without a program.
 // Returns false if the call is not one (its callers chose it by the algorithm's runsNow).
-bool runAtOnce(horaComm* c, const coll::Args& a, const coll::Topo& topo, const coll::Plan& plan,
+bool runAtOnce(horaComm* c, const coll::Args& a, const coll::JobShape& topo, const coll::Plan& plan,
                core::Executor& executor, trace::Entry* entry, bool later) {
   const coll::Algorithm& algo = coll::algorithm(plan.algo);
   if (!topo.stage) return false;
@@ -191,8 +191,8 @@ void runAtOnceTogether(const std::vector<std::pair<horaComm*, coll::Args>>& call
       try {
         core::Executor executor;
         log::RankScope scope(calls[i].first->self().rank);
-        if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor, traced[i].entry,
-                       coll::stageChecksLater(adjusted[i], topoOf(calls[i].first))))
+        if (!runAtOnce(calls[i].first, adjusted[i], shapeOf(calls[i].first), plans[i], executor, traced[i].entry,
+                       coll::stageChecksLater(adjusted[i], shapeOf(calls[i].first))))
           fail(Errc::Internal, "a shared-stage plan did not run at once");
       } catch (...) {
         errors[k] = std::current_exception();
@@ -241,7 +241,7 @@ void claim(horaComm* c, BusyGuard& guard) {
 // is not one.
 bool runLone(horaComm* c, const coll::Args& a) {
   if (!c->stage || a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv) return false;
-  const coll::Topo& topo = topoOf(c);
+  const coll::JobShape& topo = shapeOf(c);
   take(c);
   struct Release {
     horaComm* c;
@@ -269,7 +269,7 @@ void runOnStage(horaComm* c, const coll::Args& a, const transport::SharedStage& 
   ts.busyComms.clear();
   BusyGuard guard{ts.busyComms};
   claim(c, guard);
-  coll::Topo t = c->shape;
+  coll::JobShape t = c->shape;
   t.stage = &stage;
   t.stageSeq = &c->seq.stageSeq;
   coll::Plan plan;
@@ -332,7 +332,7 @@ void awaitLinkChecks(horaComm* c, bool meet) {
     p.clear();
     coll::Args barrier;
     barrier.kind = coll::Kind::Barrier;
-    coll::buildAgreement(topoOf(c), coll::makeTag(barrier), c->scratch, p);
+    coll::buildAgreement(shapeOf(c), coll::makeTag(barrier), c->scratch, p);
     p.call = c->seq.nextFrameCall();
     ts.checks.of[slot] = CheckOf{c, 0, false};
     core::Job j = jobOf(c, &p, nullptr);
@@ -415,9 +415,9 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls, const 
       collectives += calls[k].first == c && calls[k].second.kind != coll::Kind::Send &&
                      calls[k].second.kind != coll::Kind::Recv;
     const bool alone = !p2p && collectives == 1;
-    plans.push_back(planOf(c, adjusted[i], topoOf(c), alone));
+    plans.push_back(planOf(c, adjusted[i], shapeOf(c), alone));
     traced.push_back(Traced{c->trace.get(), c->trace->start(calls[i].second, plans[i], calls.size())});
-    if (alone && c->stage && coll::algorithm(plans[i].algo).runsNow(adjusted[i], topoOf(c))) atOnce.push_back(i);
+    if (alone && c->stage && coll::algorithm(plans[i].algo).runsNow(adjusted[i], shapeOf(c))) atOnce.push_back(i);
   }
   if (!atOnce.empty()) {
     if (atOnce.size() > 1)  // (a lone call, the common case, has nothing to sort)
@@ -434,8 +434,8 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls, const 
       runAtOnceTogether(calls, adjusted, plans, atOnce, traced);
     } else {
       for (size_t i : atOnce) {
-        if (!runAtOnce(calls[i].first, adjusted[i], topoOf(calls[i].first), plans[i], executor, traced[i].entry,
-                       coll::stageChecksLater(adjusted[i], topoOf(calls[i].first))))
+        if (!runAtOnce(calls[i].first, adjusted[i], shapeOf(calls[i].first), plans[i], executor, traced[i].entry,
+                       coll::stageChecksLater(adjusted[i], shapeOf(calls[i].first))))
           fail(Errc::Internal, "a shared-stage plan did not run at once");
       }
     }
@@ -451,7 +451,7 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls, const 
   for (size_t i = 0; i < calls.size(); ++i) {
     horaComm* c = calls[i].first;
     const coll::Args& a = adjusted[i];
-    const coll::Topo& topo = topoOf(c);
+    const coll::JobShape& topo = shapeOf(c);
     programs[i].clear();
     if (std::find(atOnce.begin(), atOnce.end(), i) != atOnce.end()) {  // done above: nothing left to run
       jobs.push_back(jobOf(c, &programs[i], nullptr));

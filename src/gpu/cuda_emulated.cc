@@ -1,4 +1,4 @@
-// The emulated device of gpu/cuda.h (HORA_CUDA=emulate): the library's device paths (staging,
+// The emulated device of gpu/cuda.h (HORA_CUDA=emulate): the library's device paths (bouncing,
 // stream order, the CUDA IPC stage, their failures) run for real on a machine without a GPU.
 //
 //   - one device, 0. Its memory is shared host memory (a memfd per allocation), so that an IPC

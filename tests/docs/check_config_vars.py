@@ -7,7 +7,8 @@ are exactly a HORA_* name ("HORA_TIMEOUT_MS" or 'HORA_TIMEOUT_MS'): that covers 
 the config module's env("HORA_X") and source(env, "HORA_X", c), the launcher's rd.get("HORA_X"),
 os.environ.get("HORA_X"), os.environ["HORA_X"], "HORA_X" in os.environ and helpers such as
 _env_int("HORA_X", ...), and also the names hora-run or the Python package set for the ranks
-(which the library reads). The rows of the table itself ({"HORA_X", Topic::...) are not uses. Macros (HORA_WARN, HORA_VERSION_STRING) are never string literals.
+(which the library reads). The rows of the table itself ({"HORA_X", Topic::...) and the old names of renamed
+variables ({"HORA_OLD", "HORA_NEW"},) are not uses. Macros (HORA_WARN, HORA_VERSION_STRING) are never string literals.
 Fails naming each such name that docs/configuration.md does not list as a variable (a row
 starting with `| `HORA_X` |`); such a name belongs in the table of src/comm/config.cc, from
 which the page is generated (ninja -C <build> docs-configuration).
@@ -22,6 +23,7 @@ DIRS = ["src", "transports", "kernels", "tools", "python/hora", "perf"]
 CPP = (".cc", ".h", ".cu", ".cpp", ".hpp")
 LITERAL = re.compile(r"""(["'])(HORA_[A-Z0-9_]+)\1""")
 TABLE_ROW = re.compile(r"\s*,\s*Topic::")
+RENAMED_ROW = re.compile(r"""\s*,\s*"HORA_[A-Z0-9_]+"\},""")  # kRenamed's {"HORA_OLD", "HORA_NEW"},
 ROW = re.compile(r"^\| `(HORA_[A-Z0-9_]+)` \|", re.M)
 
 
@@ -49,8 +51,8 @@ def names_read(root):
                 with open(path, encoding="utf-8", errors="replace") as fh:
                     for lineno, line in enumerate(fh, 1):
                         for m in LITERAL.finditer(line):
-                            if TABLE_ROW.match(line, m.end()):
-                                continue  # the table itself (src/comm/config.cc) is not a use
+                            if TABLE_ROW.match(line, m.end()) or RENAMED_ROW.match(line, m.end()):
+                                continue  # the tables themselves (src/comm/config.cc) are not uses
                             found.setdefault(m.group(2), "%s:%d" % (os.path.relpath(path, root), lineno))
     return found
 

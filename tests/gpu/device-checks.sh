@@ -6,13 +6,13 @@
 # (PyTorch on CUDA tensors through Hora's Python layer), run as phases that each pick some steps
 # of one script (GPU_STEP_FILTER, tests/gpu/step-control.sh):
 #   core      the gpu suite, AllReduce as kernels with 2 ranks as threads of the GPU and with 1
-#             rank, the worker's hand-off beside them, a staged 64 MiB call beside host buffers
+#             rank, the worker's hand-off beside them, a bounced 64 MiB call beside host buffers
 #   nccl      which nccl symbols torch imports, nccl-tests' all_reduce at 1 and 2 ranks (to 256 MiB)
 #             on Hora and on NVIDIA's NCCL, torch's ProcessGroupNCCL on Hora
 #   torch     the "hora" backend's device tests, the buffer calls on CUDA, DDP on the GPU
 #   nccl-more nccl-tests' other collectives at 1 and 2 ranks on Hora
 #   core-more compute-sanitizer memcheck, the CUDA kernels on special values, kernel_perf (both
-#             measured on an H200 on 2026-11-27), 2 processes through CUDA IPC and staged
+#             measured on an H200 on 2026-11-27), 2 processes through CUDA IPC and bounced
 #   torch-more the Horovod API's device test, the examples trained on the GPU
 #   rest      everything left of the three scripts (4-rank nccl-tests, NVIDIA's other collectives,
 #             racecheck, the tools at 4 ranks, PyTorch's own suite)
@@ -113,7 +113,7 @@ run_phase() {  # run_phase NAME SCRIPT FILTER [ENV...]
 for p in "${phases[@]}"; do
   case $p in
     core) run_phase core run-on-device.sh \
-      '^(gpu-device|allreduce 2 ranks as threads, .*|allreduce 1 rank, kernels|staged 64 MiB, .*)$' ;;
+      '^(gpu-device|allreduce 2 ranks as threads, .*|allreduce 1 rank, kernels|bounced 64 MiB, .*)$' ;;
     nccl) run_phase nccl run-nccl-clients.sh '^(torch-symbols|nt-(hora|nvidia)-all_reduce-t[12]|torch-hora(-stubs)?)$' \
       NT_ARGS_all_reduce="-b 8 -e 256M -f 4 -c 1 -n 20 -w 5" ;;
     torch) run_phase torch run-torch-gpu.sh '^(distributed-device|device-buffers|ddp)$' ;;

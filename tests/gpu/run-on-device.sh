@@ -2,7 +2,7 @@
 # Builds Hora with CUDA for this machine's GPU and runs everything that needs one, in one command:
 #   - the gpu suite (meson test --suite gpu): every collective with device buffers at 1 to 8
 #     ranks, in and out of place, exact against the host reference, through the CUDA IPC stage
-#     and staged through host memory; stream order (kernels writing the input just before the
+#     and bounced through host memory; stream order (kernels writing the input just before the
 #     call and reading the result just after, on the same stream; a group over two streams); a
 #     rank killed mid-call; ranks as threads of one process on one GPU; the CUDA kernels against
 #     the CPU kernels, aligned and not, on random data and (test_kernels_cuda) on special values;
@@ -10,10 +10,10 @@
 #   - perf/kernel_perf: the reduce and reduce-copy kernels against cudaMemcpy device to device;
 #   - allreduce_perf -M device with 2 ranks as threads of one GPU, as kernels and through the
 #     worker (HORA_CUDA_KERNELS=0), and with 1 rank;
-#   - allreduce_perf -M device between 2 ranks of one GPU, through CUDA IPC and staged
-#     (HORA_CUDA_IPC=0); a staged 64 MiB call (chunk by chunk, and whole) beside the same call on
+#   - allreduce_perf -M device between 2 ranks of one GPU, through CUDA IPC and bounced
+#     (HORA_CUDA_IPC=0); a bounced 64 MiB call (chunk by chunk, and whole) beside the same call on
 #     host buffers, between 2
-#     ranks as threads (one CUDA context: staging's own cost) and between 2 processes over shared
+#     ranks as threads (one CUDA context: bouncing's own cost) and between 2 processes over shared
 #     memory and over TCP; and the other tools with device buffers at 4 ranks.
 # GPU_STEP_FILTER, GPU_STEP_DONE and GPU_DEADLINE choose the steps and bound them
 # (tests/gpu/step-control.sh; tests/gpu/device-checks.sh runs this script's steps that way).
@@ -153,7 +153,7 @@ step() {  # step NAME LOGFILE COMMAND...: run it under the limit, tee its output
 }
 log "gpu suite"
 step "gpu-device" gpu-tests.log $b/tests/test_device
-step "gpu-device-staged" gpu-tests.log env HORA_CUDA_IPC=0 $b/tests/test_device '[sweep]'
+step "gpu-device-bounced" gpu-tests.log env HORA_CUDA_IPC=0 $b/tests/test_device '[sweep]'
 step "gpu-device-worker" gpu-tests.log env HORA_CUDA_KERNELS=0 $b/tests/test_device '[sweep]'
 # The device-initiated kernels under compute-sanitizer: LL and chunked calls, captured and
 # replayed, at 2 and 3 ranks (every process followed).
@@ -179,25 +179,25 @@ step "allreduce 2 ranks as threads, groups of 4 (one kernel each)" device_perf.t
   $b/perf/allreduce_perf -N 2 -M device -b 8 -e 1M -f 32 -m 4 -n 50 -w 10
 step "allreduce 2 ranks, CUDA IPC" device_perf.txt \
   "$run" -n 2 $b/perf/allreduce_perf -M device -b 1M -e 256M -f 4 -n 20 -w 5
-step "allreduce 2 ranks, staged (HORA_CUDA_IPC=0)" device_perf.txt \
+step "allreduce 2 ranks, bounced (HORA_CUDA_IPC=0)" device_perf.txt \
   env HORA_CUDA_IPC=0 "$run" -n 2 $b/perf/allreduce_perf -M device -b 1M -e 256M -f 4 -n 20 -w 5
-# A staged call on device buffers (through host memory: HORA_CUDA_IPC=0) against the same call on
+# A bounced call on device buffers (through host memory: HORA_CUDA_IPC=0) against the same call on
 # host buffers at 64 MiB: first 2 ranks as threads (one CUDA context, so no time slices between
-# processes: what staging itself costs), then 2 processes over shared memory and over TCP.
-step "staged 64 MiB, threads, host buffers" device_perf.txt \
+# processes: what bouncing itself costs), then 2 processes over shared memory and over TCP.
+step "bounced 64 MiB, threads, host buffers" device_perf.txt \
   $b/perf/allreduce_perf -N 2 -M host -b 64M -e 64M -n 20 -w 5
-step "staged 64 MiB, threads, device buffers" device_perf.txt \
+step "bounced 64 MiB, threads, device buffers" device_perf.txt \
   env HORA_CUDA_KERNELS=0 HORA_CUDA_IPC=0 $b/perf/allreduce_perf -N 2 -M device -b 64M -e 64M -n 20 -w 5
 # The same, each buffer copied whole (in, the call, out: the previous design), against the chunks.
-step "staged 64 MiB, threads, device buffers, whole (HORA_CUDA_STAGE_CHUNK=0)" device_perf.txt \
-  env HORA_CUDA_KERNELS=0 HORA_CUDA_IPC=0 HORA_CUDA_STAGE_CHUNK=0 $b/perf/allreduce_perf -N 2 -M device -b 64M -e 64M -n 20 -w 5
+step "bounced 64 MiB, threads, device buffers, whole (HORA_CUDA_BOUNCE_CHUNK=0)" device_perf.txt \
+  env HORA_CUDA_KERNELS=0 HORA_CUDA_IPC=0 HORA_CUDA_BOUNCE_CHUNK=0 $b/perf/allreduce_perf -N 2 -M device -b 64M -e 64M -n 20 -w 5
 for tr in shm tcp; do
-  step "staged 64 MiB, host buffers, $tr" device_perf.txt env HORA_TRANSPORTS=$tr \
+  step "bounced 64 MiB, host buffers, $tr" device_perf.txt env HORA_TRANSPORTS=$tr \
     "$run" -n 2 $b/perf/allreduce_perf -M host -b 64M -e 64M -n 20 -w 5
-  step "staged 64 MiB, device buffers, $tr" device_perf.txt env HORA_TRANSPORTS=$tr HORA_CUDA_IPC=0 \
+  step "bounced 64 MiB, device buffers, $tr" device_perf.txt env HORA_TRANSPORTS=$tr HORA_CUDA_IPC=0 \
     "$run" -n 2 $b/perf/allreduce_perf -M device -b 64M -e 64M -n 20 -w 5
-  step "staged 64 MiB, device buffers, $tr, whole" device_perf.txt env HORA_TRANSPORTS=$tr HORA_CUDA_IPC=0 \
-    HORA_CUDA_STAGE_CHUNK=0 "$run" -n 2 $b/perf/allreduce_perf -M device -b 64M -e 64M -n 20 -w 5
+  step "bounced 64 MiB, device buffers, $tr, whole" device_perf.txt env HORA_TRANSPORTS=$tr HORA_CUDA_IPC=0 \
+    HORA_CUDA_BOUNCE_CHUNK=0 "$run" -n 2 $b/perf/allreduce_perf -M device -b 64M -e 64M -n 20 -w 5
 done
 for t in allreduce broadcast reduce allgather reducescatter sendrecv; do
   step "${t}_perf 4 ranks" device_perf.txt "$run" -n 4 $b/perf/${t}_perf -M device -b 8 -e 64M -f 16 -n 5 -w 2

@@ -61,11 +61,11 @@ def async_error():
     s = RT.Stream()
     with RT.use_stream(s):
         x = newdev([1 << 12], torch.float32, 0.0)
-        staged = newdev([1 << 12], torch.float32, 1.0)
+        bounced = newdev([1 << 12], torch.float32, 1.0)
         gate = D.Gate()
         if r == 0:
             gate.hold(s)
-            RT.copy_(x, staged, s)
+            RT.copy_(x, bounced, s)
         with _state.engine.hold():  # one round: both queued before rank 1 goes
             h1 = hvd.allreduce_async(x, op=hvd.Sum, name="doomed.1")
             h2 = hvd.allreduce_async(newdev([8], torch.float32, 1.0), op=hvd.Sum,
@@ -244,7 +244,7 @@ h = hvd.sparse_allreduce_async(hs, op=hvd.Average)()
 d = hvd.sparse_allreduce_async(ds, op=hvd.Average)()
 check(same(h.to_dense(), d.to_dense()), "sparse_allreduce_async")
 
-# ---- Adasum (staged through host memory) ------------------------------------------------------
+# ---- Adasum (bounced through host memory) ------------------------------------------------------
 for dtype in (torch.float32, torch.float64, torch.float16):
     x = data([7, 3], dtype, 22) - 2
     h, d = both(lambda t: hvd.allreduce(t, op=hvd.Adasum, prescale_factor=0.5), x)
@@ -259,16 +259,16 @@ N = 1 << 14
 s = RT.Stream()
 
 
-staging = []  # the sources of the queued writes, alive until the end
+bouncing = []  # the sources of the queued writes, alive until the end
 
 
 def gated_write(value, dtype=torch.float32):
     x = newdev([N], dtype, 0.0)
-    staged = newdev([N], dtype, float(value))
-    staging.append(staged)
+    bounced = newdev([N], dtype, float(value))
+    bouncing.append(bounced)
     gate = D.Gate()
     gate.hold(s)
-    RT.copy_(x, staged, s)
+    RT.copy_(x, bounced, s)
     return x, gate
 
 

@@ -7,7 +7,7 @@
 //
 // Layout: each rank's region is SharedStage::kSlots slots of kSlotBytes. Set up by the first
 // call that wants it; when any rank cannot (no device memory, a region another cannot map, a
-// device another's cannot reach), none uses it, and device buffers are staged through host
+// device another's cannot reach), none uses it, and device buffers are bounced through host
 // memory instead.
 #include "base/log.h"
 #include "gpu/cuda.h"

@@ -20,7 +20,7 @@ them (whether an operation is one is in every rank's descriptor, so every member
 the same step), so that the engine's rounds and the host operations, calls without a stream,
 never wait for device work that waits for a caller's stream.
 
-Adasum on device tensors is staged through host memory: the tensor is copied to the host in
+Adasum on device tensors is bounced through host memory: the tensor is copied to the host in
 the engine stream's order, combined by the host algorithm, and copied back on the stream.
 """
 import torch
@@ -309,7 +309,7 @@ class DeviceExecution:
             rt.run_in_order(s, lambda: finish_(out, op, post, n))
         return out
 
-    # ---- Adasum: staged through host memory ----------------------------------------------
+    # ---- Adasum: bounced through host memory ----------------------------------------------
 
     def _dev_to_host(self, r, comm, dst):
         """dst (host) = r's tensor, read in the engine stream's order after r's producer."""

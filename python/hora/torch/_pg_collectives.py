@@ -8,7 +8,7 @@ from torch._C import _distributed_c10d as _c10d
 from hora import _core
 from hora.torch._pg_tensors import (
     _addr2, _addr3, _check_op_dtype, _check_tensor, _consecutive, _exchange, _flat_view,
-    _local_reduce, _op_code, _splits, _Staged, _wire,
+    _local_reduce, _op_code, _splits, _Contiguous, _wire,
 )
 
 
@@ -32,10 +32,10 @@ class Collectives:
                 raise ValueError("allreduce: the tensors of the list differ in dtype or shape")
         _check_op_dtype(op, tensors[0].dtype)
         if len(tensors) == 1:
-            staged = [_Staged(tensors[0])]
-            buf = staged[0].buf
+            dense = [_Contiguous(tensors[0])]
+            buf = dense[0].buf
         else:
-            staged = None
+            dense = None
             buf = None
 
         def issue(comm):
@@ -49,8 +49,8 @@ class Collectives:
                 comm.allreduce(*_addr2(buf), op)
 
         def finish():
-            if staged is not None:
-                staged[0].back()
+            if dense is not None:
+                dense[0].back()
             else:
                 for t in tensors:
                     t.copy_(buf)
@@ -153,14 +153,14 @@ class Collectives:
         for t in tensors:
             _check_tensor(t)
         src = tensors[root_tensor]
-        staged = _Staged(src, copy_in=(self._rank == root))
-        buf = staged.buf
+        dense = _Contiguous(src, copy_in=(self._rank == root))
+        buf = dense.buf
 
         def issue(comm):
             comm.broadcast(*_addr3(buf, buf), root)
 
         def finish():
-            staged.back()
+            dense.back()
             for i, t in enumerate(tensors):
                 if i != root_tensor:
                     t.copy_(src)
@@ -179,8 +179,8 @@ class Collectives:
         op = _op_code(opts.reduceOp if opts is not None else _c10d.ReduceOp.SUM)
         _check_op_dtype(op, t.dtype)
         root = self._peer(opts.rootRank if opts is not None else 0, "reduce root")
-        staged = _Staged(t)
-        buf = staged.buf
+        dense = _Contiguous(t)
+        buf = dense.buf
 
         def issue(comm):
             addr, n, dt = _wire(buf)
@@ -188,7 +188,7 @@ class Collectives:
 
         def finish():
             if self._rank == root:
-                staged.back()
+                dense.back()
             return [t]
 
         return self._submit(issue, finish, title="reduce", inputs=tensors,
@@ -233,14 +233,14 @@ class Collectives:
         if output.dtype != input.dtype or output.numel() != self._size * input.numel():
             raise ValueError("_allgather_base: the output must hold size x input elements of its dtype")
         src = input.contiguous()
-        staged = _Staged(output, copy_in=False)
+        dense = _Contiguous(output, copy_in=False)
 
         def issue(comm):
             addr, n, dt = _wire(src)
-            comm.allgather(addr, _wire(staged.buf)[0], n, dt)
+            comm.allgather(addr, _wire(dense.buf)[0], n, dt)
 
         def finish():
-            staged.back()
+            dense.back()
             return [output]
 
         return self._submit(issue, finish, title="_allgather_base", inputs=[input],
@@ -305,17 +305,17 @@ class Collectives:
             if t.dtype != out.dtype or t.numel() != out.numel():
                 raise ValueError("reduce_scatter: every input must match the output's dtype and size")
         flat = _flat_view(ins) if _consecutive(ins) else None
-        staged = _Staged(out, copy_in=False)
+        dense = _Contiguous(out, copy_in=False)
         src = [flat]
 
         def issue(comm):
             if src[0] is None:
                 src[0] = torch.cat([t.reshape(-1) for t in ins])
-            addr, n, dt = _wire(staged.buf)
+            addr, n, dt = _wire(dense.buf)
             comm.reduce_scatter(_wire(src[0])[0], addr, n, dt, op)
 
         def finish():
-            staged.back()
+            dense.back()
             return [out]
 
         return self._submit(issue, finish, title="reduce_scatter", inputs=ins,
@@ -329,14 +329,14 @@ class Collectives:
         if input.dtype != output.dtype or input.numel() != self._size * output.numel():
             raise ValueError("_reduce_scatter_base: the input must hold size x output elements of its dtype")
         src = input.contiguous()
-        staged = _Staged(output, copy_in=False)
+        dense = _Contiguous(output, copy_in=False)
 
         def issue(comm):
-            addr, n, dt = _wire(staged.buf)
+            addr, n, dt = _wire(dense.buf)
             comm.reduce_scatter(_wire(src)[0], addr, n, dt, op)
 
         def finish():
-            staged.back()
+            dense.back()
             return [output]
 
         return self._submit(issue, finish, title="_reduce_scatter_base", inputs=[input],
@@ -351,7 +351,7 @@ class Collectives:
         in_splits = _splits(input, input_split_sizes, n, "input")
         out_splits = _splits(output, output_split_sizes, n, "output")
         src = input.contiguous()
-        staged = _Staged(output, copy_in=False)
+        dense = _Contiguous(output, copy_in=False)
         even = not input_split_sizes and not output_split_sizes
         use_native = even and self._has_alltoall
         rank = self._rank
@@ -359,12 +359,12 @@ class Collectives:
         def issue(comm):
             if use_native:
                 addr, cnt, dt = _wire(src)
-                comm.alltoall(addr, _wire(staged.buf)[0], cnt // n, dt)
+                comm.alltoall(addr, _wire(dense.buf)[0], cnt // n, dt)
             else:
-                _exchange(comm, rank, src, in_splits, staged.buf, out_splits)
+                _exchange(comm, rank, src, in_splits, dense.buf, out_splits)
 
         def finish():
-            staged.back()
+            dense.back()
             return [output]
 
         return self._submit(issue, finish, title="all_to_all", inputs=[input],
@@ -379,22 +379,22 @@ class Collectives:
             if t.dtype != input_tensors[0].dtype:
                 raise ValueError("alltoall: the tensors must share one dtype")
         srcs = [t.contiguous() for t in input_tensors]
-        staged = [_Staged(t, copy_in=False) for t in output_tensors]
+        dense = [_Contiguous(t, copy_in=False) for t in output_tensors]
         rank = self._rank
 
         def issue(comm):
             with _core.group():
                 for peer in range(n):
                     if peer == rank:
-                        staged[peer].buf.copy_(srcs[peer].view_as(staged[peer].buf))
+                        dense[peer].buf.copy_(srcs[peer].view_as(dense[peer].buf))
                         continue
                     if srcs[peer].numel():
                         comm.send(*_wire(srcs[peer]), peer)
-                    if staged[peer].buf.numel():
-                        comm.recv(*_wire(staged[peer].buf), peer)
+                    if dense[peer].buf.numel():
+                        comm.recv(*_wire(dense[peer].buf), peer)
 
         def finish():
-            for s in staged:
+            for s in dense:
                 s.back()
             return list(output_tensors)
 
@@ -421,7 +421,7 @@ class Collectives:
                 raise ValueError("gather: only the root passes output tensors")
             outs = []
         src = inp.contiguous()
-        staged = [_Staged(o, copy_in=False) for o in outs]
+        dense = [_Contiguous(o, copy_in=False) for o in outs]
 
         def issue(comm):
             if rank != root:
@@ -430,12 +430,12 @@ class Collectives:
             with _core.group():
                 for peer in range(self._size):
                     if peer == rank:
-                        staged[peer].buf.copy_(src.view_as(staged[peer].buf))
+                        dense[peer].buf.copy_(src.view_as(dense[peer].buf))
                     else:
-                        comm.recv(*_wire(staged[peer].buf), peer)
+                        comm.recv(*_wire(dense[peer].buf), peer)
 
         def finish():
-            for s in staged:
+            for s in dense:
                 s.back()
             return outs if outs else [inp]
 
@@ -461,21 +461,21 @@ class Collectives:
             if input_lists and any(len(x) for x in input_lists):
                 raise ValueError("scatter: only the root passes input tensors")
             ins = []
-        staged = _Staged(out, copy_in=False)
+        dense = _Contiguous(out, copy_in=False)
 
         def issue(comm):
             if rank != root:
-                comm.recv(*_wire(staged.buf), root)
+                comm.recv(*_wire(dense.buf), root)
                 return
             with _core.group():
                 for peer in range(self._size):
                     if peer == rank:
-                        staged.buf.copy_(ins[peer].view_as(staged.buf))
+                        dense.buf.copy_(ins[peer].view_as(dense.buf))
                     else:
                         comm.send(*_wire(ins[peer]), peer)
 
         def finish():
-            staged.back()
+            dense.back()
             return [out]
 
         return self._submit(issue, finish, title="scatter", inputs=ins,
@@ -527,14 +527,14 @@ class Collectives:
         peer = self._peer(src, "recv source")
         if peer == self._rank:
             raise ValueError("recv: a rank cannot receive from itself")
-        staged = _Staged(t, copy_in=False)
+        dense = _Contiguous(t, copy_in=False)
 
         def issue(comm):
             self._taken[peer] += 1
-            comm.recv(*_wire(staged.buf), peer)
+            comm.recv(*_wire(dense.buf), peer)
 
         def finish():
-            staged.back()
+            dense.back()
             return [t]
 
         return self._submit(issue, finish, p2p=True, src=peer, title="recv", inputs=tensors,

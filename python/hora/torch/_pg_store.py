@@ -6,7 +6,7 @@ uses; it relies on the group's _store, _rank, _size, _timeout_s, _any_source_on,
 _last_source and _barriers."""
 import time
 
-from hora.torch._pg_tensors import _Staged, _wire
+from hora.torch._pg_tensors import _Contiguous, _wire
 
 
 class StoreOps:
@@ -68,17 +68,17 @@ class StoreOps:
                 "HORA_TORCH_ANY_SOURCE=1 in every rank's environment when the group is created "
                 "(every send then announces itself in the group's store first, which costs each "
                 "send about 0.1-0.2 ms); or name the source rank" % self._size)
-        staged = _Staged(t, copy_in=False)
+        dense = _Contiguous(t, copy_in=False)
         source = [-1]
 
         def issue(comm):
             peer = self._any_source()
             self._taken[peer] += 1
             source[0] = peer
-            comm.recv(*_wire(staged.buf), peer)
+            comm.recv(*_wire(dense.buf), peer)
 
         def finish():
-            staged.back()
+            dense.back()
             return [t]
 
         return self._submit(issue, finish, p2p=True, src=source, title="recvAnySource",

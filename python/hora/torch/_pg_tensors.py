@@ -58,7 +58,7 @@ def _check_op_dtype(op, dtype):
         raise ValueError("the hora backend reduces complex tensors with SUM and AVG only")
 
 
-class _Staged:
+class _Contiguous:
     """A contiguous stand-in for a tensor; copied back after the operation when it is a copy."""
 
     def __init__(self, t, copy_in=True):
