@@ -18,6 +18,8 @@ struct StubStage : transport::SharedStage {
     map(std::vector<uint8_t*>(static_cast<size_t>(n)), std::vector<std::atomic<uint64_t>*>(static_cast<size_t>(n)),
         regionBytes, 0);
   }
+  Access access = Access::None;  // whether the members reach each other's memory (the single copy)
+  Access memberAccess() const override { return access; }
   int size() const override { return n; }
   int index() const override { return 0; }
   const std::vector<int>& ranks() const override { return members; }

@@ -347,18 +347,22 @@ bool forbidSyscall(uint32_t nr) {
 bool forbidCrossMemoryReads() { return forbidSyscall(SYS_process_vm_readv); }
 }  // namespace
 
-// Two processes: a Broadcast from 16 KiB reads the root's buffer where it lies (one chunk of the
-// stage's sequence, whatever its size: 9 MiB would take 18 slots), below it goes through the
-// cells, every result right. At 4 ranks, processes go through the root's slots (2 chunks of
-// 512 KiB for 1 MiB); threads of one process read the root's buffer from 64 KiB.
+// Two processes: a Broadcast through the single copy (forced: the planner takes the root's
+// slots there, tests/test_planner.cc) reads the root's buffer where it lies (one chunk of the
+// stage's sequence, whatever its size: 9 MiB would take 18 slots), every result right; left to
+// the planner, 1 MiB goes through the root's slots (2 chunks of 512 KiB) and 1000 bytes through
+// the cells. At 4 ranks, processes go through the root's slots; threads of one process read the
+// root's buffer from 64 KiB, by the planner's own choice.
 TEST_CASE("a large Broadcast reads the root's buffer where it lies, every result right", "[processes][singlecopy]") {
   auto results = runProcesses(2, [](horaComm_t comm, int rank, int nranks) -> std::string {
     if (comm->stage->memberAccess() != Access::Kernel) return "the ranks may not read each other's memory";
-    for (size_t count : {size_t(16) << 10, (size_t(1) << 20) + 3, size_t(9) << 20}) {
-      std::string e = broadcastsTake(comm, rank, nranks, count, 1);
-      if (!e.empty()) return e;
-    }
-    return broadcastsTake(comm, rank, nranks, 1000, 0);  // the cells
+    std::string e = broadcastsTake(comm, rank, nranks, size_t(1) << 20, 2);  // the planner's choice: the slots
+    const auto chosen = comm->planner.forced;
+    comm->planner.forced = hora::coll::parseForced("broadcast:single");
+    for (size_t count : {(size_t(64) << 10) + 1, (size_t(1) << 20) + 3, size_t(9) << 20})
+      if (e.empty()) e = broadcastsTake(comm, rank, nranks, count, 1);
+    comm->planner.forced = chosen;
+    return e.empty() ? broadcastsTake(comm, rank, nranks, 1000, 0) : e;  // the cells
   });
   INFO(describe(results));
   for (const auto& r : results) CHECK(r.ok());
@@ -472,6 +476,7 @@ TEST_CASE("the root killed during single-copy Broadcasts: the reader fails namin
   ProcessOptions opts;
   opts.timeoutMs = 600000;  // only the dead process can end this quickly
   auto results = runProcesses(2, [](horaComm_t comm, int rank, int) -> std::string {
+    comm->planner.forced = hora::coll::parseForced("broadcast:single");  // (the planner takes the slots)
     std::vector<uint8_t> buf(size_t(32) << 20, static_cast<uint8_t>(rank));
     if (rank == 0)
       std::thread([comm] {

@@ -60,13 +60,14 @@ Costs parseCosts(const std::string& text, const std::string& source) {
     bool ok = false;
     if (w[0] == "stage" && w.size() == 3) ok = number(w[1], &a) && number(w[2], &b) && b > 0, c.stage = {a, b};
     else if (w[0] == "memory" && w.size() == 2) ok = number(w[1], &a) && a > 0, c.memoryGBps = a;
+    else if (w[0] == "kernelcopy" && w.size() == 3) ok = number(w[1], &a) && number(w[2], &b) && b > 0, c.kernelCopy = {a, b};
     else if (w[0] == "oversubscribed" && w.size() == 2) ok = number(w[1], &a), c.oversubscribedUs = a;
     else if (w[0] == "link" && w.size() == 4) ok = number(w[2], &a) && number(w[3], &b) && b > 0, c.links[w[1]] = {a, b};
     else if (w[0] == "base" && w.size() == 3) ok = number(w[2], &a), c.baseUs[w[1]] = a;
     else if (w[0] == "bytes" && w.size() == 3) ok = number(w[2], &a) && a > 0, c.byteFactor[w[1]] = a;
     if (!ok)
       fail(Errc::InvalidArgument, "%s, line %d: '%s' is not a cost (expected stage US GBPS, memory GBPS, "
-           "oversubscribed US, link NAME US GBPS, base ALGO US or bytes ALGO FACTOR)", source.c_str(), no, line.c_str());
+           "kernelcopy US GBPS, oversubscribed US, link NAME US GBPS, base ALGO US or bytes ALGO FACTOR)", source.c_str(), no, line.c_str());
   }
   return c;
 }
@@ -76,6 +77,7 @@ std::string formatCosts(const Costs& c) {
   o << "# Hora cost model (HORA_TUNE_FILE): microseconds and GB/s\n";
   o << "stage " << c.stage.latencyUs << ' ' << c.stage.gbps << '\n';
   o << "memory " << c.memoryGBps << '\n';
+  o << "kernelcopy " << c.kernelCopy.latencyUs << ' ' << c.kernelCopy.gbps << '\n';
   o << "oversubscribed " << c.oversubscribedUs << '\n';
   for (const auto& [name, l] : c.links) o << "link " << name << ' ' << l.latencyUs << ' ' << l.gbps << '\n';
   for (const auto& [name, us] : c.baseUs) o << "base " << name << ' ' << us << '\n';

@@ -22,6 +22,14 @@ struct Costs {
   LinkCost stage{0.3, 36};
   // Bytes of local memory traffic (reads plus writes) per ns: copies and reductions.
   double memoryGBps = 40;
+  // A copy between two processes' memory through the kernel (process_vm_readv and _writev, the
+  // single copy's between processes): a call's fixed cost and its rate. The rate is measured on
+  // the 2-core VM (broadcast_perf -a 3, 2 processes, the single copy forced: 1 to 16 MiB out of
+  // place at 5-11 GB/s); the fixed cost is fitted to the crossover with the root's slots, which
+  // were as fast or faster at every size from 64 KiB to 64 MiB (2026-11-28): the system call
+  // and the pinning of the pages take about 3 us (16 KiB in 2.9-3.4), the rest stands for the
+  // meeting of root and reader at every call, where the slots' root runs ahead of its reader.
+  LinkCost kernelCopy{20, 6};
   // A wait that needs another rank to be scheduled, when a host's ranks outnumber its cores,
   // costs this much more per doubling of ranks per core (8 ranks on 2 cores: 2 doublings).
   double oversubscribedUs = 4.2;
@@ -49,7 +57,10 @@ struct Costs {
   // n peers' cache lines costs 1.75 times what its traffic says; the ring, whose chunks are
   // reduced as they arrive, while still in cache, 0.6 times (at 2 ranks and 128 MiB: 17 ms for
   // the ring, 27 ms for the slice algorithm, against a traffic count that favours the slice).
-  std::map<std::string, double> byteFactor{{"flat", 1.75}, {"ring", 0.6}, {"hier-broadcast", 2.08}};
+  // A Broadcast, which reduces nothing, takes the flat algorithm's plain count (its slots'
+  // pipeline at 2 processes: 16 MiB in place in 0.77-1.29 ms against a count of 0.93).
+  std::map<std::string, double> byteFactor{
+      {"flat", 1.75}, {"flat-broadcast", 1}, {"ring", 0.6}, {"hier-broadcast", 2.08}};
 
   Costs();
   // An algorithm's fixed cost and bytes' factor for a collective: the key "ALGO-COLLECTIVE"
@@ -75,7 +86,7 @@ inline double waitUs(const LinkCost& l, const JobShape& t, const Costs& c) {
 inline double bytesUs(double bytes, double gbps, const JobShape& t) { return sharing(t) * bytes / gbps / 1000.0; }
 
 // The text a tune file holds: one setting per line, `key value...`, '#' comments:
-//   stage LATENCY_US GBPS | memory GBPS | oversubscribed US | link NAME LATENCY_US GBPS |
+//   stage LATENCY_US GBPS | memory GBPS | kernelcopy US GBPS | oversubscribed US | link NAME LATENCY_US GBPS |
 //   base KEY US | bytes KEY FACTOR, KEY an algorithm ("ring") or an algorithm for one collective
 //   ("ring-allreduce", costKey)
 // Throws Errc::InvalidArgument naming the line on anything else.

@@ -33,30 +33,13 @@
 namespace hora::coll {
 
 namespace {
-// Whether a Broadcast reads the root's buffer where it lies (stageBroadcast). Measured with
-// broadcast_perf -a 3 on 2 cores, against the cells (up to 32 KiB, where the root runs ahead of
-// its readers) and the slots' pipeline: threads of one process from 64 KiB (at 2 ranks, 1 MiB
-// in 24 us against 112; 4 MiB at 4 ranks in 346 us against 815, at 8 in 1108 against 1794);
-// processes at 2 ranks from 16 KiB (32 KiB in 6.0 us against 12-16, 1 MiB in 80 against 500),
-// but not at more, whose readers contend in the kernel for the root's pages (4 MiB at 4 ranks:
-// 1453 us against 924).
 // At 2 processes the root of an in-place single-copy Broadcast writes half of it into the
-// reader's result itself (stageBroadcast): the kernel's copy runs at about 12 GB/s on a core
+// reader's result itself (singleCopyBroadcast): the kernel's copy runs at about 12 GB/s on a core
 // (broadcast_perf -a 3, 2 ranks on 2 cores: 4 MiB in 158-163 us against 365-378 alone, 64 KiB
 // in 5.3 against 8.1). Threads copy at memory speed on one core (4 MiB in 93 us alone, 103-106
 // split), so they do not split.
 bool splitBroadcast(const Args& a, const JobShape& t) {
   return t.nranks == 2 && a.sendbuf == a.recvbuf && t.stage->memberAccess() == transport::SharedStage::Access::Kernel;
-}
-bool singleCopyBroadcast(const Args& a, const JobShape& t) {
-  using Access = transport::SharedStage::Access;
-  if (a.kind != Kind::Broadcast || !t.stage) return false;
-  const size_t bytes = a.count * dataTypeSize(a.dtype);
-  switch (t.stage->memberAccess()) {
-    case Access::Direct: return bytes >= (size_t(64) << 10);
-    case Access::Kernel: return t.nranks == 2 && bytes >= (size_t(16) << 10);
-    default: return false;
-  }
 }
 
 // Waiting for a counter to reach s-2 or less is waiting for nothing.
@@ -124,8 +107,8 @@ void stageAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scrat
 // waits for every other's InReady of each chunk (the readers post theirs on arrival), so the
 // call check sees every rank's announcement, as the flat call's does.
 //
-// The single copy, where the stage can reach its members' memory (memberAccess) and the call
-// is large enough (singleCopyBroadcast): the root publishes where its buffer lies, in its
+// The single copy (the algorithm "single"), where the stage can reach its members' memory
+// (memberAccess): the root publishes where its buffer lies, in its
 // in-slot of one chunk number, and every reader copies the buffer from there into its result
 // itself, in one pass (threads of one process: a memcpy; processes: process_vm_readv), all
 // readers at once; the root then waits until every reader has, so that its buffer is not
@@ -134,54 +117,60 @@ void stageAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scrat
 // The root's data crosses memory once per reader and never into a slot, and a reader needs
 // nothing of the root between the start and the end of its copy: a root (or reader)
 // descheduled meanwhile costs nothing, where the slots' pipeline meets at every chunk.
-void stageBroadcast(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, core::ProgramBuilder& b) {
+namespace {
+void singleCopyBroadcast(const Args& a, const JobShape& t, core::Scratch& scratch, core::ProgramBuilder& b) {
   const int r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;
   const Slots slots{*t.stage, t.stage->slotBytes()};
-  if (singleCopyBroadcast(a, t)) {
-    using Published = transport::SharedStage::Published;
-    const uint64_t s = ++*t.stageSeq;
-    const uint64_t bytes = N * E;
-    kernels::ReduceSpec raw;
-    raw.dtype = DataType::Uint8;
-    // Each rank's word, in its in-slot of the chunk: the root's says where its buffer is and
-    // what it puts itself, a reader's where its result is.
-    b.exposeBuffers();
-    auto publish = [&](const void* buf, uint64_t put) {
-      auto* mine = static_cast<Published*>(scratch.get(sizeof(Published)));
-      *mine = Published{s, reinterpret_cast<uintptr_t>(buf), bytes, put};
-      return b.local(core::reduceAction(slots.in(r, s), mine, nullptr, sizeof(Published), raw),
-                     core::Deps{waitFor(b, kInFree, s)});
-    };
-    if (r == a.root) {
-      // At 2 processes the root, in place, writes the second half into the reader's result itself
-      // while the reader reads the first: two cores copy, where one would (the root's own copy
-      // out of place is as large as the reader's, so then it puts nothing).
-      const uint64_t putBytes = splitBroadcast(a, t) ? (bytes / 2) & ~uint64_t(4095) : 0;
-      int32_t in = publish(a.sendbuf, putBytes);
-      if (a.sendbuf != a.recvbuf) b.local(core::reduceAction(a.recvbuf, a.sendbuf, nullptr, bytes, raw));
-      int32_t all = b.wait(kInReady, s, core::Deps{b.signal(kInReady, s, core::Deps{in})});
-      int32_t put = all;
-      if (putBytes) {
-        const core::ProgramBuilder::Remote reader{1 - r, slots.in(1 - r, s), s, bytes - putBytes, bytes};
-        put = b.put(reader, at(a.sendbuf, bytes - putBytes, 1), putBytes, core::Deps{all});
-      }
-      b.signal(kOutReady, s, core::Deps{put});
-      // The readers' words are read (a Put reads its word first): they may rewrite them.
-      int32_t read = b.wait(kInFree, s, core::Deps{b.signal(kInFree, s, core::Deps{put})});
-      b.signal(kOutFree, s, core::Deps{read});
-    } else {
-      int32_t all = b.wait(kInReady, s, core::Deps{b.signal(kInReady, s, core::Deps{publish(a.recvbuf, 0)})});
-      const core::ProgramBuilder::Remote root{a.root, slots.in(a.root, s), s, 0, bytes};
-      int32_t read = b.fetch(root, a.recvbuf, bytes, core::Deps{all});
-      b.signal(kInFree, s, core::Deps{read});
-      // The root's part, where it puts one, is in once it posts.
-      int32_t whole = b.wait(kOutReady, s, core::Deps{b.signal(kOutReady, s, core::Deps{read})});
-      b.signal(kOutFree, s, core::Deps{whole});
+  using Published = transport::SharedStage::Published;
+  const uint64_t s = ++*t.stageSeq;
+  const uint64_t bytes = N * E;
+  kernels::ReduceSpec raw;
+  raw.dtype = DataType::Uint8;
+  // Each rank's word, in its in-slot of the chunk: the root's says where its buffer is and
+  // what it puts itself, a reader's where its result is.
+  b.exposeBuffers();
+  auto publish = [&](const void* buf, uint64_t put) {
+    auto* mine = static_cast<Published*>(scratch.get(sizeof(Published)));
+    *mine = Published{s, reinterpret_cast<uintptr_t>(buf), bytes, put};
+    return b.local(core::reduceAction(slots.in(r, s), mine, nullptr, sizeof(Published), raw),
+                   core::Deps{waitFor(b, kInFree, s)});
+  };
+  if (r == a.root) {
+    // At 2 processes the root, in place, writes the second half into the reader's result itself
+    // while the reader reads the first: two cores copy, where one would (the root's own copy
+    // out of place is as large as the reader's, so then it puts nothing).
+    const uint64_t putBytes = splitBroadcast(a, t) ? (bytes / 2) & ~uint64_t(4095) : 0;
+    int32_t in = publish(a.sendbuf, putBytes);
+    if (a.sendbuf != a.recvbuf) b.local(core::reduceAction(a.recvbuf, a.sendbuf, nullptr, bytes, raw));
+    int32_t all = b.wait(kInReady, s, core::Deps{b.signal(kInReady, s, core::Deps{in})});
+    int32_t put = all;
+    if (putBytes) {
+      const core::ProgramBuilder::Remote reader{1 - r, slots.in(1 - r, s), s, bytes - putBytes, bytes};
+      put = b.put(reader, at(a.sendbuf, bytes - putBytes, 1), putBytes, core::Deps{all});
     }
-    return;
+    b.signal(kOutReady, s, core::Deps{put});
+    // The readers' words are read (a Put reads its word first): they may rewrite them.
+    int32_t read = b.wait(kInFree, s, core::Deps{b.signal(kInFree, s, core::Deps{put})});
+    b.signal(kOutFree, s, core::Deps{read});
+  } else {
+    int32_t all = b.wait(kInReady, s, core::Deps{b.signal(kInReady, s, core::Deps{publish(a.recvbuf, 0)})});
+    const core::ProgramBuilder::Remote root{a.root, slots.in(a.root, s), s, 0, bytes};
+    int32_t read = b.fetch(root, a.recvbuf, bytes, core::Deps{all});
+    b.signal(kInFree, s, core::Deps{read});
+    // The root's part, where it puts one, is in once it posts.
+    int32_t whole = b.wait(kOutReady, s, core::Deps{b.signal(kOutReady, s, core::Deps{read})});
+    b.signal(kOutFree, s, core::Deps{whole});
   }
+}
+}  // namespace
+
+void stageBroadcast(const Args& a, const JobShape& t, const Plan& p, core::Scratch&, core::ProgramBuilder& b) {
+  const int r = t.rank;
+  const size_t E = dataTypeSize(a.dtype), N = a.count;
+  if (N == 0) return;
+  const Slots slots{*t.stage, t.stage->slotBytes()};
   const size_t C = std::max<size_t>(1, std::min(slots.C, p.chunkBytes) / E);  // elements per chunk
   const bool root = r == a.root;
   const kernels::ReduceSpec copy = Reducer{a, t.nranks}.spec(false, false);
@@ -279,7 +268,7 @@ size_t flatLimit(int nranks) {
 bool pipelinedBroadcast(const Args& a, const JobShape& t) {
   const size_t bytes = a.count * dataTypeSize(a.dtype);
   return a.kind == Kind::Broadcast && a.count > 0 && t.stage &&
-         (bytes > transport::SharedStage::kCellBytes || bytes > t.stage->slotBytes() || singleCopyBroadcast(a, t));
+         (bytes > transport::SharedStage::kCellBytes || bytes > t.stage->slotBytes());
 }
 
 const char* needsStage(const JobShape& t) {
@@ -313,13 +302,6 @@ class Flat final : public Algorithm {
   }
   double predictUs(const Args& a, const JobShape& t, const Costs& c) const override {
     if (a.kind == Kind::Barrier) return waitUs(c.stage, t, c);
-    if (singleCopyBroadcast(a, t)) {
-      // Every reader reads the root's buffer (from another core: the stage's rate) and writes
-      // it into its result, all at once; two waits.
-      const double N = static_cast<double>(a.count * dataTypeSize(a.dtype));
-      return c.base("flat", a.kind) + 2 * waitUs(c.stage, t, c) +
-             c.factor("flat", a.kind) * (bytesUs(N, c.stage.gbps, t) + bytesUs(N, c.memoryGBps, t));
-    }
     if (pipelinedBroadcast(a, t)) {
       // A pipeline of two stages: the root's copy of a chunk into its slot (a chunk read, a
       // chunk written) beside the readers' copies of the chunk before it out of the slot (a
@@ -367,6 +349,54 @@ class Slice final : public Algorithm {
     stageAllReduce(a, t, p, s, b);
   }
 };
+
+// Single: the single copy of a Broadcast (singleCopyBroadcast). Traffic: each reader reads N
+// from the root's buffer and writes N; the root, out of place, copies N into its result while
+// they read. Two waits, whatever the size: the root's publication, and the readers' end.
+class SingleCopy final : public Algorithm {
+ public:
+  Algo id() const override { return Algo::SingleCopy; }
+  bool implements(Kind k) const override { return k == Kind::Broadcast; }
+  const char* unfit(const Args& a, const JobShape& t, bool) const override {
+    using Access = transport::SharedStage::Access;
+    if (!t.stage) return "it needs every rank in one shared stage (the ranks of one host, with shared memory on)";
+    if (a.count == 0) return "there is nothing to move";
+    switch (t.stage->memberAccess()) {
+      case Access::None:
+        return "the ranks may not read each other's memory (HORA_SHM_SINGLE_COPY=0, or a system call refused)";
+      case Access::Kernel:
+        // Readers of the root's pages contend in the kernel: 4 MiB at 4 processes took 1453 us
+        // against 924 through the root's slots.
+        if (t.nranks != 2) return "between processes it reads through the kernel, at 2 ranks only";
+        break;
+      case Access::Direct:
+        break;
+    }
+    // Below a cell's size the cells are faster: there the root runs ahead of its readers,
+    // where the single copy meets them at every call (threads, 2 ranks: 16 KiB in 0.6-0.7 us).
+    if (a.count * dataTypeSize(a.dtype) <= transport::SharedStage::kCellBytes && t.stage->hasCells())
+      return "it is slower than the stage's cells up to a cell's size";
+    return nullptr;
+  }
+  double predictUs(const Args& a, const JobShape& t, const Costs& c) const override {
+    const double N = static_cast<double>(a.count * dataTypeSize(a.dtype));
+    const double own = a.sendbuf != a.recvbuf ? bytesUs(2 * N, c.memoryGBps, t) : 0;  // the root's copy, meanwhile
+    double read;
+    if (t.stage && t.stage->memberAccess() == transport::SharedStage::Access::Kernel) {
+      // Through the kernel; in place at 2 processes the root writes half while the reader reads half.
+      const double mine = a.sendbuf == a.recvbuf && t.nranks == 2 ? N / 2 : N;
+      read = c.kernelCopy.latencyUs + bytesUs(mine, c.kernelCopy.gbps, t);
+    } else {
+      // Every reader reads the root's buffer (from another core: the stage's rate) and writes
+      // it into its result, all at once.
+      read = bytesUs(N, c.stage.gbps, t) + bytesUs(N, c.memoryGBps, t);
+    }
+    return c.base("single", a.kind) + 2 * waitUs(c.stage, t, c) + c.factor("single", a.kind) * std::max(read, own);
+  }
+  void build(const Args& a, const JobShape& t, const Plan&, core::Scratch& s, core::ProgramBuilder& b) const override {
+    singleCopyBroadcast(a, t, s, b);
+  }
+};
 }  // namespace
 
 const Algorithm& algorithmFlat() {
@@ -376,6 +406,11 @@ const Algorithm& algorithmFlat() {
 
 const Algorithm& algorithmSlice() {
   static const Slice a;
+  return a;
+}
+
+const Algorithm& algorithmSingleCopy() {
+  static const SingleCopy a;
   return a;
 }
 
