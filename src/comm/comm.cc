@@ -319,55 +319,13 @@ void horaComm::init(const UniqueId& id) {
     for (const PeerInfo& p : c->self_.peers) sameHost += p.machineId == c->self_.peers[static_cast<size_t>(rank)].machineId;
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (sameHost <= cores) c->spinFor = Waiter::kSpinWhenAlone;
-    c->shape.spins = c->spinFor.count() > 0;
-    const std::vector<topo::HostEntry> hostList = jobHosts(c->self_.peers);
-    // The job's shape, for the planner's predictions: hosts, the busiest host's ranks, and
-    // the slowest link any pair uses (the one with the highest latency in the cost model).
-    c->shape.rank = rank;
-    c->shape.callCheck = cfg.callCheck;
-    c->shape.nranks = nranks;
-    if (c->stage && c->stage->size() == nranks) {  // the stage algorithms may run
-      c->shape.stage = c->stage.get();
-      c->shape.stageSeq = &c->seq.stageSeq;
-    }
-    c->shape.hosts = static_cast<int>(hostList.size());
+    // This host's ranks' processes, which a wait that times out looks at.
     for (const PeerInfo& p : c->self_.peers) {
       c->self_.localPids.push_back(p.hostId == c->self_.peers[static_cast<size_t>(rank)].hostId && p.rank != rank ? p.pid : 0);
       c->self_.localProcs.emplace_back(c->self_.localPids.back());
     }
-    c->shape.ranksPerHost = 0;
-    for (const topo::HostEntry& h : hostList)
-      if (static_cast<int>(h.ranks.size()) > c->shape.ranksPerHost) {
-        c->shape.ranksPerHost = static_cast<int>(h.ranks.size());
-        c->shape.coresPerHost = std::max(1, h.host.pus);
-      }
-    std::map<std::string, int> perMachine;
-    for (const PeerInfo& p : c->self_.peers) c->shape.ranksPerMachine = std::max(c->shape.ranksPerMachine, ++perMachine[p.machineId]);
-    // Across hosts: where each rank is, the slowest link within a host and between hosts.
-    if (hostList.size() > 1) {
-      std::vector<int> label(static_cast<size_t>(nranks));
-      for (size_t h = 0; h < hostList.size(); ++h)
-        for (int r : hostList[h].ranks) label[static_cast<size_t>(r)] = static_cast<int>(h);
-      c->layout = coll::HostLayout::fromLabels(label);
-      c->shape.layout = &c->layout;
-      const std::vector<int>& mates = c->layout.hosts[static_cast<size_t>(c->layout.hostOf[static_cast<size_t>(rank)])];
-      if (c->stage && c->stage->ranks() == mates && cfg.hierStage) {
-        c->shape.hostStage = c->stage.get();
-        c->shape.hostStageSeq = &c->seq.stageSeq;
-      }
-    }
-    const int myHost = c->shape.layout ? c->layout.hostOf[static_cast<size_t>(rank)] : 0;
-    bool haveLocal = false, haveRemote = false;
-    for (int r = 0; r < nranks; ++r) {
-      if (r == rank) continue;
-      const coll::LinkCost& l = c->planner.costs.link(c->self_.linkNames[static_cast<size_t>(r)]);
-      const bool local = !c->shape.layout || c->layout.hostOf[static_cast<size_t>(r)] == myHost;
-      coll::LinkCost& into = local ? c->shape.local : c->shape.slowest;
-      bool& have = local ? haveLocal : haveRemote;
-      if (!have || l.latencyUs > into.latencyUs) into = l;
-      have = true;
-    }
-    if (!c->shape.layout) c->shape.slowest = c->shape.local;
+    describeJob(c->self_, c->stage.get(), &c->seq.stageSeq, cfg, c->planner.costs, c->spinFor.count() > 0, c->shape,
+                c->layout);
   }
   if (log::enabled(log::Level::Info, log::kInit)) {
     std::string links, listening = c->self_.address.str();

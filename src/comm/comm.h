@@ -100,6 +100,13 @@ struct CommIdentity {
   std::vector<ProcessRef> localProcs;
 };
 
+// The job as the planner sees it, from the identity's peer records and links: `shape` (this rank,
+// the hosts, the busiest host's ranks and cores, the slowest links, the shared stages where every
+// rank, or every rank of this host, is a member) and, when the ranks span hosts, `layout` (which
+// shape.layout then points at). `spins`: whether this host has a core for each of its ranks.
+void describeJob(const CommIdentity& self, const transport::SharedStage* stage, uint64_t* stageSeq, const Config& cfg,
+                 const coll::Costs& costs, bool spins, coll::JobShape& shape, coll::HostLayout& layout);
+
 struct CommOptions {
   milliseconds timeout{600000};
   std::string name;  // horaConfig_t.commName
