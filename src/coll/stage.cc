@@ -9,7 +9,7 @@
 //
 // Chunks are numbered by one sequence shared by every call on the host (JobShape::stageSeq), and
 // chunk s uses slots s%2, so chunk s+1 fills the other slots while chunk s is still being read
-// (a single copy of a Broadcast only a word in the in-slot: stageBroadcast).
+// (a single copy of a Broadcast only a word in the in-slot: singleCopyBroadcast).
 //
 // Flat (small buffers, one chunk): copy my input in, post InReady, wait for everyone's, then
 // reduce all n inputs straight out of the n in-slots, in rank order, into my result. One wait:
@@ -108,15 +108,16 @@ void stageAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scrat
 // call check sees every rank's announcement, as the flat call's does.
 //
 // The single copy (the algorithm "single"), where the stage can reach its members' memory
-// (memberAccess): the root publishes where its buffer lies, in its
-// in-slot of one chunk number, and every reader copies the buffer from there into its result
-// itself, in one pass (threads of one process: a memcpy; processes: process_vm_readv), all
-// readers at once; the root then waits until every reader has, so that its buffer is not
-// changed while read. At 2 processes, in place, the root writes the second half into the
-// reader's result itself (its address in the reader's word) while the reader reads the first.
-// The root's data crosses memory once per reader and never into a slot, and a reader needs
-// nothing of the root between the start and the end of its copy: a root (or reader)
-// descheduled meanwhile costs nothing, where the slots' pipeline meets at every chunk.
+// (memberAccess): the root publishes where its buffer lies, in its in-slot of one chunk number,
+// and every reader copies the buffer from there into its result itself, in one pass (threads of
+// one process: a memcpy; processes: process_vm_readv), all readers at once; the root then waits
+// until every reader has, so that its buffer is not changed while read. At 2 processes, in
+// place, the root writes the second half into the reader's result itself (its address in the
+// reader's word) while the reader reads the first. The root's data crosses memory once per
+// reader and never into a slot, and a reader needs nothing of the root between the start and
+// the end of its copy; but root and readers meet at every call, where the slots' root runs
+// ahead of its readers, which is why the planner leaves processes on the slots (cost.h's
+// kernelCopy).
 namespace {
 void singleCopyBroadcast(const Args& a, const JobShape& t, core::Scratch& scratch, core::ProgramBuilder& b) {
   const int r = t.rank;
