@@ -295,7 +295,10 @@ TEST_CASE("planner: tune files", "[planner]") {
   c.baseUs["ring"] = 7;
   c.baseUs["ring-allgather"] = 3;
   c.byteFactor["tree-broadcast"] = 0.5;
+  c.kernelCopy = {4.5, 11};
   const Costs back = parseCosts(formatCosts(c), "test");
+  CHECK(back.kernelCopy.latencyUs == Approx(4.5));
+  CHECK(back.kernelCopy.gbps == Approx(11));
   CHECK(back.link("tcp").latencyUs == Approx(9.5));
   CHECK(back.link("tcp").gbps == Approx(1.25));
   // An algorithm's costs for one collective, else its own, else none.
@@ -313,7 +316,8 @@ TEST_CASE("planner: tune files", "[planner]") {
   slow.slowest = s.costs.link("tcp");
   CHECK(algoName(plan(allReduce(256 << 10), slow, s, true).algo) == std::string("rd"));
   CHECK(algoName(plan(allReduce(256 << 10), overTcp(4), s, true).algo) == std::string("ring"));
-  for (const char* bad : {"stage 1\n", "link tcp x 1\n", "wat 1 2\n", "memory -3\n", "bytes flat 0\n"}) {
+  for (const char* bad : {"stage 1\n", "link tcp x 1\n", "wat 1 2\n", "memory -3\n", "bytes flat 0\n", "kernelcopy 3\n",
+                          "kernelcopy 3 0\n"}) {
     INFO(bad);
     CHECK_THROWS_WITH(parseCosts(std::string("# ok\n") + bad, "FILE"), Catch::Contains("FILE, line 2"));
   }

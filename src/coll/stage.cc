@@ -272,8 +272,10 @@ bool pipelinedBroadcast(const Args& a, const JobShape& t) {
          (bytes > transport::SharedStage::kCellBytes || bytes > t.stage->slotBytes());
 }
 
+constexpr const char* kNoStage = "it needs every rank in one shared stage (the ranks of one host, with shared memory on)";
+
 const char* needsStage(const JobShape& t) {
-  if (!t.stage) return "it needs every rank in one shared stage (the ranks of one host, with shared memory on)";
+  if (!t.stage) return kNoStage;
   if (t.nranks > kernels::kMaxSources) return "it reduces every rank's slot at once, 16 ranks at most";
   return nullptr;
 }
@@ -360,7 +362,7 @@ class SingleCopy final : public Algorithm {
   bool implements(Kind k) const override { return k == Kind::Broadcast; }
   const char* unfit(const Args& a, const JobShape& t, bool) const override {
     using Access = transport::SharedStage::Access;
-    if (!t.stage) return "it needs every rank in one shared stage (the ranks of one host, with shared memory on)";
+    if (!t.stage) return kNoStage;
     if (a.count == 0) return "there is nothing to move";
     switch (t.stage->memberAccess()) {
       case Access::None:
