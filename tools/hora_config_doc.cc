@@ -1,5 +1,5 @@
 // hora-config-doc: prints the configuration reference (docs/configuration.md) from the table of
-// variables (kVariables, src/comm/config.cc). Not installed.
+// variables (kVariables, src/comm/config_table.cc). Not installed.
 //   hora-config-doc                 the page, on stdout
 //   hora-config-doc --output FILE   writes it to FILE (ninja docs-configuration)
 //   hora-config-doc --check FILE    exit 1, saying how to regenerate it, where FILE differs
@@ -66,7 +66,7 @@ std::string link(const std::string& title) { return "[" + title + "](#" + anchor
 std::string page() {
   std::string o;
   o += "# Configuration\n\n";
-  o += "<!-- Generated from the table of variables in src/comm/config.cc by tools/hora_config_doc.cc;\n"
+  o += "<!-- Generated from the table of variables in src/comm/config_table.cc by tools/hora_config_doc.cc;\n"
        "     do not edit. Regenerate with: ninja -C <build> docs-configuration -->\n\n";
   o += "Hora is configured by environment variables. The library reads its settings in one module\n"
        "(`src/comm/config.cc`), and the rank, size and rendezvous in `src/comm/launch.cc`; hora-run, the\n"
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
     got << in.rdbuf();
     if (in && got.str() == text) return 0;
     fprintf(stderr,
-            "%s differs from the table of variables in src/comm/config.cc (or cannot be read).\n"
+            "%s differs from the table of variables in src/comm/config_table.cc (or cannot be read).\n"
             "Regenerate it with: ninja -C <build> docs-configuration (and commit it).\n",
             argv[2]);
     return 1;

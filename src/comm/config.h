@@ -1,6 +1,6 @@
 // Configuration: the one place that reads HORA_* environment variables, and the NCCL_* ones
 // that set the same knobs (whichever ABI the program uses). Every variable is listed in
-// kVariables (config.cc) with its meaning and the NCCL_* variables it also reads, and the
+// kVariables (config_table.cc) with its meaning and the NCCL_* variables it also reads, and the
 // configuration reference (docs/configuration.md) is generated from it. An invalid HORA_* value is an error (Errc::InvalidArgument)
 // with a message naming the variable, the value and what was expected; it is never silently
 // ignored. A HORA_* variable wins over its NCCL_* twins; an NCCL_* value Hora cannot take is
@@ -76,7 +76,7 @@ std::vector<std::string> unknownVariables(const std::vector<std::string>& names)
 enum class Topic { Core, Transports, Ib, Cuda, Launch, HoraRun, Python, TorchBackend, Perf, NcclIgnored };
 const char* topicTitle(Topic t);
 
-// One row of the table of every variable (kVariables in config.cc), from which the configuration
+// One row of the table of every variable (kVariables in config_table.cc), from which the configuration
 // reference is generated (tools/hora_config_doc.cc).
 struct Variable {
   const char* name;  // HORA_*; null in a row of NCCL variables that Hora knows and ignores

@@ -1,6 +1,6 @@
 // The NCCL_* half of parseConfig (config_nccl.h): each readNccl* function translates the NCCL_*
 // twins of one knob, set where its HORA_* variable is not, the way the table of variables
-// (kVariables, config.cc) describes.
+// (kVariables, config_table.cc) describes.
 #include "comm/config_nccl.h"
 
 #include <strings.h>

@@ -10,7 +10,7 @@ _env_int("HORA_X", ...), and also the names hora-run or the Python package set f
 (which the library reads). The rows of the table itself ({"HORA_X", Topic::...) and the old names of renamed
 variables ({"HORA_OLD", "HORA_NEW"},) are not uses. Macros (HORA_WARN, HORA_VERSION_STRING) are never string literals.
 Fails naming each such name that docs/configuration.md does not list as a variable (a row
-starting with `| `HORA_X` |`); such a name belongs in the table of src/comm/config.cc, from
+starting with `| `HORA_X` |`); such a name belongs in the table of src/comm/config_table.cc, from
 which the page is generated (ninja -C <build> docs-configuration).
 
 usage: check_config_vars.py SOURCE_ROOT
@@ -52,7 +52,7 @@ def names_read(root):
                     for lineno, line in enumerate(fh, 1):
                         for m in LITERAL.finditer(line):
                             if TABLE_ROW.match(line, m.end()) or RENAMED_ROW.match(line, m.end()):
-                                continue  # the tables themselves (src/comm/config.cc) are not uses
+                                continue  # the tables themselves (src/comm/config_table.cc, config.cc) are not uses
                             found.setdefault(m.group(2), "%s:%d" % (os.path.relpath(path, root), lineno))
     return found
 
@@ -67,7 +67,7 @@ def main():
     print("%d HORA_* names in the code, %d variables on the page" % (len(found), len(documented)))
     for n in missing:
         print("MISSING: %s (first at %s) is read or set by the code but not in docs/configuration.md: "
-              "add it to kVariables in src/comm/config.cc and run ninja -C <build> docs-configuration" % (n, found[n]))
+              "add it to kVariables in src/comm/config_table.cc and run ninja -C <build> docs-configuration" % (n, found[n]))
     if len(found) < 20:  # the scan itself broke (moved directories, a changed pattern)
         print("FAIL: the scan found too few names; check DIRS")
         return 1
