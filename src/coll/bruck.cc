@@ -50,8 +50,14 @@ class Bruck final : public Algorithm {
   double predictUs(const Args& a, const JobShape& t, const Costs& c) const override {
     const double N = static_cast<double>(a.count * dataTypeSize(a.dtype)), n = t.nranks;
     const LinkCost& l = t.slowest;
+    // Step k sends min(2^k, n-2^k) blocks to rank r - 2^k; across hosts the ranks of a host
+    // whose partners are elsewhere share its link.
+    double wire = 0;
+    for (int d = 1; d < t.nranks; d *= 2)
+      wire += std::min(d, t.nranks - d) *
+              (t.layout ? t.layout->crossingAtOnce(t.nranks, [&](int r) { return mod(r - d, t.nranks); }) : 1);
     const double move = t.stage ? bytesUs(6 * (n - 1) * N, c.memoryGBps, t) + bytesUs((n - 1) * N, c.stage.gbps, t)
-                                : bytesUs((n - 1) * N, l.gbps, t);
+                                : bytesUs(wire * N, l.gbps, t);
     return c.base("bruck", a.kind) + ceilLog2(t.nranks) * waitUs(l, t, c) +
            c.factor("bruck", a.kind) * (move + bytesUs(2 * n * N, c.memoryGBps, t));
   }

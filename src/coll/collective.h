@@ -88,6 +88,21 @@ struct HostLayout {
   bool consecutive() const;
   // The ranks host by host: the order in which a ring crosses each host's link once each way.
   std::vector<int> hostOrder() const;
+  // When every rank r < senders sends to rank partner(r) at once (a step of recursive doubling
+  // or Bruck's): the most ranks of one host whose partner is on another host, who share that
+  // host's link (at least 1). Same on every rank.
+  template <class Partner>
+  int crossingAtOnce(int senders, Partner partner) const {
+    std::vector<int> crossing(hosts.size(), 0);
+    const int n = static_cast<int>(hostOf.size());
+    for (int r = 0; r < senders && r < n; ++r) {
+      const int to = partner(r);
+      if (to >= 0 && to < n && hostOf[r] != hostOf[to]) ++crossing[hostOf[r]];
+    }
+    int most = 1;
+    for (int c : crossing) most = c > most ? c : most;
+    return most;
+  }
 };
 
 // What the planner and the algorithms know of the job (horaComm::shape): this rank and the

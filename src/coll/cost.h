@@ -58,9 +58,11 @@ struct Costs {
   // reduced as they arrive, while still in cache, 0.6 times (at 2 ranks and 128 MiB: 17 ms for
   // the ring, 27 ms for the slice algorithm, against a traffic count that favours the slice).
   // A Broadcast, which reduces nothing, takes the flat algorithm's plain count (its slots'
-  // pipeline at 2 processes: 16 MiB in place in 0.77-1.29 ms against a count of 0.93).
+  // pipeline at 2 processes: 16 MiB in place in 0.77-1.29 ms against a count of 0.93); so does
+  // the ring's AllGather (through memory it forwards each chunk from cache, which coll/ring.cc
+  // counts there: over a network its bytes cost what they move, docs/planner.md).
   std::map<std::string, double> byteFactor{
-      {"flat", 1.75}, {"flat-broadcast", 1}, {"ring", 0.6}, {"hier-broadcast", 2.08}};
+      {"flat", 1.75}, {"flat-broadcast", 1}, {"ring", 0.6}, {"ring-allgather", 1}, {"hier-broadcast", 2.08}};
 
   Costs();
   // An algorithm's fixed cost and bytes' factor for a collective: the key "ALGO-COLLECTIVE"
@@ -81,6 +83,11 @@ inline double sharing(const JobShape& t) {
 // One wait on a link, when the rank waited for may first have to be scheduled.
 inline double waitUs(const LinkCost& l, const JobShape& t, const Costs& c) {
   return l.latencyUs + c.oversubscribedUs * std::log2(sharing(t));
+}
+// Across hosts, a step of recursive doubling over partners r ^ d (r < p) sends the messages of
+// several ranks of a host over its one link at once: how many (1 on one host).
+inline double sharedLink(const JobShape& t, int p, int d) {
+  return t.layout ? t.layout->crossingAtOnce(p, [d](int r) { return r ^ d; }) : 1;
 }
 // Microseconds to move `bytes` at `gbps`, slowed by cores shared among ranks.
 inline double bytesUs(double bytes, double gbps, const JobShape& t) { return sharing(t) * bytes / gbps / 1000.0; }

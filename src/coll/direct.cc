@@ -187,9 +187,14 @@ class RecursiveDoubling final : public Algorithm {
     // Over memory a message is copied in and out of a ring: 3N of local traffic and N read
     // from the peer's; over a network N crosses the wire.
     const bool memory = t.stage != nullptr;
+    // Messages' worth on the link: across hosts the ranks of a host whose partners are
+    // elsewhere share its link; the extra ranks' two steps are one pair each.
+    double wire = steps - ceilLog2(p);
+    for (int d = 1; d < p; d *= 2) wire += sharedLink(t, p, d);
     const double perStep = memory ? bytesUs(6 * N, c.memoryGBps, t) + bytesUs(N, c.stage.gbps, t)
-                                  : bytesUs(N, l.gbps, t) + bytesUs(3 * N, c.memoryGBps, t);
-    return c.base("rd", a.kind) + steps * (waitUs(l, t, c) + c.factor("rd", a.kind) * perStep);
+                                  : bytesUs(3 * N, c.memoryGBps, t);
+    const double link = memory ? 0 : bytesUs(N, l.gbps, t);
+    return c.base("rd", a.kind) + steps * waitUs(l, t, c) + c.factor("rd", a.kind) * (steps * perStep + wire * link);
   }
   void build(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b) const override {
     if (a.kind == Kind::AllGather) rdAllGather(a, t, p, s, b);
@@ -207,7 +212,11 @@ class RecursiveDoubling final : public Algorithm {
       return t.stage ? bytesUs(6 * bytes, c.memoryGBps, t) + bytesUs(bytes, c.stage.gbps, t) : bytesUs(bytes, l.gbps, t);
     };
     const double f = c.factor("rd", Kind::AllGather);
-    double us = c.base("rd", Kind::AllGather) + steps * waitUs(l, t, c) + f * move((p - 1) * N);
+    // Step d moves d blocks; across hosts the ranks of a host whose partners are elsewhere
+    // share its link (on one host, (p-1) N in all).
+    double blocks = 0;
+    for (int d = 1; d < p; d *= 2) blocks += d * (t.stage ? 1 : sharedLink(t, p, d));
+    double us = c.base("rd", Kind::AllGather) + steps * waitUs(l, t, c) + f * move(blocks * N);
     if (p != t.nranks) us += 2 * waitUs(l, t, c) + f * (move(N) + move(n * N) + move((p - 1) * N));
     return us;
   }

@@ -409,6 +409,18 @@ JobShape teamTopo(const JobShape& t) {
   return s;
 }
 
+// The team's job as hier's phase between hosts runs it: the host's L teams cross its link at
+// once. (An AllReduce's, Broadcast's or Reduce's teams carry a slice each and are priced as if
+// they had the link alone: shared, the model puts hier behind the ring at 32-256 KiB across 4
+// hosts of 2 ranks, where it measured 1.5x ahead, so its within-host phases are overpriced by
+// about as much; fitted together, the two stand.)
+JobShape innerTopo(const Args& a, const JobShape& t) {
+  JobShape s = teamTopo(t);
+  if (t.layout && (a.kind == Kind::AllGather || a.kind == Kind::ReduceScatter))
+    s.slowest.gbps /= static_cast<double>(t.layout->hosts[0].size());
+  return s;
+}
+
 // Within a host, `messages` messages of `bytes` each, all at once, from this rank (and as many
 // to it): one wait, the bytes over the host's link and through memory.
 double localUs(double messages, double bytes, const JobShape& t, const Costs& c) {
@@ -479,7 +491,7 @@ class Hier final : public Algorithm {
   const Algorithm* innerFor(const Args& a, const JobShape& t, const Costs& c, double* us) const {
     if (!t.layout) return nullptr;
     const Args sub = teamCall(a, t);
-    const JobShape st = teamTopo(t);
+    const JobShape st = innerTopo(a, t);
     const Algorithm* best = nullptr;
     double bestUs = 0;
     for (const Algorithm* algo : algorithms()) {
