@@ -4,7 +4,7 @@
 Scope (the page says the same at its top):
   C++, src/comm/bootstrap.cc, src/comm/bootstrap_root.cc, src/comm/launch.cc, src/comm/config.cc (init, rendezvous, launcher
     and configuration), src/base/socket.cc (addresses, interfaces, connections), src/base/wait.cc
-    (timeouts), src/core/executor.cc (failures while a call waits, mismatched calls),
+    (timeouts), src/core/executor.cc and executor_failure.cc (failures while a call waits, mismatched calls),
     src/comm/comm.cc, src/comm/run.cc, src/comm/call_check.cc and src/comm/link_check.cc (a
     communicator's failure, links, threads, the call check): the message
     of every fail(Errc::..., "format", ...), throw Error(Errc::..., ...) and
@@ -51,7 +51,7 @@ ALLOWED = {
 # (compared as normalized below)
 
 CPP_FILES = ["src/comm/bootstrap.cc", "src/comm/bootstrap_root.cc", "src/comm/launch.cc", "src/comm/config.cc", "src/base/socket.cc",
-             "src/base/wait.cc", "src/core/executor.cc", "src/comm/comm.cc", "src/comm/run.cc",
+             "src/base/wait.cc", "src/core/executor.cc", "src/core/executor_failure.cc", "src/comm/comm.cc", "src/comm/run.cc",
              "src/comm/call_check.cc", "src/comm/link_check.cc"]
 CPP_TOOLS_GLOB = "tools/hora_run_*.cc"
 # (call, index of the message argument)
