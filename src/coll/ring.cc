@@ -188,6 +188,11 @@ void ringReduceScatter(const Args& a, const JobShape& t, const Plan& p, core::Sc
 }
 
 namespace {
+// Through memory, the share of an AllGather chunk's traffic that the ring pays when it forwards
+// the chunk while still in cache (the AllReduce's "ring" factor, cost.h, says as much of a chunk
+// reduced while in cache).
+constexpr double kForwardedFromCache = 0.6;
+
 // The ring: 2(n-1) steps for AllReduce, n-1 for the others, each moving a block of N/n (the
 // result's N for AllGather) in chunks; every message waits for one on the link.
 class Ring final : public Algorithm {
@@ -206,10 +211,10 @@ class Ring final : public Algorithm {
     const double chunks = std::max(1.0, std::ceil(block / static_cast<double>(512 * 1024)));
     const bool memory = t.stage != nullptr;
     // Through memory an AllGather's chunk is forwarded while still in cache, as an AllReduce's
-    // is reduced (its factor, "ring", 0.6): 4 processes, 1-16 MiB in a group, the ring 10-20%
+    // is reduced (kForwardedFromCache): 4 processes, 1-16 MiB in a group, the ring 10-20%
     // ahead of rd, which moves as many bytes. Over a network the bytes cost what they move: 4
     // ranks over TCP on one host, rd 1.3-1.6x faster than the ring from 64 KiB to 4 MiB.
-    const double cached = memory && a.kind == Kind::AllGather ? 0.6 : 1;
+    const double cached = memory && a.kind == Kind::AllGather ? kForwardedFromCache : 1;
     const double move = memory ? cached * (bytesUs(6 * block, c.memoryGBps, t) + bytesUs(block, c.stage.gbps, t))
                                : bytesUs(block, l.gbps, t);
     return c.base("ring", a.kind) + steps * chunks * waitUs(l, t, c) +

@@ -1,7 +1,6 @@
 #include "core/executor.h"
 
 #include <algorithm>
-#include <cinttypes>
 #include <cstring>
 #include <exception>
 #include <thread>

@@ -1,8 +1,6 @@
 // What the executor says when a wait fails or a peer stops: the call a job belongs to, what this
 // rank waits for and who is behind, a peer's published cause (core/executor.h).
 #include <algorithm>
-#include <cinttypes>
-#include <cstring>
 #include <exception>
 
 #include "base/error.h"
