@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "transports/tcp/connection.h"
 
 using namespace hora::test;
 
@@ -238,12 +239,12 @@ const char* transportsEnv() {
 // Whether a rank may finish the cell's faulty call without the culprit and hear of the fault
 // later (above): a small rooted call through the stage's cells, and any rooted call whose check
 // goes over the links (no stage holds every rank: HORA_TRANSPORTS without shm), where a rank
-// compares its calls with its neighbour's within the link's window (1024 calls over TCP, taken
-// in batches of 16). Each rank may run a window ahead of its predecessor, so a rank that needs
+// compares its calls with its neighbour's within the link's window (tcp::Connection::kUnreadMost
+// calls over TCP, taken in batches of 16). Each rank may run a window ahead of its predecessor, so a rank that needs
 // no other (a Reduce's leaf, whose sends the kernel buffers) may be that many calls ahead of the
 // rank that finds the fault for each rank between them in the ring: it hears at a later call
 // once they have failed, or when its window runs out.
-const int kFollowMost = kRanks * (1024 + 16) + 8;  // calls after the faulty one, at most, until one fails
+const int kFollowMost = kRanks * (static_cast<int>(hora::tcp::Connection::kUnreadMost) + 16) + 8;  // calls after the faulty one, at most, until one fails
 bool throughStage() {
   const std::string t = transportsEnv();
   return t == "default" || t.find("shm") != std::string::npos;

@@ -29,6 +29,7 @@
 #include "comm/comm.h"
 #include "harness.h"
 #include "transports/shm/world.h"
+#include "transports/tcp/connection.h"
 
 using namespace hora::test;
 
@@ -754,10 +755,10 @@ TEST_CASE("a mismatched call fails on every rank, the root and count 0 included"
 
 // A Broadcast's root returns once its data and its call check are out (src/comm/call_check.h):
 // when another rank's call differs, the root hears of it at a later call, within the call
-// check's window (1024 calls over TCP, 48 through the stage's cells), and so does every rank:
+// check's window (tcp::Connection::kUnreadMost calls over TCP, 48 through the stage's cells), and so does every rank:
 // each fails with the mismatch, none with a timeout.
 TEST_CASE("a root that only gives hears of a mismatch within a window of calls", "[faults]") {
-  constexpr int kBad = 10, kCalls = 1200, kWindow = 1024 + 16;
+  constexpr int kBad = 10, kWindow = static_cast<int>(hora::tcp::Connection::kUnreadMost) + 16, kCalls = kWindow + 200;
   auto failures = runThreads(3, [](horaComm_t comm, int rank, int) -> std::string {
     std::vector<float> a(64, 1.0f);
     for (int k = 0; k < kCalls; ++k) {

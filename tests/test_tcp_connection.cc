@@ -586,6 +586,64 @@ TEST_CASE("tcp connection: held sends wait for a later send, a batch or a releas
   CHECK_FALSE(cp.a->releaseHeld());  // nothing held
 }
 
+// The frames no receive wants yet (call checks a rank compares while it waits): taken together,
+// in their order across the sockets, as far as the caller agrees and no further.
+TEST_CASE("tcp connection: waiting frames are taken in order, as far as the caller agrees", "[tcp]") {
+  ConnPair cp = makePair(2);  // frame k on socket k % 2: the order must hold across them
+  Pump pump({cp.a.get(), cp.b.get()});
+  constexpr size_t kFrames = 40;
+  std::vector<uint8_t> bytes(kFrames);
+  Cookie next = 1;
+  for (size_t i = 0; i < kFrames; ++i) {
+    bytes[i] = static_cast<uint8_t>(i);
+    cp.a->setCall(static_cast<uint16_t>(100 + i));
+    cp.a->postHeld(&bytes[i], 1, 500 + i, next++);
+  }
+  CHECK(cp.a->releaseHeld());
+  pump.until([&] { return !cp.a->busy(); });
+  struct Seen {
+    std::vector<std::pair<uint16_t, uint64_t>> frames;
+    size_t agree = 0;  // how many the caller agrees to
+  } seen;
+  auto accept = [](void* ctx, size_t i, uint16_t call, uint64_t tag) {
+    auto* s = static_cast<Seen*>(ctx);
+    CHECK(i == s->frames.size());  // each frame once, in order, before it is taken
+    s->frames.emplace_back(call, tag);
+    return s->frames.size() <= s->agree;
+  };
+  // Nothing: a receive is posted (what waits is its).
+  std::vector<uint8_t> one(1, kCanary);
+  cp.b->postRecv(one.data(), 1, 500, 1);
+  CHECK(cp.b->takePendingFrames(kFrames, accept, &seen) == 0);
+  pump.until([&] { return pump.has(cp.b.get(), 1); });
+  CHECK(one[0] == 0);
+  // Refused: nothing taken, the first shown again.
+  seen.agree = 0;
+  CHECK(cp.b->takePendingFrames(kFrames, accept, &seen) == 0);
+  REQUIRE(seen.frames.size() == 1);
+  CHECK(seen.frames[0] == std::make_pair(uint16_t(101), uint64_t(501)));
+  // Agreed to 10 of them: those taken, the 11th left where it was.
+  seen = Seen{{}, 10};
+  CHECK(cp.b->takePendingFrames(kFrames, accept, &seen) == 10);
+  REQUIRE(seen.frames.size() == 11);
+  for (size_t i = 0; i < seen.frames.size(); ++i)
+    CHECK(seen.frames[i] == std::make_pair(static_cast<uint16_t>(101 + i), static_cast<uint64_t>(501 + i)));
+  uint16_t call = 0;
+  uint64_t tag = 0;
+  REQUIRE(cp.b->pendingFrame(&call, &tag));
+  CHECK(call == 111);
+  CHECK(tag == 511);
+  // At most `most`, then the rest by receives, in their place.
+  seen = Seen{{}, kFrames};
+  CHECK(cp.b->takePendingFrames(5, accept, &seen) == 5);
+  std::vector<uint8_t> rest(kFrames - 16, kCanary);
+  for (size_t i = 0; i < rest.size(); ++i)
+    cp.b->postRecv(&rest[i], 1, 516 + i, static_cast<Cookie>(100 + i));
+  pump.until([&] { return pump.has(cp.b.get(), static_cast<Cookie>(100 + rest.size() - 1)); });
+  for (size_t i = 0; i < rest.size(); ++i) CHECK(rest[i] == 16 + i);
+  CHECK(cp.b->takePendingFrames(kFrames, accept, &seen) == 0);  // none left
+}
+
 TEST_CASE("tcp connection: held sends to a peer that closed are dropped, a send there still fails", "[tcp]") {
   RawPeer rp;
   rp.raw.reset();  // the peer closed its end (it closed its communicator)

@@ -80,10 +80,13 @@ class Connection {
   // With no receive posted: whether a whole frame header waits from the peer, and its call and
   // tag (without consuming it). Throws the peer's failure if what waits is its abort frame.
   virtual bool pendingFrame(uint16_t* /*call*/, uint64_t* /*tag*/) { return false; }
-  // With no receive posted: takes the frame pendingFrame() shows, if it is all there and small
-  // (a call check the caller has compared: comm/call_check.h), as a receive of it would; false
-  // if it cannot (then nothing is taken).
-  virtual bool takePendingFrame() { return false; }
+  // With no receive posted: takes the frames waiting from the peer, in order, that are all
+  // there and small (call checks: comm/call_check.h) and that `accept` agrees to (called with
+  // each one's index from 0, call and tag, before it is taken), at most `most`, as receives of
+  // them would (TCP: in one read a socket). Stops at the first it refuses, one not all there or
+  // not small, or an abort frame (left for pendingFrame()). How many it took.
+  using AcceptFrame = bool (*)(void* ctx, size_t i, uint16_t call, uint64_t tag);
+  virtual size_t takePendingFrames(size_t /*most*/, AcceptFrame /*accept*/, void* /*ctx*/) { return 0; }
   // How many small messages (a call check's byte: comm/call_check.h) of the peer may wait here
   // unread, in batches, without ever stopping its sends: the call check's window.
   virtual size_t unreadMost() const { return 48; }

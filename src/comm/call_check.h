@@ -17,12 +17,15 @@
 //    own, whose frames carry the same tag and number (comm/link_check.cc). The sender never waits for it: a Broadcast's root sends its
 //    check and its data and returns, as without the check. The transport may hold it back
 //    (Connection::postHeld: TCP does) until the next message to the successor, a batch, or
-//    until this rank is about to wait (the executor releases it then: the successor may be
-//    waiting for it), so a rank holds none while it waits. The successor receives it before
-//    anything later from the predecessor (at once, where its own call receives anything from
-//    the predecessor), else once the oldest it expects is a window of calls old (what the link
-//    holds unread: 1024 calls over TCP, 256 over shared memory, 48 over verbs), together with all
-//    those kCheckBatch calls younger, in one batch (LinkChecks). So a rank runs at most a
+//    until this rank has been asleep in a wait for a moment (the executor releases it then,
+//    Executor::kHoldAsleep: the successor may be waiting for it), so a rank holds none for
+//    long while it waits. The successor receives it before anything later from the
+//    predecessor (at once, where its own call receives anything from the predecessor), else
+//    once the oldest it expects is a window of calls old (what the link holds unread: 16384
+//    calls over TCP, 256 over shared memory, 48 over verbs), together with all those
+//    kCheckBatch calls younger, in one batch (LinkChecks); where the transport reads what waits
+//    in one go (TCP), every check that has come is taken then, and a rank that must wait waits
+//    for the oldest only (the rest of its predecessor's batch comes with it). So a rank runs at most a
 //    window of calls ahead of its predecessor (n - 1 windows ahead of any rank), and hears
 //    that its predecessor failed (a mismatch it found, a rank that died) within a window of
 //    calls, at once where it exchanges anything with it. The

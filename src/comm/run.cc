@@ -502,10 +502,11 @@ void runCalls(const std::vector<std::pair<horaComm*, coll::Args>>& calls, const 
     c->stage->announce(first->callNo, first->callTag);
   }
   // The call checks over the links (comm/call_check.h), first on their links.
-  planChecks(ts.checks, guard.comms, calls, programs, adjusted, atOnce, traced);
-  if (!ts.checks.jobs.empty()) jobs.insert(jobs.begin(), ts.checks.jobs.begin(), ts.checks.jobs.end());
-  jobs.insert(jobs.end(), ts.checks.lateJobs.begin(), ts.checks.lateJobs.end());
   try {
+    // Inside: taking the checks that have come may meet a peer's abort frame (its failure).
+    planChecks(ts.checks, guard.comms, calls, programs, adjusted, atOnce, traced);
+    if (!ts.checks.jobs.empty()) jobs.insert(jobs.begin(), ts.checks.jobs.begin(), ts.checks.jobs.end());
+    jobs.insert(jobs.end(), ts.checks.lateJobs.begin(), ts.checks.lateJobs.end());
     for (horaComm* c : guard.comms)
       if (c->seq.uncheckedFrom && c->stage) compareEarlierCalls(c);
     executor.run(jobs, timeout, spinFor);

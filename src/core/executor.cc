@@ -201,9 +201,31 @@ bool Executor::heldOut() const {
   return true;
 }
 
+bool Executor::holding() const {
+  for (const Queue& q : queues_)
+    if (q.conn->holding()) return true;
+  return false;
+}
+
 void Executor::block(milliseconds most) {
-  // What a link holds back goes out before this rank waits: the peer may be waiting for it.
-  if (releaseHeld()) return;
+  // What a link holds back (call checks) goes out once this rank has been asleep for a while:
+  // the peer may be waiting for it, if only in the rare case where it ran a whole window of
+  // calls ahead (comm/call_check.h). Most waits end sooner, and a write at every one of them
+  // cost more than the checks' own batches (a rank that waits at every call wrote at every call).
+  if (holding()) {
+    const Clock::time_point now = Clock::now();
+    if (!holdingAsleep_) {
+      holdingAsleep_ = true;
+      heldSince_ = now;
+    }
+    const auto held = std::chrono::duration_cast<milliseconds>(now - heldSince_);
+    if (held >= kHoldAsleep) {
+      holdingAsleep_ = false;
+      if (releaseHeld()) return;
+    } else {
+      most = std::min(most, kHoldAsleep - held);
+    }
+  }
   markWaits();
   // Stuck for a while: a message that waits where this call expects none, of this call's
   // number but another collective, is a peer in another call (whose pattern of messages may
@@ -346,6 +368,7 @@ void Executor::loop(const std::vector<Job>& jobs, milliseconds timeout, std::chr
   // its failure text in the stage: a PeerFailure that names the cause); only if none does is
   // the timeout reported. Progress in the meantime ends the hold.
   idleBlocks_ = 0;
+  holdingAsleep_ = false;
   marked_ = false;
   std::exception_ptr heldTimeout;
   Clock::time_point heldUntil{};
@@ -459,6 +482,7 @@ void Executor::loop(const std::vector<Job>& jobs, milliseconds timeout, std::chr
     }
     if (moved) {
       idleBlocks_ = 0;
+      holdingAsleep_ = false;
       if (marked_) clearMarks();
       w.progressed();
       heldTimeout = nullptr;

@@ -53,7 +53,8 @@ struct Job {
   // group's collectives, on every rank alike.
   bool pointToPoint = false;
   // The link (to rank heldPeer) where this job's communicator may have messages held back:
-  // released when this rank is about to wait, as a peer may wait for them. With flushHeld, the
+  // released once this rank has slept kHoldAsleep in a wait, as a peer may wait for them
+  // (Executor::block). With flushHeld, the
   // run ends only once they are out (before the link closes).
   transport::Connection* heldOn = nullptr;
   int heldPeer = -1;
@@ -141,6 +142,11 @@ class Executor {
   // Throws if a peer's frame waits, unclaimed, with this call's number and another tag.
   void checkStrays() const;
   unsigned idleBlocks_ = 0;  // blocks since the last progress
+  // What a link holds back goes out after this much asleep since the last progress (block()).
+  static constexpr milliseconds kHoldAsleep{1};
+  bool holding() const;  // some link of the run holds messages back
+  bool holdingAsleep_ = false;
+  Clock::time_point heldSince_{};
   Clock::time_point lastStrayCheck_{};
 
   const std::vector<Job>* jobs_ = nullptr;

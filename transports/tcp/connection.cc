@@ -121,6 +121,10 @@ bool Connection::progressSends(Socket& s, std::vector<transport::Cookie>& comple
       if (op.held && !release_) break;  // behind it only what was posted later, held too
       onlyHeld &= op.held;
       size_t off = op.sent;
+      if (op.held) {  // its payload's copy follows its header: one piece
+        iov[n++] = iovec{op.header + off, kFrameHeaderBytes + op.bytes - off};
+        continue;
+      }
       if (off < kFrameHeaderBytes) {
         iov[n++] = iovec{op.header + off, kFrameHeaderBytes - off};
         off = kFrameHeaderBytes;
@@ -251,25 +255,50 @@ bool Connection::pendingFrame(uint16_t* call, uint64_t* tag) {
   return true;
 }
 
-bool Connection::takePendingFrame() {
-  if (closed_) return false;
-  Socket& s = socks_[recvSeq_ % socks_.size()];
-  if (!s.recvs.empty() || s.headerGot || s.headerOk || s.readingAbort) return false;
-  uint8_t frame[kFrameHeaderBytes + 64];
-  const ssize_t n = ::recv(s.fd.get(), frame, kFrameHeaderBytes, MSG_PEEK | MSG_DONTWAIT);
-  if (n < static_cast<ssize_t>(kFrameHeaderBytes)) return false;
-  FrameHeader h;
-  std::string why;
-  const FrameHeader seen = peekFrameHeader(frame);
-  if (decodeFrameHeader(frame, Expectation{recvSeq_, seen.length, seen.tag}, &h, &why) != FrameCheck::Ok || h.length > 64)
-    return false;  // not a small data frame of this sequence: left for a receive to judge
-  const size_t whole = kFrameHeaderBytes + static_cast<size_t>(h.length);
-  if (::recv(s.fd.get(), frame, whole, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(whole)) return false;
-  if (::recv(s.fd.get(), frame, whole, MSG_DONTWAIT) != static_cast<ssize_t>(whole)) failWire("a frame shrank while read");
-  ++recvSeq_;
-  s.dataWaiting = false;  // the frame checkForAbort found waiting is gone: the socket is read again
-  s.peekedAvail = 0;
-  return true;
+size_t Connection::takePendingFrames(size_t most, AcceptFrame accept, void* ctx) {
+  if (closed_ || most == 0 || socks_.size() > kMaxSockets) return 0;
+  for (const Socket& s : socks_)
+    if (!s.recvs.empty() || s.headerGot || s.headerOk || s.readingAbort) return 0;
+  // Frame k of the peer's sequence comes on socket k % nsocks: each socket's waiting bytes are
+  // peeked at once (when its first frame is wanted), the frames walked in sequence order, and
+  // those taken read in one recv() a socket.
+  const size_t n = socks_.size();
+  peek_.resize(n * kPeekBytes);
+  size_t have[kMaxSockets] = {}, used[kMaxSockets] = {};
+  bool peeked[kMaxSockets] = {};
+  size_t took = 0;
+  while (took < most) {
+    const size_t k = (recvSeq_ + took) % n;
+    uint8_t* buf = peek_.data() + k * kPeekBytes;
+    if (!peeked[k]) {
+      peeked[k] = true;
+      const ssize_t got = ::recv(socks_[k].fd.get(), buf, kPeekBytes, MSG_PEEK | MSG_DONTWAIT);
+      have[k] = got > 0 ? static_cast<size_t>(got) : 0;
+    }
+    if (have[k] - used[k] < kFrameHeaderBytes) break;
+    const uint8_t* h = buf + used[k];
+    const FrameHeader seen = peekFrameHeader(h);
+    if (seen.type == FrameType::Abort) break;
+    FrameHeader fh;
+    std::string why;
+    if (decodeFrameHeader(h, Expectation{recvSeq_ + took, seen.length, seen.tag}, &fh, &why) != FrameCheck::Ok ||
+        fh.length > 64)
+      break;  // not a small data frame of this sequence: left for a receive to judge
+    const size_t whole = kFrameHeaderBytes + static_cast<size_t>(fh.length);
+    if (have[k] - used[k] < whole || !accept(ctx, took, fh.call, fh.tag)) break;
+    used[k] += whole;
+    ++took;
+  }
+  for (size_t k = 0; k < n; ++k) {
+    if (!used[k]) continue;
+    Socket& s = socks_[k];
+    if (::recv(s.fd.get(), peek_.data() + k * kPeekBytes, used[k], MSG_DONTWAIT) != static_cast<ssize_t>(used[k]))
+      failWire("frames shrank while read");
+    s.dataWaiting = false;  // the frame checkForAbort found waiting is gone: the socket is read again
+    s.peekedAvail = 0;
+  }
+  recvSeq_ += took;
+  return took;
 }
 
 void Connection::salvageAbort(Socket& s) {

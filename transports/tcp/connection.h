@@ -4,6 +4,7 @@
 // buffer (several queued frames per sendmsg); receives land straight in the caller's buffer
 // after their header has been checked.
 #pragma once
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,10 +25,12 @@ class Connection final : public transport::Connection {
   // The largest data frame a stuck sender looks behind for the peer's abort frame.
   static constexpr size_t kMaxPeekBehind = size_t(1) << 20;
   // postHeld: the largest message held back (copied into its op), and how many are held
-  // before they go out on their own, in one write (a batch of call checks: the peer takes
-  // them in batches of comm/call_check.h's kCheckBatch, 16, too).
+  // before they go out on their own, in one write a socket (a rank's call checks for a
+  // successor it sends nothing: 64 calls' in one write per socket, where 16 made the checks an
+  // eighth of a 4-rank Reduce's sendmsg calls; the peer takes them in batches of
+  // comm/call_check.h's kCheckBatch, 16, from what has come).
   static constexpr size_t kHeldBytes = 8;
-  static constexpr size_t kHeldMost = 16;
+  static constexpr size_t kHeldMost = 64;
   // How long a connection closed without a failure waits for the peer's end to acknowledge what
   // it wrote (the destructor).
   static constexpr int kCloseAckMs = 1000;
@@ -48,13 +51,21 @@ class Connection final : public transport::Connection {
   void finishPartial(std::chrono::steady_clock::time_point until) noexcept override;
   void setCall(uint16_t call) override { call_ = call; }
   bool pendingFrame(uint16_t* call, uint64_t* tag) override;
-  bool takePendingFrame() override;
-  // 1024 one-byte frames (33 bytes each with the header), written 16 at a time, take 34 KiB of
-  // the kernel's receive buffer (128 KiB by default, half of it for data). The window is wide
-  // so that a rank that runs ahead of its predecessor by the kernel's buffering, as without the
-  // check, seldom waits for it: measured with reduce_perf, 512 bytes at 4 ranks on 2 cores, the
-  // check cost 1.43x with 256 and 0.97x with 1024 (medians of 15 alternating rounds).
-  size_t unreadMost() const override { return 1024; }
+  size_t takePendingFrames(size_t most, AcceptFrame accept, void* ctx) override;
+  // The call check's window over TCP: as many calls as the kernel buffers of small messages
+  // anyway. Without the check, a rank whose calls only send (a Reduce's leaf, a Broadcast's
+  // root) runs ahead of its peers by what the sockets hold: megabytes on Linux (one link held
+  // over 4,000 calls of 1 KiB in the fault tests), tens of thousands of 8-byte calls. A rank
+  // never runs more than a window ahead of its predecessor's checks, so a narrower window
+  // made such a rank wait for its predecessor where it did not without the check: measured
+  // with reduce_perf, 8 bytes at 4 ranks on 2 cores, 20,400 calls, the slowest rank's time
+  // (-a 3), medians of 5 alternating rounds, the check cost 1.23x with 1024 and 0.96x with
+  // 16384 (0.99x for broadcast_perf), and 1.01x over 100,400 calls, where the ranks run a whole
+  // window apart for most of the run. 16384 frames of 33 bytes are 528 KiB at most unread
+  // (the frames past what the kernel holds wait in this side's queue: nothing waits for them);
+  // the call numbers frames carry (modulo 65536) stay unambiguous within two windows.
+  static constexpr size_t kUnreadMost = 16384;
+  size_t unreadMost() const override { return kUnreadMost; }
   void shutdown(const std::string& reason, Errc code) noexcept override;
   const std::string& peerName() const override { return peer_; }
 
@@ -69,6 +80,8 @@ class Connection final : public transport::Connection {
     uint8_t copy[kHeldBytes];
     const uint8_t* payload() const { return held ? copy : data; }
   };
+  static_assert(offsetof(SendOp, copy) == offsetof(SendOp, header) + kFrameHeaderBytes,
+                "a held message's header and payload are written as one piece");
   struct RecvOp {
     uint8_t* data;
     size_t bytes;
@@ -126,6 +139,11 @@ class Connection final : public transport::Connection {
   // so are those held later; a message that is not held still fails there.
   bool heldDropped_ = false;
   std::vector<transport::Cookie> early_;
+  // takePendingFrames: what waits on each socket, peeked at (kPeekBytes a socket, for at most
+  // kMaxSockets sockets: HORA_NSOCKS_PERPEER's most).
+  static constexpr size_t kPeekBytes = 16384;
+  static constexpr size_t kMaxSockets = 16;
+  std::vector<uint8_t> peek_;
   bool closed_ = false;
   std::string closedReason_;
 };
