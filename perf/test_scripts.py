@@ -99,6 +99,20 @@ def check_hosts(tmp):
     check(a.prefix == "pq" and a.peers == [] and
           a.hora_libs == [("hora-auto", "auto"), ("hora-ring", "ring"), ("hora-allreduce-rd", "allreduce:rd")],
           "compare --cluster, -p '' and --algos")
+    a = compare.parse_args(["-p", "none", "--env", "HORA_CALL_CHECK=1 HORA_CALL_CHECK=0,HORA_NSOCKS_PERPEER=1"])
+    check(a.peers == [] and a.hora_libs == [("hora-call-check-1", None), ("hora-call-check-0-nsocks-perpeer-1", None)] and
+          a.hora_env == {"hora-call-check-1": {"HORA_CALL_CHECK": "1"},
+                         "hora-call-check-0-nsocks-perpeer-1": {"HORA_CALL_CHECK": "0", "HORA_NSOCKS_PERPEER": "1"}},
+          "compare -p none and --env: a library per setting")
+    check(compare.tool_extra("") == ["-a", "3"] and compare.tool_extra("-n 50") == ["-a", "3", "-n", "50"] and
+          compare.tool_extra("-a 1 -n 5") == ["-a", "1", "-n", "5"],
+          "compare times Hora's slowest rank, as the peers report theirs, unless -x sets -a")
+    envcmds = compare.hora_rank_cmds("pq", 1, 2, "10.1.2.1:29601", "ab" * 32, None, ["/b/perf/reduce_perf"],
+                                     {"HORA_CALL_CHECK": "0"})
+    check(all("HORA_CALL_CHECK=0" in c and not any(w.startswith("HORA_ALGO=") for w in c) for c in envcmds),
+          "compare --hosts --env: each rank's command sets the library's settings")
+    check(refused(compare, ["--env", "HORA_CALL_CHECK"]) and refused(compare, ["--env", "A=1", "--algos", "ring"]),
+          "compare refuses a setting without a value, and --env with --algos")
     check(refused(compare, ["--hosts", "4"]) and refused(compare, ["--hosts", "4x2", "-p", "gloo-ring"]) and
           refused(compare, ["--cluster", "pq"]) and refused(compare, ["--hosts", "2x2", "--prefix", "a b"]) and
           refused(compare, ["-p", "ompi"]), "compare refuses a bad --hosts, a peer that cannot cross hosts, "
