@@ -5,6 +5,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -264,6 +265,8 @@ size_t Connection::takePendingFrames(size_t most, AcceptFrame accept, void* ctx)
   // those taken read in one recv() a socket.
   const size_t n = socks_.size();
   peek_.resize(n * kPeekBytes);
+  // No more than the frames wanted can fill: a call's data waiting behind them is not copied.
+  const size_t peekBytes = std::min(kPeekBytes, ((most + n - 1) / n) * (kFrameHeaderBytes + kSmallFrameMost));
   size_t have[kMaxSockets] = {}, used[kMaxSockets] = {};
   bool peeked[kMaxSockets] = {};
   size_t took = 0;
@@ -272,7 +275,7 @@ size_t Connection::takePendingFrames(size_t most, AcceptFrame accept, void* ctx)
     uint8_t* buf = peek_.data() + k * kPeekBytes;
     if (!peeked[k]) {
       peeked[k] = true;
-      const ssize_t got = ::recv(socks_[k].fd.get(), buf, kPeekBytes, MSG_PEEK | MSG_DONTWAIT);
+      const ssize_t got = ::recv(socks_[k].fd.get(), buf, peekBytes, MSG_PEEK | MSG_DONTWAIT);
       have[k] = got > 0 ? static_cast<size_t>(got) : 0;
     }
     if (have[k] - used[k] < kFrameHeaderBytes) break;
@@ -282,7 +285,7 @@ size_t Connection::takePendingFrames(size_t most, AcceptFrame accept, void* ctx)
     FrameHeader fh;
     std::string why;
     if (decodeFrameHeader(h, Expectation{recvSeq_ + took, seen.length, seen.tag}, &fh, &why) != FrameCheck::Ok ||
-        fh.length > 64)
+        fh.length > kSmallFrameMost)
       break;  // not a small data frame of this sequence: left for a receive to judge
     const size_t whole = kFrameHeaderBytes + static_cast<size_t>(fh.length);
     if (have[k] - used[k] < whole || !accept(ctx, took, fh.call, fh.tag)) break;

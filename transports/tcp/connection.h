@@ -143,6 +143,7 @@ class Connection final : public transport::Connection {
   // kMaxSockets sockets: HORA_NSOCKS_PERPEER's most).
   static constexpr size_t kPeekBytes = 16384;
   static constexpr size_t kMaxSockets = 16;
+  static constexpr size_t kSmallFrameMost = 64;  // the largest payload it takes
   std::vector<uint8_t> peek_;
   bool closed_ = false;
   std::string closedReason_;
