@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -599,13 +600,32 @@ TEST_CASE("send/recv as kernels: an all-to-all, self included, two messages per 
   for (const auto& r : results) CHECK(r.ok());
 }
 
-TEST_CASE("groups as one kernel: collectives and send/recv together, then lone sends", "[device][kernels][p2p]") {
+// Until the process that wrote its pid to `file` has exited (and been reaped): "" or why not.
+std::string awaitExitOf(const std::string& file) {
+  for (int i = 0; i < 60000; ++i) {
+    FILE* f = fopen(file.c_str(), "r");
+    long pid = 0;
+    const bool read = f && fscanf(f, "%ld", &pid) == 1;
+    if (f) fclose(f);
+    if (read && pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return "";
+    usleep(1000);
+  }
+  return "the rank that left did not exit";
+}
+
+TEST_CASE("groups as one kernel: collectives and send/recv together, then lone sends after a rank has left",
+          "[device][kernels][p2p]") {
   if (processesShareGpu(2)) {
     WARN("rank processes share this GPU and take the worker's path: send/recv as kernels are tested on the emulated "
          "GPU (and groups of collectives between ranks as threads: 'groups of collectives as one kernel')");
     return;
   }
-  auto results = runProcesses(3, [](horaComm_t comm, int rank, int nranks) -> std::string {
+  // Rank 2 closes its communicator and exits after the group; ranks 0 and 1 then send to each
+  // other: a rank gone that their kernels do not wait on is no failure of theirs.
+  char dir[] = "/tmp/hora-left-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string pidFile = std::string(dir) + "/pid";
+  auto results = runProcesses(3, [&pidFile](horaComm_t comm, int rank, int nranks) -> std::string {
     std::string e = setUpKernels(comm);
     if (!e.empty()) return e;
     void* stream = cu::streamCreate();
@@ -637,11 +657,20 @@ TEST_CASE("groups as one kernel: collectives and send/recv together, then lone s
                           "the small AllReduce")).empty())
       return e;
     if (!(e = deviceHolds(in, count, [&](size_t i) { return p2pValue(prev, rank, 9, i); }, "the receive")).empty()) return e;
-    // Lone sends and receives, each a kernel of its own: rank 0 to 1, then back.
-    if (rank < 2) {
+    // Lone sends and receives, each a kernel of its own: rank 0 to 1, then back, once rank 2
+    // has gone (each receiver's kernel waits a while for its sender: the watchdog looks).
+    if (rank == 2) {
+      const std::string tmp = pidFile + ".tmp";
+      FILE* f = fopen(tmp.c_str(), "w");
+      if (!f || fprintf(f, "%ld\n", static_cast<long>(getpid())) <= 0 || fclose(f) != 0 ||
+          rename(tmp.c_str(), pidFile.c_str()) != 0)
+        return "cannot write " + pidFile;
+    } else {
+      if (!(e = awaitExitOf(pidFile)).empty()) return e;
       int32_t* msg = deviceFilled(5000, [&](size_t i) { return p2pValue(rank, 1 - rank, 3, i); });
       int32_t* got = deviceFilled(5000, [](size_t) { return 0; });
       for (int from : {0, 1}) {
+        if (rank == from) usleep(50000);
         e = oneLaunch(comm, stream, [&] {
           return rank == from ? horaSend(msg, 5000, horaInt32, 1 - rank, comm, s)
                               : horaRecv(got, 5000, horaInt32, from, comm, s);
@@ -653,6 +682,8 @@ TEST_CASE("groups as one kernel: collectives and send/recv together, then lone s
     }
     return "";
   });
+  unlink(pidFile.c_str());
+  rmdir(dir);
   INFO(describe(results));
   for (const auto& r : results) CHECK(r.ok());
 }

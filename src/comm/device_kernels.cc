@@ -117,6 +117,18 @@ bool kernelsInFlight(const CommState& st) {
   return st.k.status && gpu::sumOf(st.k.status->finished) < st.k.blocks.load();
 }
 
+// The members of the stage that the kernels in flight wait on (Kernels::needs), forgetting the
+// kernels that have finished.
+uint64_t neededMembers(CommState& st) {
+  CommState::Kernels& k = st.k;
+  const uint64_t finished = gpu::sumOf(k.status->finished);
+  std::lock_guard<std::mutex> lock(k.mu);
+  while (!k.needs.empty() && k.needs.front().first <= finished) k.needs.pop_front();
+  uint64_t needed = 0;
+  for (const auto& n : k.needs) needed |= n.second;
+  return needed;
+}
+
 // The host's side of the kernels, on a thread of its own: it stops them (their status's abort
 // word) when the communicator is aborted or fails or a rank of this host is found gone, and turns
 // a kernel's failure into the communicator's error. Not on any call's path.
@@ -132,9 +144,15 @@ void watchKernels(horaComm* c, CommState* st) {
     bool stop = c->aborting.load() || (failed != Errc::Success && failed != Errc::InProgress);
     if (!stop && c->stage && kernelsInFlight(*st)) {
       Errc relayed = Errc::Success;
-      fds.clear();
-      const std::string gone = c->stage->arm(-1, &relayed, fds);
-      c->stage->disarm();
+      std::string gone;
+      const uint64_t needed = neededMembers(*st);
+      for (int m = 0; m < c->stage->size() && gone.empty(); ++m) {
+        if (needed != CommState::Kernels::kAllMembers && (m >= 64 || !(needed >> m & 1))) continue;
+        fds.clear();
+        gone = c->stage->arm(needed == CommState::Kernels::kAllMembers ? -1 : m, &relayed, fds);
+        c->stage->disarm();
+        if (needed == CommState::Kernels::kAllMembers) break;
+      }
       if (!gone.empty() && kernelsInFlight(*st)) {
         c->fail(relayed != Errc::Success ? static_cast<const Error&>(PeerFailure(gone, relayed))
                                          : static_cast<const Error&>(Error(Errc::Remote, gone)));
@@ -399,7 +417,22 @@ void launchKernel(horaComm* c, CommState& st, const coll::Args* calls, size_t nc
     if (!c->aborting.load()) c->fail(e);
     throw;
   }
-  const uint64_t launched = k.blocks.fetch_add(blocks) + blocks;
+  // The members it waits on: a send's or receive's peer, every one for a collective.
+  uint64_t needs = 0;
+  for (size_t i = 0; i < ncalls && needs != CommState::Kernels::kAllMembers; ++i) {
+    const coll::Args& a = calls[i];
+    const auto& members = c->stage->ranks();
+    const auto at = std::find(members.begin(), members.end(), a.peer);
+    const size_t m = static_cast<size_t>(at - members.begin());
+    const bool p2p = a.kind == coll::Kind::Send || a.kind == coll::Kind::Recv;
+    needs = p2p && at != members.end() && m < 64 ? needs | (uint64_t(1) << m) : CommState::Kernels::kAllMembers;
+  }
+  uint64_t launched = 0;
+  {
+    std::lock_guard<std::mutex> lock(k.mu);
+    launched = k.blocks.fetch_add(blocks) + blocks;
+    k.needs.emplace_back(launched, needs);
+  }
   k.launches.fetch_add(1);
   // (No allocation on a call's path: a launch holds at most kMaxCalls calls.)
   std::array<trace::Entry*, gpu::kMaxCalls> entries{};

@@ -129,6 +129,12 @@ struct CommState {
     // The flight recorder's entries of the calls in flight, with the blocks launched up to and
     // including each (the watchdog finishes them as the status counts their blocks).
     std::deque<std::pair<trace::Entry*, uint64_t>> traced;
+    // The members of the stage that the kernels in flight wait on (a bit each; kAllMembers: every
+    // one), with the blocks launched up to and including each kernel: the watchdog fails the
+    // communicator for a rank found gone only while a kernel that needs it runs (a rank that has
+    // closed while two others still send to each other is no failure).
+    static constexpr uint64_t kAllMembers = ~uint64_t(0);
+    std::deque<std::pair<uint64_t, uint64_t>> needs;
     void* last = nullptr;      // the stream of the last kernel (null: the legacy default stream)
     bool lastSet = false;
     void* lastDone = nullptr;  // recorded on it after that kernel (an event of the pool)

@@ -166,12 +166,12 @@ std::string World::arm(int only, Errc* relayed, std::vector<pollfd>& fds) const 
       *relayed = code;
     } else if (!gone.empty()) {
       continue;
+    } else if (peers[p].segment.ctl(localIndex)->senderClosed.load(std::memory_order_acquire)) {
+      // A rank that left closes its rings: it will not post again (and may have exited since).
+      gone = format("%s closed its communicator; while waiting for it in shared memory", peers[p].name.c_str());
     } else if (!peers[p].process.alive()) {
       gone = format("%s exited or crashed (its process is gone); while waiting for it in shared memory",
                     peers[p].name.c_str());
-    } else if (peers[p].segment.ctl(localIndex)->senderClosed.load(std::memory_order_acquire)) {
-      // A rank that left closes its rings: it will not post again.
-      gone = format("%s closed its communicator; while waiting for it in shared memory", peers[p].name.c_str());
     }
     // It may have failed between the look at its failure and the one at its process or rings
     // (it says why before it closes or exits): then its account wins after all.
