@@ -690,3 +690,54 @@ TEST_CASE("tcp connection: a held send that fails leaves the peer's last frames 
   CHECK(std::equal(last.begin(), last.end(), got.begin()));
   CHECK(allCanary(got, last.size()));
 }
+
+// A peer that fails finishes the frame it had begun, sends its account (an abort frame) and
+// closes. A send that then fails looks for that account behind what has come on its socket (a
+// receive inside a frame takes the rest first) and on the connection's other sockets (one where
+// the peer's send had stopped inside a frame has none); so does a receive that meets the end.
+TEST_CASE("tcp connection: a peer's account is found behind a frame it finished, or on another socket", "[tcp]") {
+  const std::string reason = "rank 2 (far, pid 9) exited or crashed";
+  const std::vector<uint8_t> data = unit::pattern(size_t(1) << 16, 4);
+  std::vector<uint8_t> buf(data.size() + 8, kCanary);
+  const auto writeAbort = [&](RawPeer& rp, int sock) {
+    rp.writeHeader(sock, FrameType::Abort, 0, reason.size(), static_cast<uint64_t>(Errc::Remote));
+    unit::rawWrite(rp.fd(sock), reason.data(), reason.size());
+  };
+  const uint8_t byte = 1;
+  SECTION("behind the frame a receive was inside") {
+    RawPeer rp;
+    rp.conn->postRecv(buf.data(), data.size(), 3, 1);
+    rp.writeHeader(0, FrameType::Data, 0, data.size(), 3);
+    unit::rawWrite(rp.fd(0), data.data(), 1024);
+    Pump pump({rp.conn.get()});
+    pump.stepOnce();  // inside the frame
+    unit::rawWrite(rp.fd(0), data.data() + 1024, data.size() - 1024);
+    writeAbort(rp, 0);
+    rp.raw.reset();
+    rp.conn->postSend(&byte, 1, 5, 2);  // to a closed end: the send fails
+    Caught c = capture([&] { pump.until([] { return false; }); });
+    REQUIRE(c.peerFailure);
+    CHECK(c.code == Errc::Remote);
+    CHECK(c.what == reason);
+    CHECK(std::equal(data.begin(), data.end(), buf.begin()));  // the receive got what came
+    CHECK(allCanary(buf, data.size()));
+  }
+  SECTION("on another socket, the send's stopped inside a frame") {
+    RawPeer rp(2);
+    rp.conn->postRecv(buf.data(), data.size(), 3, 1);  // socket 0
+    rp.writeHeader(0, FrameType::Data, 0, data.size(), 3);
+    unit::rawWrite(rp.fd(0), data.data(), 1024);
+    writeAbort(rp, 1);
+    const bool sending = GENERATE(true, false);
+    INFO((sending ? "a send fails" : "the receive meets the end"));
+    Pump pump({rp.conn.get()});
+    pump.stepOnce();
+    rp.raw.reset();
+    rp.raws[1].reset();
+    if (sending) rp.conn->postSend(&byte, 1, 5, 2);  // socket 0
+    Caught c = capture([&] { pump.until([] { return false; }); });
+    REQUIRE(c.peerFailure);
+    CHECK(c.what == reason);
+    CHECK(allCanary(buf, data.size()));
+  }
+}

@@ -139,8 +139,7 @@ bool Connection::progressSends(Socket& s, std::vector<transport::Cookie>& comple
       wrote = writevSome(s.fd.get(), iov, n, peer_.c_str());
     } catch (const Error&) {
       if (!onlyHeld) {
-        salvageAbort(s);  // the peer's own account, if it sent one before it went
-        throw;
+        throw;  // (progress() looks for the peer's own account)
       }
       // Only held messages (call checks): the peer closed its end, or is gone; nobody waits for
       // them there. What it sent before it closed stays for the receives (salvageAbort would
@@ -305,8 +304,16 @@ size_t Connection::takePendingFrames(size_t most, AcceptFrame accept, void* ctx)
 }
 
 void Connection::salvageAbort(Socket& s) {
-  if (s.headerOk || s.headerGot) return;  // a receive is inside a frame: no boundary to read from
   try {
+    if (s.headerOk || s.headerGot) {
+      // A receive is inside a frame, or frames were read ahead: the abort frame, if the peer
+      // sent one, is behind them (a failing peer finishes the frame it had begun first). What
+      // has come goes to the receives as it would have (their call fails now anyway).
+      std::vector<transport::Cookie> unused;
+      while (progressRecvs(s, unused)) {
+      }
+      if (!s.readingAbort && (s.headerOk || s.headerGot)) return;  // the rest has not come: no boundary
+    }
     for (int frames = 0; frames < 64; ++frames) {
       if (s.readingAbort) {
         readAbort(s);
@@ -416,8 +423,21 @@ bool Connection::progress(std::vector<transport::Cookie>& completed) {
     moved = true;
   }
   for (Socket& s : socks_) {
-    if (sendable(s)) moved |= progressSends(s, completed);
-    if (!s.recvs.empty()) moved |= progressRecvs(s, completed);
+    try {
+      if (sendable(s)) moved |= progressSends(s, completed);
+      if (!s.recvs.empty()) moved |= progressRecvs(s, completed);
+    } catch (const PeerFailure&) {
+      throw;
+    } catch (const Error& e) {
+      // The peer is gone or closed: its own account, if it sent one before it went, is behind
+      // what came on this socket, or on another (one where its send had stopped inside a
+      // frame too large to finish has none).
+      if (e.code() != Errc::Remote) throw;
+      salvageAbort(s);
+      for (Socket& other : socks_)
+        if (&other != &s && other.fd.valid()) salvageAbort(other);
+      throw;
+    }
   }
   return moved;
 }
