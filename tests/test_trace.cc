@@ -16,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "../tools/hora_inspect.h"
 #include "base/log.h"
@@ -133,6 +134,39 @@ TEST_CASE("horaCommDump writes the communicator's calls", "[trace]") {
   CHECK(report.find("last completed: #4 on ranks 0, 1") != std::string::npos);
   CHECK(report.find("rank 0 last finished #4 and is in no call") != std::string::npos);
   CHECK(report.find("mismatch") == std::string::npos);
+}
+
+// A call in place and one out of place of the same size are planned apart (the plans are cached
+// per collective and size): at 2 processes a Broadcast in place may take the single copy, which
+// halves the copy with the root, where out of place the root's slots are predicted faster.
+TEST_CASE("a Broadcast in place and out of place of one size have plans of their own", "[trace][planner]") {
+  const std::string dir = freshDir("inplace");
+  auto results = runProcesses(2, [dir](horaComm_t comm, int rank, int) -> std::string {
+    std::vector<float> in(size_t(1) << 18, 1.0f), out(in.size(), 0.0f);
+    for (int i = 0; i < 2; ++i) {
+      if (horaBroadcast(in.data(), in.data(), in.size(), horaFloat, 0, comm, nullptr) != horaSuccess ||
+          horaBroadcast(in.data(), out.data(), in.size(), horaFloat, 0, comm, nullptr) != horaSuccess)
+        return std::string("broadcast failed: ") + horaGetLastError(comm);
+    }
+    if (out[in.size() - 1] != 1.0f) return "the broadcast's result is wrong";
+    const std::string file = dir + "/rank" + std::to_string(rank) + ".json";
+    return horaCommDump(comm, file.c_str()) == horaSuccess ? "" : std::string("dump failed: ") + horaGetLastError(comm);
+  });
+  INFO(describe(results));
+  for (const auto& r : results) REQUIRE(r.ok());
+  const inspect::Json doc = parse(dir + "/rank0.json");
+  const std::vector<inspect::Json>& entries = doc.get("communicators")->items.at(0).get("entries")->items;
+  REQUIRE(entries.size() == 4);
+  const std::string inPlace = entries[0].get("algorithm")->str(), outOfPlace = entries[1].get("algorithm")->str();
+  INFO("in place: " << inPlace << ", out of place: " << outOfPlace);
+  CHECK(entries[2].get("algorithm")->str() == inPlace);
+  CHECK(entries[3].get("algorithm")->str() == outOfPlace);
+  if (inPlace != "single") {
+    WARN("the ranks may not read each other's memory here (the single copy does not run): in place and out of place "
+         "take the same algorithm");
+    return;
+  }
+  CHECK(outOfPlace == "flat");
 }
 
 TEST_CASE("the recorder's coarse clock parks when no call starts, and the next start reads the counter", "[trace]") {

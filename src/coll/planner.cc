@@ -121,9 +121,9 @@ Plan plan(const Args& a, const JobShape& t, const PlannerSettings& s, bool alone
 }
 
 std::string explain(const Args& a, const JobShape& t, const Plan& p, const Choice& c) {
-  std::string s = format("%s %s %s, %d rank%s on %d host%s: %s %s (predicted %.1f us", kindName(a.kind),
+  std::string s = format("%s %s %s%s, %d rank%s on %d host%s: %s %s (predicted %.1f us", kindName(a.kind),
                          sizeText(static_cast<double>(a.count * dataTypeSize(a.dtype))).c_str(), dataTypeName(a.dtype),
-                         t.nranks, t.nranks == 1 ? "" : "s", t.hosts, t.hosts == 1 ? "" : "s",
+                         a.sendbuf && a.sendbuf == a.recvbuf ? " in place" : "", t.nranks, t.nranks == 1 ? "" : "s", t.hosts, t.hosts == 1 ? "" : "s",
                          c.forced ? "HORA_ALGO forces" : "chose", algoName(p.algo), c.predictedUs);
   if (p.algo == Algo::Hier) s += format(", %s between hosts", algoName(p.inner));
   for (size_t i = 0; i < c.others.size(); ++i)
