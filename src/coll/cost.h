@@ -23,13 +23,19 @@ struct Costs {
   // Bytes of local memory traffic (reads plus writes) per ns: copies and reductions.
   double memoryGBps = 40;
   // A copy between two processes' memory through the kernel (process_vm_readv and _writev, the
-  // single copy's between processes): a call's fixed cost and its rate. The rate is measured on
-  // the 2-core VM (broadcast_perf -a 3, 2 processes, the single copy forced: 1 to 16 MiB out of
-  // place at 5-11 GB/s); the fixed cost is fitted to the crossover with the root's slots, which
-  // were as fast or faster at every size from 64 KiB to 64 MiB (2026-11-28): the system call
-  // and the pinning of the pages take about 3 us (16 KiB in 2.9-3.4), the rest stands for the
-  // meeting of root and reader at every call, where the slots' root runs ahead of its reader.
-  LinkCost kernelCopy{20, 6};
+  // single copy's between processes): a call's fixed cost and its rate, as measured (the system
+  // call and the pinning of the pages about 3 us, 16 KiB in 2.9-3.4; 5-12 GB/s on a core). Which
+  // of the single copy and the root's slots is faster at 2 processes depends on the machine:
+  // the slots pass every chunk from one core's cache to the other's with a handshake each, the
+  // single copy meets its root twice per call. On one 2-core VM the slots were 1.0-1.6x faster
+  // in place from 1 MiB and 2.2x out of place at 16 MiB; on another, whose cores pass lines
+  // more slowly (busy-waits there often end in a sleep), the single copy was 1.1-1.9x faster in
+  // place at 256 KiB and 3-10x from 1 MiB, and took 0.7-1.1x the slots' time out of place. The
+  // model takes the single copy in place at 2 processes, where it halves the copy with the
+  // root, and the slots out of place; a tune file's kernelcopy line (which hora-tune does not
+  // measure: on the second VM its timings of either path spread too widely to fit) or
+  // HORA_ALGO overrides it.
+  LinkCost kernelCopy{3, 10};
   // A wait that needs another rank to be scheduled, when a host's ranks outnumber its cores,
   // costs this much more per doubling of ranks per core (8 ranks on 2 cores: 2 doublings).
   double oversubscribedUs = 4.2;
