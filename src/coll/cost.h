@@ -31,10 +31,10 @@ struct Costs {
   // in place from 1 MiB and 2.2x out of place at 16 MiB; on another, whose cores pass lines
   // more slowly (busy-waits there often end in a sleep), the single copy was 1.1-1.9x faster in
   // place at 256 KiB and 3-10x from 1 MiB, and took 0.7-1.1x the slots' time out of place. The
-  // model takes the single copy in place at 2 processes, where it halves the copy with the
-  // root, and the slots out of place; a tune file's kernelcopy line (which hora-tune does not
-  // measure: on the second VM its timings of either path spread too widely to fit) or
-  // HORA_ALGO overrides it.
+  // model takes the single copy at 2 processes (a Broadcast is planned as the root's call in
+  // place, where it halves the copy with the root: coll/planner.cc); a tune file's kernelcopy
+  // line (which hora-tune does not measure: on the second VM its timings of either path spread
+  // too widely to fit) or HORA_ALGO overrides it.
   LinkCost kernelCopy{3, 10};
   // A wait that needs another rank to be scheduled, when a host's ranks outnumber its cores,
   // costs this much more per doubling of ranks per core (8 ranks on 2 cores: 2 doublings).

@@ -78,7 +78,13 @@ std::array<int, kKinds> parseForced(const std::string& value) {
   return forced;
 }
 
-Plan plan(const Args& a, const JobShape& t, const PlannerSettings& s, bool alone, Choice* why) {
+Plan plan(const Args& call, const JobShape& t, const PlannerSettings& s, bool alone, Choice* why) {
+  // Every rank must make the same plan, from what every rank knows of the call. Whether a
+  // Broadcast is in place is the root's own (its readers pass their result alone), and the
+  // Broadcast's predictions depend on it (the root's copy of its input; the single copy halves
+  // its copy with the root in place): every Broadcast is planned as the root's call in place.
+  Args a = call;
+  if (a.kind == Kind::Broadcast) a.sendbuf = a.recvbuf;
   Plan p;
   p.chunkBytes = s.chunkBytes;
   p.slots = 4;
@@ -121,9 +127,9 @@ Plan plan(const Args& a, const JobShape& t, const PlannerSettings& s, bool alone
 }
 
 std::string explain(const Args& a, const JobShape& t, const Plan& p, const Choice& c) {
-  std::string s = format("%s %s %s%s, %d rank%s on %d host%s: %s %s (predicted %.1f us", kindName(a.kind),
+  std::string s = format("%s %s %s, %d rank%s on %d host%s: %s %s (predicted %.1f us", kindName(a.kind),
                          sizeText(static_cast<double>(a.count * dataTypeSize(a.dtype))).c_str(), dataTypeName(a.dtype),
-                         a.sendbuf && a.sendbuf == a.recvbuf ? " in place" : "", t.nranks, t.nranks == 1 ? "" : "s", t.hosts, t.hosts == 1 ? "" : "s",
+                         t.nranks, t.nranks == 1 ? "" : "s", t.hosts, t.hosts == 1 ? "" : "s",
                          c.forced ? "HORA_ALGO forces" : "chose", algoName(p.algo), c.predictedUs);
   if (p.algo == Algo::Hier) s += format(", %s between hosts", algoName(p.inner));
   for (size_t i = 0; i < c.others.size(); ++i)

@@ -116,7 +116,7 @@ void stageAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scrat
 // reader's word) while the reader reads the first. The root's data crosses memory once per
 // reader and never into a slot, and a reader needs nothing of the root between the start and
 // the end of its copy; but root and readers meet at every call, where the slots' root runs
-// ahead of its readers, which is why the planner leaves processes on the slots (cost.h's
+// ahead of its readers (which is faster between 2 processes depends on the machine: cost.h's
 // kernelCopy).
 namespace {
 void singleCopyBroadcast(const Args& a, const JobShape& t, core::Scratch& scratch, core::ProgramBuilder& b) {

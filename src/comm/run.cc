@@ -103,15 +103,12 @@ namespace {
 // of it, and explained at INFO the first time a communicator makes one for its collective and
 // size class (a power of two).
 const PlanCache::Entry& planned(horaComm* c, const coll::Args& a, const coll::JobShape& topo, bool alone) {
-  // Every prediction depends on the collective, its bytes, whether it is in place (a
-  // Broadcast's root copies its input out of place; the single copy halves it with the root in
-  // place) and whether it is alone (the rest is the communicator's): the last plan of each is kept.
+  // Every prediction depends on the collective, its bytes and whether it is alone (the rest is
+  // the communicator's): the last plan of each is kept.
   const uint64_t bytes = a.count * dataTypeSize(a.dtype);
-  const bool inPlace = a.sendbuf == a.recvbuf;
-  const uint64_t key = (static_cast<uint64_t>(a.kind) << 57 | static_cast<uint64_t>(alone) << 56 |
-                        static_cast<uint64_t>(inPlace) << 55 | bytes) + 1;
+  const uint64_t key = (static_cast<uint64_t>(a.kind) << 57 | static_cast<uint64_t>(alone) << 56 | bytes) + 1;
   PlanCache::Entry& slot = c->plans.entries[(key ^ key >> 17 ^ key >> 31) % c->plans.entries.size()];
-  if (slot.key == key && bytes < (uint64_t(1) << 55)) return slot;
+  if (slot.key == key && bytes < (uint64_t(1) << 56)) return slot;
   coll::Choice why;
   const coll::Plan p = coll::plan(a, topo, c->planner, alone, &why);
   slot.key = key;
@@ -121,7 +118,7 @@ const PlanCache::Entry& planned(horaComm* c, const coll::Args& a, const coll::Jo
   if (log::enabled(log::Level::Info, log::kColl)) {
     uint32_t cls = 0;
     while ((uint64_t(1) << cls) < bytes) ++cls;
-    const uint32_t sizeClass = static_cast<uint32_t>(a.kind) << 9 | static_cast<uint32_t>(inPlace) << 8 | cls;
+    const uint32_t sizeClass = static_cast<uint32_t>(a.kind) << 8 | cls;
     if (std::find(c->plans.explained.begin(), c->plans.explained.end(), sizeClass) == c->plans.explained.end()) {
       c->plans.explained.push_back(sizeClass);
       HORA_INFO(log::kColl, "%s", coll::explain(a, topo, p, why).c_str());
