@@ -418,7 +418,7 @@ void launchKernel(horaComm* c, CommState& st, const coll::Args* calls, size_t nc
     throw;
   }
   // The members it waits on: a send's or receive's peer, every one for a collective.
-  uint64_t needs = 0;
+  uint64_t needs = c->stage ? 0 : CommState::Kernels::kAllMembers;
   for (size_t i = 0; i < ncalls && needs != CommState::Kernels::kAllMembers; ++i) {
     const coll::Args& a = calls[i];
     const auto& members = c->stage->ranks();
