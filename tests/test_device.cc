@@ -22,6 +22,7 @@
 #include "comm/comm.h"
 #include "comm/config.h"
 #include "comm/device.h"
+#include "comm/device_state.h"
 #include "harness.h"
 #include "kernels/cpu/reduce.h"
 #include "transports/registry.h"
@@ -1294,4 +1295,27 @@ int main(int argc, char** argv) {
     }
   }
   return Catch::Session().run(argc, argv);
+}
+
+// What the kernels' watchdog looks at (comm/device_state.h): the members of the kernels still in
+// flight, kept in a ring of fixed size that never forgets a member of a kernel not yet finished.
+TEST_CASE("the kernels' needed members: those of the kernels in flight, the ring never losing one", "[device][unit]") {
+  using Kernels = hora::device::CommState::Kernels;
+  Kernels::Needs n;
+  CHECK(n.inFlight(0) == 0);
+  n.add(2, 0b01);  // a send to member 0: blocks 1-2
+  n.add(4, 0b01);  // another: joins it
+  n.add(6, 0b10);  // a receive from member 1: blocks 5-6
+  CHECK(n.count == 2);
+  CHECK(n.inFlight(0) == 0b11);
+  CHECK(n.inFlight(4) == 0b10);  // the sends have finished
+  CHECK(n.inFlight(6) == 0);
+  // Past the ring's size, alternating members: the last entry takes them all in.
+  for (uint64_t i = 0; i < 100; ++i) n.add(7 + i, i % 2 ? 0b100 : 0b1000);
+  CHECK(n.count == n.ring.size());
+  CHECK(n.inFlight(6) == 0b1100);
+  CHECK(n.inFlight(105) == 0b1100);  // the last kernel (block 106) holds both
+  CHECK(n.inFlight(106) == 0);
+  n.add(200, Kernels::kAllMembers);
+  CHECK(n.inFlight(106) == Kernels::kAllMembers);
 }

@@ -123,10 +123,7 @@ uint64_t neededMembers(CommState& st) {
   CommState::Kernels& k = st.k;
   const uint64_t finished = gpu::sumOf(k.status->finished);
   std::lock_guard<std::mutex> lock(k.mu);
-  while (!k.needs.empty() && k.needs.front().first <= finished) k.needs.pop_front();
-  uint64_t needed = 0;
-  for (const auto& n : k.needs) needed |= n.second;
-  return needed;
+  return k.needs.inFlight(finished);
 }
 
 // The host's side of the kernels, on a thread of its own: it stops them (their status's abort
@@ -431,7 +428,7 @@ void launchKernel(horaComm* c, CommState& st, const coll::Args* calls, size_t nc
   {
     std::lock_guard<std::mutex> lock(k.mu);
     launched = k.blocks.fetch_add(blocks) + blocks;
-    k.needs.emplace_back(launched, needs);
+    k.needs.add(launched, needs);
   }
   k.launches.fetch_add(1);
   // (No allocation on a call's path: a launch holds at most kMaxCalls calls.)

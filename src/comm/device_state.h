@@ -133,8 +133,29 @@ struct CommState {
     // one), with the blocks launched up to and including each kernel: the watchdog fails the
     // communicator for a rank found gone only while a kernel that needs it runs (a rank that has
     // closed while two others still send to each other is no failure).
+    // A ring of fixed size (no allocation on a call's path): a launch with the same members as
+    // the last extends it, and one past the ring's size joins the last (its members added: the
+    // watchdog then looks at more ranks for a while, never fewer).
     static constexpr uint64_t kAllMembers = ~uint64_t(0);
-    std::deque<std::pair<uint64_t, uint64_t>> needs;
+    struct Needs {
+      std::array<std::pair<uint64_t, uint64_t>, 32> ring{};  // (blocks launched through it, members)
+      size_t first = 0, count = 0;
+      void add(uint64_t launched, uint64_t members) {
+        auto& last = ring[(first + count + ring.size() - 1) % ring.size()];
+        if (count && (last.second == members || count == ring.size())) {
+          last = {launched, last.second | members};
+          return;
+        }
+        ring[(first + count++) % ring.size()] = {launched, members};
+      }
+      // The members the kernels not yet finished wait on, forgetting those that have.
+      uint64_t inFlight(uint64_t finished) {
+        while (count && ring[first].first <= finished) first = (first + 1) % ring.size(), --count;
+        uint64_t members = 0;
+        for (size_t i = 0; i < count; ++i) members |= ring[(first + i) % ring.size()].second;
+        return members;
+      }
+    } needs;
     void* last = nullptr;      // the stream of the last kernel (null: the legacy default stream)
     bool lastSet = false;
     void* lastDone = nullptr;  // recorded on it after that kernel (an event of the pool)
