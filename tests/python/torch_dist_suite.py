@@ -270,7 +270,8 @@ def main():
                 note = "(gloo: %s)" % g["outcome"]
             counts[outcome] = counts.get(outcome, 0) + 1
             print("%-5s %d %s %s" % (outcome, size, case, note), flush=True)
-            if args.verbose and outcome in ("FAIL", "ERROR"):
+            # A case that fails the run shows its traceback always (CI keeps only this output).
+            if outcome in ("FAIL", "ERROR") and (args.verbose or (bad and bad[-1] == (size, case))):
                 print(r["detail"], flush=True)
         line = "hora, %d ranks: %s" % (size, ", ".join("%d %s" % (v, k) for k, v in sorted(counts.items())))
         if gloo is not None:
