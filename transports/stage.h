@@ -137,6 +137,31 @@ class SharedStage {
   virtual uint64_t checkedThrough(int member) const = 0;
   // Whether member closed its communicator (it compares no more calls).
   virtual bool closed(int member) const = 0;
+  // Whether this rank runs a call of the communicator now (from its start to its return, failed
+  // or not; running(true) at the start, running(false) at the end), and whether member does. A
+  // rank whose wait times out on a member that runs no call and has not begun the one waited in
+  // knows that member cannot say why it is stuck (core::Executor::absentMembers). A stage that
+  // cannot tell says every member runs one.
+  virtual void running(bool on) const { (void)on; }
+  virtual bool runs(int member) const {
+    (void)member;
+    return true;
+  }
+  // running(true) now, running(false) when it goes (none if stage is null).
+  class Running {
+   public:
+    explicit Running(const SharedStage* stage) : stage_(stage) {
+      if (stage_) stage_->running(true);
+    }
+    ~Running() {
+      if (stage_) stage_->running(false);
+    }
+    Running(const Running&) = delete;
+    Running& operator=(const Running&) = delete;
+
+   private:
+    const SharedStage* stage_;
+  };
 
   // Publishes why this rank failed, and the code of that cause (once; the first wins), before
   // its links close.
@@ -243,6 +268,8 @@ class RegionStage : public SharedStage {
   void publishUnchecked(uint64_t from) const override { host_->publishUnchecked(from); }
   uint64_t checkedThrough(int member) const override { return host_->checkedThrough(member); }
   bool closed(int member) const override { return host_->closed(member); }
+  void running(bool on) const override { host_->running(on); }
+  bool runs(int member) const override { return host_->runs(member); }
   void markFailed(const std::string& why, Errc code) const override { host_->markFailed(why, code); }
 
  private:

@@ -144,6 +144,7 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::JobShape& topo, con
                core::Executor& executor, trace::Entry* entry, bool later) {
   const coll::Algorithm& algo = coll::algorithm(plan.algo);
   if (!topo.stage) return false;
+  const transport::SharedStage::Running running(c->stage.get());
   ++c->seq.calls;
   c->seq.nextFrameCall();  // numbered as the same call going through messages would be
   HORA_TRACE(log::kColl, "%s: %s by %s, at once through the shared stage", c->describeCall().c_str(),

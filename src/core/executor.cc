@@ -282,6 +282,21 @@ void Executor::queueMessage(uint32_t g, size_t& nq) {
 }
 
 void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chrono::microseconds spinFor) {
+  // Each stage says this rank runs a call, for as long as it does (SharedStage::runs). The calls
+  // of a group are mostly of one communicator: a stage is marked once.
+  struct Running {
+    const std::vector<Job>& jobs;
+    explicit Running(const std::vector<Job>& js) : jobs(js) { mark(true); }
+    ~Running() { mark(false); }
+    void mark(bool on) const {
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        const transport::SharedStage* st = jobs[i].stage;
+        bool seen = !st;
+        for (size_t k = 0; k < i && !seen; ++k) seen = jobs[k].stage == st;
+        if (!seen) st->running(on);
+      }
+    }
+  } running(jobs);
   jobs_ = &jobs;
   base_.clear();
   refs_.clear();
@@ -366,7 +381,8 @@ void Executor::loop(const std::vector<Job>& jobs, milliseconds timeout, std::chr
   // the cause (the rank that fell silent, on this host or across the network). So the wait
   // goes on, for at most another timeout, for that rank's failure to arrive (its abort frame,
   // its failure text in the stage: a PeerFailure that names the cause); only if none does is
-  // the timeout reported. Progress in the meantime ends the hold.
+  // the timeout reported. Progress in the meantime ends the hold. Ranks waited for that have not
+  // begun the call (absentPeers) know no cause: they are named at once.
   idleBlocks_ = 0;
   holdingAsleep_ = false;
   marked_ = false;
@@ -516,6 +532,8 @@ void Executor::loop(const std::vector<Job>& jobs, milliseconds timeout, std::chr
       const std::string stalled = stalledPeers();
       if (!stalled.empty()) throwPublishedCause();  // published since (as in blockOnCounter)
       if (!stalled.empty()) fail(Errc::Timeout, "%s; %s", stalled.c_str(), e.what());
+      const std::string absent = absentPeers();
+      if (!absent.empty()) fail(Errc::Timeout, "%s; %s", absent.c_str(), e.what());
       if (!waitsOnlyLocal()) throw;
       heldTimeout = std::current_exception();
       heldUntil = Clock::now() + holdFor(timeout);

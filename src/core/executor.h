@@ -128,6 +128,15 @@ class Executor {
   // (it has posted 7)".
   static std::string behind(const transport::SharedStage& st, int counter, uint64_t value, int only, int most = 1);
   static std::string stalledMembers(const Job& job, int counter, uint64_t value, int only);
+  // The members behind on counter (below value; all, or only `only`) when not one of them has
+  // begun job's call or runs another ("rank 2 (...) has not begun call #7 and runs none (its
+  // last: #6)"), else "": such a rank waits on nothing of the communicator, so no cause of its
+  // own will come from it and a timeout is not held back for one (one stuck in an earlier call
+  // may be waiting on the culprit). "" too where the job's call has no number.
+  static std::string absentMembers(const Job& job, int counter, uint64_t value, int only);
+  // As absentMembers over everything this rank waits on in loop(): "" if any of it is with a
+  // rank that has begun the call (or whose call is not known).
+  std::string absentPeers() const;
   void block(milliseconds most);
   // Before blocking: each job's mark says what it waits for (the oldest message in flight with
   // a peer, else the stage member furthest behind); cleared when anything moves.

@@ -79,6 +79,49 @@ std::string Executor::stalledMembers(const Job& job, int counter, uint64_t value
   return s;
 }
 
+namespace {
+std::string notBegun(const transport::SharedStage& st, int m, uint64_t call) {
+  return format("%s has not begun call #%llu and runs none (its last: #%llu)", st.memberName(m).c_str(),
+                static_cast<unsigned long long>(call), static_cast<unsigned long long>(st.lastCall(m)));
+}
+}  // namespace
+
+std::string Executor::absentMembers(const Job& job, int counter, uint64_t value, int only) {
+  if (!job.stage || job.callNo == 0) return "";
+  const transport::SharedStage& st = *job.stage;
+  std::string s;
+  for (int m = 0; m < st.size(); ++m) {
+    if (m == st.index() || (only >= 0 && m != only) || st.posted(m, counter) >= value) continue;
+    if (st.lastCall(m) >= job.callNo || st.runs(m)) return "";
+    s += (s.empty() ? "" : "; ") + notBegun(st, m, job.callNo);
+  }
+  return s;
+}
+
+std::string Executor::absentPeers() const {
+  std::string s;
+  for (const Queue& q : queues_) {
+    if (!q.conn->busy()) continue;
+    const Job& j = *q.job;
+    if (!j.stage || j.callNo == 0) return "";
+    const std::vector<int>& ranks = j.stage->ranks();
+    const auto it = std::find(ranks.begin(), ranks.end(), q.peer);
+    if (it == ranks.end()) return "";
+    const int m = static_cast<int>(it - ranks.begin());
+    if (j.stage->lastCall(m) >= j.callNo || j.stage->runs(m)) return "";
+    const std::string why = notBegun(*j.stage, m, j.callNo);
+    if (s.find(why) == std::string::npos) s += (s.empty() ? "" : "; ") + why;
+  }
+  for (size_t qi = 0; qi < nwaits_; ++qi) {
+    const CounterQueue& wq = waits_[qi];
+    if (wq.atEnd() || !ready(wq.head()) || waitSatisfied(wq.head())) continue;
+    const std::string why = absentMembers(jobs_->at(refs_[wq.head()].job), wq.counter, op(wq.head()).value, -1);
+    if (why.empty()) return "";
+    if (s.find(why) == std::string::npos) s += (s.empty() ? "" : "; ") + why;
+  }
+  return s;
+}
+
 std::string Executor::stalledPeers() const {
   std::string s;
   for (const Queue& q : queues_) {
@@ -160,7 +203,8 @@ void Executor::blockOnCounter(const Job& job, int counter, uint64_t value, int o
   WaitMark* const mark = job.mark;
   // A timeout while the members behind run is held back once, for at most another timeout:
   // one of them may be waiting on the rank that really stopped, and will say so (its failure
-  // text, read by arm()). A member that is stopped or gone is named at once.
+  // text, read by arm()). A member that is stopped or gone is named at once, and so are members
+  // that have not begun the call (absentMembers: they wait on nothing of it).
   std::exception_ptr held;
   while (!st.reached(counter, value, only)) {
     // The description captures one pointer, so that std::function keeps it without allocating.
@@ -210,6 +254,12 @@ void Executor::blockOnCounter(const Job& job, int counter, uint64_t value, int o
         throw named;
       }
       if (held || !job.localProcs) std::rethrow_exception(held ? held : std::current_exception());
+      const std::string absent = absentMembers(job, counter, value, only);
+      if (!absent.empty()) {
+        Error named(Errc::Timeout, absent + "; " + e.what());
+        named.setDetail(e.detail());
+        throw named;
+      }
       held = std::current_exception();
       timeout = holdFor(timeout);
     }

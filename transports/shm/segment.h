@@ -26,7 +26,7 @@
 namespace hora::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x474553414d524f48ull;  // "HORAMSEG"
-inline constexpr uint32_t kSegmentVersion = 7;
+inline constexpr uint32_t kSegmentVersion = 8;
 inline constexpr int kCounters = 4;
 
 // Why the owner failed (World::markFailed), for ranks that wait on its counters rather than
@@ -72,6 +72,7 @@ struct alignas(64) Header {
   std::atomic<uint64_t> prevTag;
   Failure failure;
   alignas(64) std::atomic<uint64_t> unchecked;  // World::publishUnchecked
+  alignas(64) std::atomic<uint32_t> running;  // World::running: the calls the owner runs now (nested)
   alignas(64) Announced history[kHistory];  // call no at no % kHistory
 };
 static_assert(offsetof(Header, callLock) == 128 + kCounters * 8, "counters and announcement share one cache line");

@@ -242,6 +242,18 @@ bool World::closed(int member) const {
          peers[static_cast<size_t>(member)].segment.ctl(localIndex)->senderClosed.load(std::memory_order_acquire);
 }
 
+void World::running(bool on) const {
+  // Written by the owner only: a load and a store, no atomic read-modify-write on a call's path.
+  std::atomic<uint32_t>& n = own.header()->running;
+  const uint32_t now = n.load(std::memory_order_relaxed);
+  n.store(on ? now + 1 : (now ? now - 1 : 0), std::memory_order_release);
+}
+
+bool World::runs(int member) const {
+  const Header* h = (static_cast<uint32_t>(member) == localIndex ? own : peers[static_cast<size_t>(member)].segment).header();
+  return h->running.load(std::memory_order_acquire) != 0;
+}
+
 uint64_t World::lastCall(int member) const {
   const Header* h = (static_cast<uint32_t>(member) == localIndex ? own : peers[static_cast<size_t>(member)].segment).header();
   return h->callNo.load(std::memory_order_acquire);

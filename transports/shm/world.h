@@ -73,6 +73,8 @@ class World final : public transport::SharedStage {
   void publishUnchecked(uint64_t from) const override;
   uint64_t checkedThrough(int member) const override;
   bool closed(int member) const override;
+  void running(bool on) const override;
+  bool runs(int member) const override;
   void markFailed(const std::string& why, Errc code) const override;
   Access memberAccess() const override { return access; }
   void readMember(int member, uint64_t from, void* dst, size_t bytes) const override;
