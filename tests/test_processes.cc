@@ -382,6 +382,62 @@ TEST_CASE("a large Broadcast reads the root's buffer where it lies, every result
   CHECK(joinAll(failures) == "");
 }
 
+namespace {
+// AllGathers of `count` bytes a rank, in place and out of place, each result checked; `chunks`
+// as broadcastsTake's (1: the single copy, whatever the size).
+std::string allGathersTake(horaComm_t comm, int rank, int nranks, size_t count, uint64_t chunks) {
+  std::vector<uint8_t> send(count), recv(count * static_cast<size_t>(nranks));
+  auto value = [&](int r, size_t i) { return static_cast<uint8_t>((i * 7 + static_cast<size_t>(r) * 31 + count) % 253); };
+  for (bool inPlace : {true, false}) {
+    std::fill(recv.begin(), recv.end(), 0xDD);
+    uint8_t* mine = inPlace ? recv.data() + static_cast<size_t>(rank) * count : send.data();
+    for (size_t i = 0; i < count; ++i) mine[i] = value(rank, i);
+    const uint64_t before = comm->seq.stageSeq;
+    if (horaAllGather(mine, recv.data(), count, horaUint8, comm, nullptr) != horaSuccess)
+      return std::string("AllGather failed: ") + horaGetLastError(comm);
+    const std::string where = " (" + std::to_string(count) + " bytes a rank" + (inPlace ? ", in place)" : ", out of place)");
+    if (chunks && comm->seq.stageSeq - before != chunks)
+      return "took " + std::to_string(comm->seq.stageSeq - before) + " chunks of the stage, not " + std::to_string(chunks) + where;
+    for (int r = 0; r < nranks; ++r)
+      for (size_t i = 0; i < count; ++i)
+        if (recv[static_cast<size_t>(r) * count + i] != value(r, i))
+          return "wrong byte " + std::to_string(i) + " of rank " + std::to_string(r) + "'s block" + where;
+    if (!inPlace)
+      for (size_t i = 0; i < count; ++i)
+        if (send[i] != value(rank, i)) return "the input changed" + where;
+  }
+  return "";
+}
+}  // namespace
+
+// An AllGather through the single copy reads every other rank's block where it lies (one chunk
+// of the stage's sequence, whatever its size), every result right: 2 processes by the
+// planner's choice from 16 KiB a rank (tests/test_planner.cc) and forced at odd sizes; 4 threads
+// by the planner's choice. 16 KiB a rank and less between processes: not the single copy.
+TEST_CASE("a large AllGather reads each rank's block where it lies, every result right", "[processes][singlecopy]") {
+  auto results = runProcesses(2, [](horaComm_t comm, int rank, int nranks) -> std::string {
+    if (comm->stage->memberAccess() != Access::Kernel) return "the ranks may not read each other's memory";
+    std::string e = allGathersTake(comm, rank, nranks, size_t(1) << 20, 1);  // the planner's choice
+    if (e.empty()) e = allGathersTake(comm, rank, nranks, (size_t(16) << 10) + 1, 1);
+    const auto chosen = comm->planner.forced;
+    comm->planner.forced = hora::coll::parseForced("allgather:single");
+    for (size_t count : {(size_t(64) << 10) + 3, size_t(9) << 20})
+      if (e.empty()) e = allGathersTake(comm, rank, nranks, count, 1);
+    comm->planner.forced = chosen;
+    if (e.empty() && allGathersTake(comm, rank, nranks, size_t(16) << 10, 1).empty())
+      return "16 KiB a rank took the single copy";
+    return e.empty() ? allGathersTake(comm, rank, nranks, 1000, 0) : e;
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+
+  auto failures = hora::test::runThreads(4, [](horaComm_t comm, int rank, int nranks) -> std::string {
+    if (comm->stage->memberAccess() != Access::Direct) return "threads do not read each other's memory directly";
+    return allGathersTake(comm, rank, nranks, (size_t(256) << 10) + 5, 1);
+  });
+  CHECK(joinAll(failures) == "");
+}
+
 // A rank that may not read the others' memory says so at init, and every rank goes without the
 // single copy: the same protocol everywhere, so every result is right.
 TEST_CASE("a rank that may not read the others' memory turns the single copy off on every rank",

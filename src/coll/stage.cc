@@ -119,25 +119,41 @@ void stageAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scrat
 // ahead of its readers (which is faster between 2 processes depends on the machine: cost.h's
 // kernelCopy).
 namespace {
-void singleCopyBroadcast(const Args& a, const JobShape& t, core::Scratch& scratch, core::ProgramBuilder& b) {
-  const int r = t.rank;
-  const size_t E = dataTypeSize(a.dtype), N = a.count;
-  if (N == 0) return;
-  const Slots slots{*t.stage, t.stage->slotBytes()};
-  using Published = transport::SharedStage::Published;
-  const uint64_t s = ++*t.stageSeq;
-  const uint64_t bytes = N * E;
+// One call of the single copy: a chunk number of its own, and this rank's word in its in-slot of
+// that chunk (publish: where buf lies, `bytes` long, and what it puts itself), written once the
+// slot is free.
+struct SingleCopyCall {
+  const Slots slots;
+  const int r;
+  const uint64_t s, bytes;
+  core::Scratch& scratch;
+  core::ProgramBuilder& b;
   kernels::ReduceSpec raw;
-  raw.dtype = DataType::Uint8;
-  // Each rank's word, in its in-slot of the chunk: the root's says where its buffer is and
-  // what it puts itself, a reader's where its result is.
-  b.exposeBuffers();
-  auto publish = [&](const void* buf, uint64_t put) {
+  SingleCopyCall(const Args& a, const JobShape& t, core::Scratch& sc, core::ProgramBuilder& pb)
+      : slots{*t.stage, t.stage->slotBytes()}, r(t.rank), s(++*t.stageSeq), bytes(a.count * dataTypeSize(a.dtype)),
+        scratch(sc), b(pb) {
+    raw.dtype = DataType::Uint8;
+    b.exposeBuffers();
+  }
+  int32_t publish(const void* buf, uint64_t put) {
+    using Published = transport::SharedStage::Published;
     auto* mine = static_cast<Published*>(scratch.get(sizeof(Published)));
     *mine = Published{s, reinterpret_cast<uintptr_t>(buf), bytes, put};
     return b.local(core::reduceAction(slots.in(r, s), mine, nullptr, sizeof(Published), raw),
                    core::Deps{waitFor(b, kInFree, s)});
-  };
+  }
+};
+
+void singleCopyBroadcast(const Args& a, const JobShape& t, core::Scratch& scratch, core::ProgramBuilder& b) {
+  if (a.count == 0) return;
+  // Each rank's word, in its in-slot of the chunk: the root's says where its buffer is and
+  // what it puts itself, a reader's where its result is.
+  SingleCopyCall call(a, t, scratch, b);
+  const int r = call.r;
+  const uint64_t s = call.s, bytes = call.bytes;
+  const Slots& slots = call.slots;
+  const kernels::ReduceSpec raw = call.raw;
+  auto publish = [&](const void* buf, uint64_t put) { return call.publish(buf, put); };
   if (r == a.root) {
     // At 2 processes the root, in place, writes the second half into the reader's result itself
     // while the reader reads the first: two cores copy, where one would (the root's own copy
@@ -164,6 +180,36 @@ void singleCopyBroadcast(const Args& a, const JobShape& t, core::Scratch& scratc
     int32_t whole = b.wait(kOutReady, s, core::Deps{b.signal(kOutReady, s, core::Deps{read})});
     b.signal(kOutFree, s, core::Deps{whole});
   }
+}
+
+// The single copy of an AllGather: every rank publishes where its block lies (its input, in
+// its in-slot's word of one chunk number), then reads every other rank's block from there
+// straight into its result, in one pass each, starting after its own rank so that no two ranks
+// read the same block first; then it waits until every rank has read its block, so that the
+// block is not changed while read. Each block crosses memory once per reader and never into a
+// slot: a rank reads (n-1) blocks and, out of place, copies its own.
+void singleCopyAllGather(const Args& a, const JobShape& t, core::Scratch& scratch, core::ProgramBuilder& b) {
+  if (a.count == 0) return;
+  SingleCopyCall call(a, t, scratch, b);
+  const int n = t.nranks, r = call.r;
+  const uint64_t s = call.s, bytes = call.bytes;
+  const Slots& slots = call.slots;
+  int32_t in = call.publish(a.sendbuf, 0);
+  int32_t all = b.wait(kInReady, s, core::Deps{b.signal(kInReady, s, core::Deps{in})});
+  uint8_t* const out = static_cast<uint8_t*>(a.recvbuf);
+  int32_t own = -1;
+  if (a.sendbuf != out + static_cast<size_t>(r) * bytes)
+    own = b.local(core::reduceAction(out + static_cast<size_t>(r) * bytes, a.sendbuf, nullptr, bytes, call.raw));
+  int32_t read = all;
+  for (int i = 1; i < n; ++i) {
+    const int q = (r + i) % n;
+    const core::ProgramBuilder::Remote from{q, slots.in(q, s), s, 0, bytes};
+    read = b.fetch(from, out + static_cast<size_t>(q) * bytes, bytes, core::Deps{read});
+  }
+  int32_t done = b.wait(kInFree, s, core::Deps{b.signal(kInFree, s, core::Deps{read, own})});
+  // Nothing goes through the out-slots: the other counters are kept in step for later chunks.
+  b.signal(kOutReady, s, core::Deps{done});
+  b.signal(kOutFree, s, core::Deps{done});
 }
 }  // namespace
 
@@ -353,13 +399,17 @@ class Slice final : public Algorithm {
   }
 };
 
+constexpr size_t kAllGatherKernelMin = size_t(16) << 10;
+
 // Single: the single copy of a Broadcast (singleCopyBroadcast). Traffic: each reader reads N
 // from the root's buffer and writes N; the root, out of place, copies N into its result while
-// they read. Two waits, whatever the size: the root's publication, and the readers' end.
+// they read. Two waits, whatever the size: the root's publication, and the readers' end. And of
+// an AllGather (singleCopyAllGather): each rank reads the n-1 other blocks of B bytes where
+// they lie, one after another, and writes them; two waits.
 class SingleCopy final : public Algorithm {
  public:
   Algo id() const override { return Algo::SingleCopy; }
-  bool implements(Kind k) const override { return k == Kind::Broadcast; }
+  bool implements(Kind k) const override { return k == Kind::Broadcast || k == Kind::AllGather; }
   const char* unfit(const Args& a, const JobShape& t, bool) const override {
     using Access = transport::SharedStage::Access;
     if (!t.stage) return kNoStage;
@@ -371,18 +421,33 @@ class SingleCopy final : public Algorithm {
         // Readers of the root's pages contend in the kernel: 4 MiB at 4 processes took 1453 us
         // against 924 through the root's slots.
         if (t.nranks != 2) return "between processes it reads through the kernel, at 2 ranks only";
+        // A system call and the pinning of the pages per block: 2 processes on 2 cores, in
+        // place, took 4.6 us at 8 KiB a rank against the ring's 3.5, 5.3 at 16 KiB against 5.4,
+        // 6.9 at 32 KiB against 7.7 (allgather_perf -a 3, medians of 5 alternating rounds).
+        if (a.kind == Kind::AllGather && a.count * dataTypeSize(a.dtype) <= kAllGatherKernelMin)
+          return "between processes it is no faster than the ring up to 16 KiB a rank";
         break;
       case Access::Direct:
         break;
     }
     // Below a cell's size the cells are faster: there the root runs ahead of its readers,
     // where the single copy meets them at every call (threads, 2 ranks: 16 KiB in 0.6-0.7 us).
-    if (a.count * dataTypeSize(a.dtype) <= transport::SharedStage::kCellBytes && t.stage->hasCells())
+    if (a.kind == Kind::Broadcast && a.count * dataTypeSize(a.dtype) <= transport::SharedStage::kCellBytes &&
+        t.stage->hasCells())
       return "it is slower than the stage's cells up to a cell's size";
     return nullptr;
   }
   double predictUs(const Args& a, const JobShape& t, const Costs& c) const override {
     const double N = static_cast<double>(a.count * dataTypeSize(a.dtype));
+    if (a.kind == Kind::AllGather) {
+      // The n-1 other blocks, one after another; a rank's copy of its own block out of place is
+      // left out, so that every rank predicts alike (only it knows whether it is in place).
+      const double others = static_cast<double>(t.nranks - 1);
+      const bool kernel = t.stage && t.stage->memberAccess() == transport::SharedStage::Access::Kernel;
+      const double read = kernel ? others * c.kernelCopy.latencyUs + bytesUs(others * N, c.kernelCopy.gbps, t)
+                                 : bytesUs(others * N, c.stage.gbps, t) + bytesUs(others * N, c.memoryGBps, t);
+      return c.base("single", a.kind) + 2 * waitUs(c.stage, t, c) + c.factor("single", a.kind) * read;
+    }
     const double own = a.sendbuf != a.recvbuf ? bytesUs(2 * N, c.memoryGBps, t) : 0;  // the root's copy, meanwhile
     double read;
     if (t.stage && t.stage->memberAccess() == transport::SharedStage::Access::Kernel) {
@@ -397,7 +462,8 @@ class SingleCopy final : public Algorithm {
     return c.base("single", a.kind) + 2 * waitUs(c.stage, t, c) + c.factor("single", a.kind) * std::max(read, own);
   }
   void build(const Args& a, const JobShape& t, const Plan&, core::Scratch& s, core::ProgramBuilder& b) const override {
-    singleCopyBroadcast(a, t, s, b);
+    if (a.kind == Kind::AllGather) singleCopyAllGather(a, t, s, b);
+    else singleCopyBroadcast(a, t, s, b);
   }
 };
 }  // namespace
