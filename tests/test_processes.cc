@@ -412,8 +412,9 @@ std::string allGathersTake(horaComm_t comm, int rank, int nranks, size_t count, 
 
 // An AllGather through the single copy reads every other rank's block where it lies (one chunk
 // of the stage's sequence, whatever its size), every result right: 2 processes by the
-// planner's choice from 16 KiB a rank (tests/test_planner.cc) and forced at odd sizes; 4 threads
-// by the planner's choice. 16 KiB a rank and less between processes: not the single copy.
+// planner's choice from 16 KiB a rank (tests/test_planner.cc) and forced at odd sizes; 4
+// processes and 4 threads by the planner's choice. 16 KiB a rank and less between processes:
+// not the single copy.
 TEST_CASE("a large AllGather reads each rank's block where it lies, every result right", "[processes][singlecopy]") {
   auto results = runProcesses(2, [](horaComm_t comm, int rank, int nranks) -> std::string {
     if (comm->stage->memberAccess() != Access::Kernel) return "the ranks may not read each other's memory";
@@ -427,6 +428,13 @@ TEST_CASE("a large AllGather reads each rank's block where it lies, every result
     if (e.empty() && allGathersTake(comm, rank, nranks, size_t(16) << 10, 1).empty())
       return "16 KiB a rank took the single copy";
     return e.empty() ? allGathersTake(comm, rank, nranks, 1000, 0) : e;
+  });
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+
+  results = runProcesses(4, [](horaComm_t comm, int rank, int nranks) -> std::string {
+    if (comm->stage->memberAccess() != Access::Kernel) return "the ranks may not read each other's memory";
+    return allGathersTake(comm, rank, nranks, (size_t(256) << 10) + 1, 1);
   });
   INFO(describe(results));
   for (const auto& r : results) CHECK(r.ok());

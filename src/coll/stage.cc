@@ -419,8 +419,11 @@ class SingleCopy final : public Algorithm {
         return "the ranks may not read each other's memory (HORA_SHM_SINGLE_COPY=0, or a system call refused)";
       case Access::Kernel:
         // Readers of the root's pages contend in the kernel: 4 MiB at 4 processes took 1453 us
-        // against 924 through the root's slots.
-        if (t.nranks != 2) return "between processes it reads through the kernel, at 2 ranks only";
+        // against 924 through the root's slots. An AllGather's readers read n-1 different
+        // blocks, each from its own process, in different orders: 4 processes in place, 1 MiB
+        // in all in 226 us against the ring's 344 and Open MPI's 452 (perf/compare -a 3).
+        if (t.nranks != 2 && a.kind == Kind::Broadcast)
+          return "between processes it reads through the kernel, at 2 ranks only";
         // A system call and the pinning of the pages per block: 2 processes on 2 cores, in
         // place, took 4.6 us at 8 KiB a rank against the ring's 3.5, 5.3 at 16 KiB against 5.4,
         // 6.9 at 32 KiB against 7.7 (allgather_perf -a 3, medians of 5 alternating rounds).
