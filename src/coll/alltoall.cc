@@ -30,12 +30,9 @@ void pairwiseAllToAll(const Args& a, const JobShape& t, const Plan& p, core::Scr
   const size_t C = chunkElems(a, p), chunks = chunksIn(N, C);
   const Range all{0, N};
   // In place: per block j and chunk c, the op that sends it and the one that receives it.
-  std::vector<int32_t> sent, got;
-  std::vector<uint8_t*> landing(static_cast<size_t>(n), nullptr);
-  if (inPlace) {
-    sent.assign(static_cast<size_t>(n) * chunks, -1);
-    got.assign(static_cast<size_t>(n) * chunks, -1);
-  }
+  int32_t* const sent = inPlace ? scratch.array<int32_t>(static_cast<size_t>(n) * chunks, -1) : nullptr;
+  int32_t* const got = inPlace ? scratch.array<int32_t>(static_cast<size_t>(n) * chunks, -1) : nullptr;
+  uint8_t** const landing = scratch.array<uint8_t*>(static_cast<size_t>(n), nullptr);
   for (int k = 1; k < n; ++k) {
     const int to = mod(r + k, n), from = mod(r - k, n);
     uint8_t* out = at(a.sendbuf, static_cast<size_t>(to) * N, E);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/inline_vec.h"
 #include "coll/collective.h"
 
 namespace hora::coll { class Algorithm; }
@@ -73,7 +74,8 @@ struct Reducer {
 void stageAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void stageBroadcast(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s, core::ProgramBuilder& b);
 void stageHierAllReduce(const Args& a, const JobShape& t, const Plan& p, const Algorithm& inner,
-                        const std::vector<int>& team, int teamIndex, core::Scratch& scratch, core::ProgramBuilder& b);
+                        const int* team, size_t teamSize, int teamIndex, core::Scratch& scratch,
+                        core::ProgramBuilder& b);
 void stageFlatNow(const Args& a, const JobShape& t, const AwaitFn& await);
 // The fold of recursive doubling and Rabenseifner's (direct.cc), p the largest power of two <=
 // n: a rank from p on hands its input (scaled for PreMulSum) to rank r-p, receives the result
@@ -108,8 +110,9 @@ void binomialGatherScatter(const Args& a, const JobShape& t, const Plan& p, core
 // One rank's place in a tree, as ranks: its parent (-1 at the root) and its children, in the
 // order their partial results are reduced (and the broadcast sends).
 struct TreeLinks {
+  static constexpr size_t kMostChildren = 32;  // a binomial tree's rank has at most log2(n)
   int up = -1;
-  std::vector<int> down;
+  InlineVec<int, kMostChildren> down;
 };
 // The pipelined tree over a rooted collective's ranks (tree.cc): Broadcast from, or Reduce to,
 // the root of `l`, chunk by chunk.
@@ -129,8 +132,9 @@ inline TreeLinks unroot(TreeLinks l, int root, int n) {
 
 // An op that completes once every op of deps has (a local that does nothing): a join for ops
 // that take at most two dependencies.
-inline int32_t join(core::ProgramBuilder& b, const std::vector<int32_t>& deps) {
-  return b.localAll(core::Action{}, deps, {});
+template <class Ids>
+int32_t join(core::ProgramBuilder& b, const Ids& deps) {
+  return b.localAll(core::Action{}, deps.data(), deps.size(), nullptr, 0);
 }
 // The largest power of two <= n (n >= 1), and its log2.
 inline int floorPow2(int n, int* log = nullptr) {
@@ -150,6 +154,8 @@ inline int ceilLog2(int n) {
 // numbered 0..k-1 as if it were the communicator), and appends it to b with the team's ranks
 // as peers, after `gate`. Returns an op that completes with it (gate when it is empty).
 int32_t buildOnTeam(const Algorithm& algo, const Args& sub, const std::vector<int>& team, int me, const Plan& p,
+                    core::Scratch& scratch, core::ProgramBuilder& b, int32_t gate);
+int32_t buildOnTeam(const Algorithm& algo, const Args& sub, const int* team, size_t teamSize, int me, const Plan& p,
                     core::Scratch& scratch, core::ProgramBuilder& b, int32_t gate);
 // Across hosts whose ranks are not consecutive: builds a ring or a chain over the ranks in host
 // order, so that it crosses each host's link once each way (AllGather and ReduceScatter through

@@ -25,20 +25,21 @@ void directAllReduce(const Args& a, const JobShape& t, const Plan&, core::Scratc
     scaled = b.local(reduceAction(s, a.sendbuf, nullptr, N, red.spec(true, false)));
     mine = s;
   }
-  std::vector<const void*> inputs(static_cast<size_t>(n));
-  std::vector<int32_t> deps;
+  const void** inputs = scratch.array<const void*>(static_cast<size_t>(n), nullptr);
+  int32_t* deps = scratch.array<int32_t>(2 * static_cast<size_t>(n), -1);
+  size_t ndeps = 0;
   inputs[static_cast<size_t>(r)] = mine;
   for (int k = 1; k < n; ++k) {
     const int to = mod(r + k, n), from = mod(r - k, n);
     int32_t sent = b.send(to, mine, bytes, Deps{scaled});
-    if (a.sendbuf == a.recvbuf) deps.push_back(sent);  // the result overwrites what is sent
+    if (a.sendbuf == a.recvbuf) deps[ndeps++] = sent;  // the result overwrites what is sent
     void* in = scratch.get(bytes);
     inputs[static_cast<size_t>(from)] = in;
-    deps.push_back(b.recv(from, in, bytes));
+    deps[ndeps++] = b.recv(from, in, bytes);
   }
-  deps.push_back(scaled);
+  deps[ndeps++] = scaled;
   kernels::ReduceSpec spec = red.spec(false, true);
-  b.localAll(reduceAction(a.recvbuf, nullptr, nullptr, N, spec), deps, inputs);
+  b.localAll(reduceAction(a.recvbuf, nullptr, nullptr, N, spec), deps, ndeps, inputs, static_cast<size_t>(n));
 }
 
 
@@ -117,7 +118,7 @@ void rdAllGather(const Args& a, const JobShape& t, const Plan&, core::Scratch&, 
     b.recv(r - p, a.recvbuf, static_cast<size_t>(n) * block, Deps{a.sendbuf == mine ? sent : -1});
     return;
   }
-  std::vector<int32_t> held;  // what the next sends read
+  InlineVec<int32_t, 4> held;  // what the next sends read
   if (a.sendbuf != mine) held.push_back(b.local(reduceAction(mine, a.sendbuf, nullptr, N, copy)));
   if (r < extra) held.push_back(b.recv(r + p, at(a.recvbuf, static_cast<size_t>(r + p) * N, E), block));
   // The blocks of group [g, g+size): the run g.. and the run g+p.. (those below n).
@@ -127,7 +128,8 @@ void rdAllGather(const Args& a, const JobShape& t, const Plan&, core::Scratch&, 
   };
   for (int d = 1; d < p; d *= 2) {
     const int32_t ready = held.size() > 1 ? join(b, held) : held.empty() ? -1 : held[0];
-    held.assign(1, ready);
+    held.clear();
+    held.push_back(ready);
     const int partner = r ^ d, mineAt = r & ~(d - 1), theirs = partner & ~(d - 1);
     runs(mineAt, d, [&](int first, int cnt) {
       b.send(partner, at(a.recvbuf, static_cast<size_t>(first) * N, E), static_cast<size_t>(cnt) * block, Deps{ready});

@@ -89,15 +89,16 @@ void linearGatherScatter(const Args& a, const JobShape& t, const Plan& p, Progra
 namespace {
 
 // The pieces of the message of positions [c, c + s), in elements of the message: cut where
-// position w = n - R is rank 0, and into chunks of C.
-std::vector<Range> pieces(int c, int s, int w, size_t N, size_t C) {
-  std::vector<Range> out;
+// position w = n - R is rank 0, and into chunks of C; each given to `each`, in order.
+template <class Each>
+void forPieces(int c, int s, int w, size_t N, size_t C, Each&& each) {
   const size_t total = static_cast<size_t>(s) * N;
   const size_t cut = c < w && w < c + s ? static_cast<size_t>(w - c) * N : total;
   for (const Range& run : {Range{0, cut}, Range{cut, total}})
-    for (size_t k = 0; k < chunksIn(run.size(), C); ++k) out.push_back(chunkOf(run, C, k));
-  return out;
+    for (size_t k = 0; k < chunksIn(run.size(), C); ++k) each(chunkOf(run, C, k));
 }
+// How many pieces forPieces gives at most for a message of m elements.
+size_t mostPieces(size_t m, size_t C) { return m / C + 2; }
 
 // Where element e of the message of positions from c lies in the root's big buffer (a piece
 // never crosses the cut, so its elements follow on).
@@ -106,22 +107,27 @@ uint8_t* inBig(void* big, int n, int R, size_t N, size_t E, int c, size_t e) {
   return at(big, static_cast<size_t>(rank) * N + e % N, E);
 }
 
-// What filled a scratch buffer: element ranges, in order, and the op that filled each.
+// What filled a scratch buffer: element ranges, in order, and the op that filled each (at most
+// `most` of them, in scratch: a call allocates nothing).
 struct Filled {
-  std::vector<Range> ranges;
-  std::vector<int32_t> ops;
+  Range* ranges;
+  int32_t* ops;
+  size_t n = 0, most;
+  Filled(core::Scratch& s, size_t capacity)
+      : ranges(s.array<Range>(capacity, Range{0, 0})), ops(s.array<int32_t>(capacity, -1)), most(capacity) {}
   void add(Range x, int32_t op) {
-    ranges.push_back(x);
-    ops.push_back(op);
+    if (n == most) fail(Errc::Internal, "binomial Gather/Scatter: more than %zu pieces", most);
+    ranges[n] = x;
+    ops[n++] = op;
   }
   // What waits until every range that overlaps x is filled: the ops themselves, or a join of them.
   Deps before(ProgramBuilder& b, Range x) const {
-    auto it = std::upper_bound(ranges.begin(), ranges.end(), x.begin,
-                               [](size_t v, const Range& y) { return v < y.end; });
-    std::vector<int32_t> deps;
-    for (; it != ranges.end() && it->begin < x.end; ++it) deps.push_back(ops[static_cast<size_t>(it - ranges.begin())]);
-    if (deps.size() > 2) return Deps{join(b, deps)};
-    return Deps{deps.empty() ? -1 : deps[0], deps.size() > 1 ? deps[1] : -1};
+    const Range* it = std::upper_bound(ranges, ranges + n, x.begin, [](size_t v, const Range& y) { return v < y.end; });
+    const Range* end = it;
+    while (end != ranges + n && end->begin < x.end) ++end;
+    const size_t k = static_cast<size_t>(end - it), from = static_cast<size_t>(it - ranges);
+    if (k > 2) return Deps{b.localAll(core::Action{}, ops + from, k, nullptr, 0)};
+    return Deps{k ? ops[from] : -1, k > 1 ? ops[from + 1] : -1};
   }
 };
 
@@ -141,42 +147,44 @@ void binomialGatherScatter(const Args& a, const JobShape& t, const Plan& p, core
     if (gather) copyOwn(a, n, own, a.sendbuf, b);
     else copyOwn(a, n, a.recvbuf, own, b);
     for (int c : l.down)
-      for (const Range& x : pieces(c, binomialSubtree(n, c), w, N, C)) {
+      forPieces(c, binomialSubtree(n, c), w, N, C, [&](const Range& x) {
         uint8_t* there = inBig(big, n, R, N, E, c, x.begin);
         if (gather) b.recv(rankOf(c), there, x.size() * E);
         else b.send(rankOf(c), there, x.size() * E);
-      }
+      });
     return;
   }
   const int size = binomialSubtree(n, q), up = rankOf(l.up);
   if (size == 1) {  // a leaf: its block, straight from its input or into its result
-    for (const Range& x : pieces(q, 1, w, N, C)) {
+    forPieces(q, 1, w, N, C, [&](const Range& x) {
       if (gather) b.send(up, at(a.sendbuf, x.begin, E), x.size() * E);
       else b.recv(up, at(a.recvbuf, x.begin, E), x.size() * E);
-    }
+    });
     return;
   }
   // An inner rank: its subtree's blocks in position order in scratch, its own first.
   uint8_t* tmp = static_cast<uint8_t*>(scratch.get(static_cast<size_t>(size) * N * E));
   const kernels::ReduceSpec copy = Reducer{a, n}.spec(false, false);
-  Filled filled;
+  // Every piece of the subtree's message (its own block, then each child's) is added once.
+  Filled filled(scratch, mostPieces(static_cast<size_t>(size) * N, C) + 2 * (l.down.size() + 1));
   if (gather) {
     filled.add(Range{0, N}, b.local(reduceAction(tmp, a.sendbuf, nullptr, N, copy)));
     // Children from the nearest (the smallest subtree) on, so that the ranges come in order.
     for (auto c = l.down.rbegin(); c != l.down.rend(); ++c) {
       const size_t off = static_cast<size_t>(*c - q) * N;
-      for (const Range& x : pieces(*c, binomialSubtree(n, *c), w, N, C))
+      forPieces(*c, binomialSubtree(n, *c), w, N, C, [&](const Range& x) {
         filled.add(Range{off + x.begin, off + x.end}, b.recv(rankOf(*c), tmp + (off + x.begin) * E, x.size() * E));
+      });
     }
-    for (const Range& x : pieces(q, size, w, N, C))
-      b.send(up, tmp + x.begin * E, x.size() * E, filled.before(b, x));
+    forPieces(q, size, w, N, C, [&](const Range& x) { b.send(up, tmp + x.begin * E, x.size() * E, filled.before(b, x)); });
     return;
   }
-  for (const Range& x : pieces(q, size, w, N, C)) filled.add(x, b.recv(up, tmp + x.begin * E, x.size() * E));
+  forPieces(q, size, w, N, C, [&](const Range& x) { filled.add(x, b.recv(up, tmp + x.begin * E, x.size() * E)); });
   for (int c : l.down) {  // the largest subtree first: it has the most to forward
     const size_t off = static_cast<size_t>(c - q) * N;
-    for (const Range& x : pieces(c, binomialSubtree(n, c), w, N, C))
+    forPieces(c, binomialSubtree(n, c), w, N, C, [&](const Range& x) {
       b.send(rankOf(c), tmp + (off + x.begin) * E, x.size() * E, filled.before(b, Range{off + x.begin, off + x.end}));
+    });
   }
   b.local(reduceAction(a.recvbuf, tmp, nullptr, N, copy), filled.before(b, Range{0, N}));
 }

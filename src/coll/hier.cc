@@ -86,13 +86,18 @@ std::vector<int> HostLayout::hostOrder() const {
 
 int32_t buildOnTeam(const Algorithm& algo, const Args& sub, const std::vector<int>& team, int me, const Plan& p,
                     core::Scratch& scratch, ProgramBuilder& b, int32_t gate) {
+  return buildOnTeam(algo, sub, team.data(), team.size(), me, p, scratch, b, gate);
+}
+
+int32_t buildOnTeam(const Algorithm& algo, const Args& sub, const int* team, size_t teamSize, int me, const Plan& p,
+                    core::Scratch& scratch, ProgramBuilder& b, int32_t gate) {
   // Reused: programs are built on every call, and a team's never contains another team's.
   static thread_local core::Program prog;
   prog.clear();
   ProgramBuilder sb(prog);
   JobShape t;
   t.rank = me;
-  t.nranks = static_cast<int>(team.size());
+  t.nranks = static_cast<int>(teamSize);
   algo.build(sub, t, p, scratch, sb);
   if (prog.ops.empty()) return gate;
   const int32_t first = b.splice(prog, team, gate);
@@ -102,19 +107,24 @@ int32_t buildOnTeam(const Algorithm& algo, const Args& sub, const std::vector<in
 bool buildInHostOrder(const Algorithm& algo, const Args& a, const JobShape& t, const Plan& p, core::Scratch& s,
                       ProgramBuilder& b) {
   if (!t.layout || t.layout->consecutive()) return false;
-  const std::vector<int> order = t.layout->hostOrder();
+  // The ranks host by host (HostLayout::hostOrder), in scratch: a call allocates nothing.
+  const size_t n = t.layout->hostOf.size();
+  int* const order = s.array<int>(n, 0);
+  size_t k0 = 0;
+  for (const auto& h : t.layout->hosts)
+    for (int r : h) order[k0++] = r;
   Args sub = a;
-  const int me = static_cast<int>(std::find(order.begin(), order.end(), t.rank) - order.begin());
+  const int me = static_cast<int>(std::find(order, order + n, t.rank) - order);
   if (a.kind == Kind::Broadcast || a.kind == Kind::Reduce)
-    sub.root = static_cast<int>(std::find(order.begin(), order.end(), a.root) - order.begin());
+    sub.root = static_cast<int>(std::find(order, order + n, a.root) - order);
   // The result blocks of AllGather and the input blocks of ReduceScatter are in rank order;
   // in host order, the team's block k belongs to rank order[k]: they go through a copy of the
   // buffer in host order (one local pass over it, against n-1 crossings of a slow link).
-  const size_t E = dataTypeSize(a.dtype), N = a.count, n = order.size();
+  const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (a.kind == Kind::AllGather && N) {
     uint8_t* gathered = static_cast<uint8_t*>(s.get(n * N * E));
     sub.recvbuf = gathered;
-    const int32_t done = buildOnTeam(algo, sub, order, me, p, s, b, -1);
+    const int32_t done = buildOnTeam(algo, sub, order, n, me, p, s, b, -1);
     for (size_t k = 0; k < n; ++k)
       b.local(core::reduceAction(at(a.recvbuf, static_cast<size_t>(order[k]) * N, E), gathered + k * N * E, nullptr, N,
                                  Reducer{a, 1}.spec(false, false)),
@@ -130,11 +140,11 @@ bool buildInHostOrder(const Algorithm& algo, const Args& a, const JobShape& t, c
     // In place, the result overwrites this rank's input block: every block is packed first.
     const int32_t packedAll = b.join(first, static_cast<int32_t>(b.size()));
     sub.sendbuf = packed;
-    buildOnTeam(algo, sub, order, me, p, s, b, packedAll);
+    buildOnTeam(algo, sub, order, n, me, p, s, b, packedAll);
     return true;
   }
   if (a.kind == Kind::AllGather || a.kind == Kind::ReduceScatter) return false;
-  buildOnTeam(algo, sub, order, me, p, s, b, -1);
+  buildOnTeam(algo, sub, order, n, me, p, s, b, -1);
   return true;
 }
 
@@ -144,8 +154,8 @@ struct Place {
   const HostLayout& l;
   int r, h, i, H, L;
   const std::vector<int>& mates;
-  std::vector<int> team;  // team i, by host
-  Place(const HostLayout& layout, int rank)
+  int* team;  // team i, by host (in scratch)
+  Place(const HostLayout& layout, int rank, core::Scratch& scratch)
       : l(layout),
         r(rank),
         h(layout.hostOf[static_cast<size_t>(rank)]),
@@ -153,12 +163,8 @@ struct Place {
         H(static_cast<int>(layout.hosts.size())),
         L(static_cast<int>(layout.hosts[0].size())),
         mates(layout.hosts[static_cast<size_t>(h)]) {
-    team = teamOf(i);
-  }
-  std::vector<int> teamOf(int j) const {
-    std::vector<int> t;
-    for (const auto& host : l.hosts) t.push_back(host[static_cast<size_t>(j)]);
-    return t;
+    team = scratch.array<int>(static_cast<size_t>(H), 0);
+    for (int g = 0; g < H; ++g) team[g] = l.hosts[static_cast<size_t>(g)][static_cast<size_t>(i)];
   }
 };
 
@@ -184,12 +190,15 @@ const void* scaledInput(const Args& a, size_t count, const Reducer& red, core::S
 // Phase 1 of AllReduce and Reduce: slice j of `in` to local rank j; the L slices i reduced in
 // local order into acc. Returns the reduction; sent[j] gets the send of slice j.
 int32_t reduceSlices(const Args& a, const Place& pl, const void* in, int32_t ready, void* acc, core::Scratch& scratch,
-                     ProgramBuilder& b, std::vector<int32_t>& sent) {
+                     ProgramBuilder& b, int32_t* sent) {
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   const Range mine = segment(N, pl.L, pl.i);
-  sent.assign(static_cast<size_t>(pl.L), -1);
-  std::vector<const void*> srcs(static_cast<size_t>(pl.L));
-  std::vector<int32_t> deps{ready};
+  const size_t L = static_cast<size_t>(pl.L);
+  for (size_t j = 0; j < L; ++j) sent[j] = -1;
+  const void** srcs = scratch.array<const void*>(L, nullptr);
+  int32_t* deps = scratch.array<int32_t>(L + 1, -1);
+  size_t ndeps = 0;
+  deps[ndeps++] = ready;
   for (int j = 0; j < pl.L; ++j) {
     const Range s = segment(N, pl.L, j);
     if (j == pl.i) {
@@ -199,19 +208,20 @@ int32_t reduceSlices(const Args& a, const Place& pl, const void* in, int32_t rea
     if (s.size()) sent[static_cast<size_t>(j)] = b.send(pl.mates[static_cast<size_t>(j)], at(in, s.begin, E), s.size() * E, Deps{ready});
     void* got = scratch.get(mine.size() * E);
     srcs[static_cast<size_t>(j)] = got;
-    if (mine.size()) deps.push_back(b.recv(pl.mates[static_cast<size_t>(j)], got, mine.size() * E));
+    if (mine.size()) deps[ndeps++] = b.recv(pl.mates[static_cast<size_t>(j)], got, mine.size() * E);
   }
   if (!mine.size() || (pl.L == 1 && in == acc)) return ready;
   Args sum = a;
   if (a.op == RedOp::PreMulSum) sum.op = RedOp::Sum;
-  return b.localAll(reduceAction(acc, nullptr, nullptr, mine.size(), Reducer{sum, pl.L}.spec(false, false)), deps, srcs);
+  return b.localAll(reduceAction(acc, nullptr, nullptr, mine.size(), Reducer{sum, pl.L}.spec(false, false)), deps, ndeps,
+                    srcs, L);
 }
 
 // Phase 3 of AllReduce and Broadcast: local rank i's slice (in `buf`, done after `ready`) to
 // the other local ranks but `skip`; slice j from local rank j into buf unless this rank is
 // `skip`. A receive overwriting slice j waits for before[j] (what last read it).
 void exchangeSlices(const Args& a, const Place& pl, void* buf, int32_t ready, int skip,
-                    const std::vector<int32_t>& before, ProgramBuilder& b) {
+                    const int32_t* before, ProgramBuilder& b) {
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   const Range mine = segment(N, pl.L, pl.i);
   for (int j = 0; j < pl.L; ++j) {
@@ -220,33 +230,33 @@ void exchangeSlices(const Args& a, const Place& pl, void* buf, int32_t ready, in
     if (mine.size() && peer != skip) b.send(peer, at(buf, mine.begin, E), mine.size() * E, Deps{ready});
     const Range s = segment(N, pl.L, j);
     if (s.size() && pl.r != skip)
-      b.recv(peer, at(buf, s.begin, E), s.size() * E, Deps{before.empty() ? -1 : before[static_cast<size_t>(j)]});
+      b.recv(peer, at(buf, s.begin, E), s.size() * E, Deps{before ? before[static_cast<size_t>(j)] : -1});
   }
 }
 
 void hierAllReducePiece(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;
-  const Place pl(*t.layout, t.rank);
+  const Place pl(*t.layout, t.rank, scratch);
   const Reducer red{a, t.nranks};
   int32_t ready;
   const void* in = scaledInput(a, N, red, scratch, b, &ready);
   const Range mine = segment(N, pl.L, pl.i);
   void* acc = at(a.recvbuf, mine.begin, E);
-  std::vector<int32_t> sent;
+  int32_t* const sent = scratch.array<int32_t>(static_cast<size_t>(pl.L), -1);
   int32_t reduced = reduceSlices(a, pl, in, ready, acc, scratch, b, sent);
   Args sub = innerArgs(a, t.nranks);
   sub.sendbuf = sub.recvbuf = acc;
   sub.count = mine.size();
-  int32_t done = buildOnTeam(algorithm(p.inner), sub, pl.team, pl.h, p, scratch, b, reduced);
+  int32_t done = buildOnTeam(algorithm(p.inner), sub, pl.team, static_cast<size_t>(pl.H), pl.h, p, scratch, b, reduced);
   // In place, slice j of the result lands where slice j of the input was sent from.
-  exchangeSlices(a, pl, a.recvbuf, done, -1, a.sendbuf == a.recvbuf ? sent : std::vector<int32_t>{}, b);
+  exchangeSlices(a, pl, a.recvbuf, done, -1, a.sendbuf == a.recvbuf ? sent : nullptr, b);
 }
 
 void hierBroadcastPiece(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;
-  const Place pl(*t.layout, t.rank);
+  const Place pl(*t.layout, t.rank, scratch);
   const int rootHost = pl.l.hostOf[static_cast<size_t>(a.root)];
   const Range mine = segment(N, pl.L, pl.i);
   int32_t have = -1;
@@ -263,21 +273,21 @@ void hierBroadcastPiece(const Args& a, const JobShape& t, const Plan& p, core::S
   sub.sendbuf = sub.recvbuf = at(a.recvbuf, mine.begin, E);
   sub.count = mine.size();
   sub.root = rootHost;
-  int32_t done = buildOnTeam(algorithm(p.inner), sub, pl.team, pl.h, p, scratch, b, have);
-  exchangeSlices(a, pl, a.recvbuf, done, a.root, {}, b);
+  int32_t done = buildOnTeam(algorithm(p.inner), sub, pl.team, static_cast<size_t>(pl.H), pl.h, p, scratch, b, have);
+  exchangeSlices(a, pl, a.recvbuf, done, a.root, nullptr, b);
 }
 
 void hierReducePiece(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;
-  const Place pl(*t.layout, t.rank);
+  const Place pl(*t.layout, t.rank, scratch);
   const Reducer red{a, t.nranks};
   const int rootHost = pl.l.hostOf[static_cast<size_t>(a.root)];
   int32_t ready;
   const void* in = scaledInput(a, N, red, scratch, b, &ready);
   const Range mine = segment(N, pl.L, pl.i);
   void* acc = scratch.get(mine.size() * E);
-  std::vector<int32_t> sent;
+  int32_t* const sent = scratch.array<int32_t>(static_cast<size_t>(pl.L), -1);
   int32_t reduced = reduceSlices(a, pl, in, ready, acc, scratch, b, sent);
   // Team i reduces slice i onto the root's host: into the root's result, or a local rank's
   // staging there; elsewhere nothing is written but acc (the sub-call's non-roots write nothing).
@@ -287,7 +297,7 @@ void hierReducePiece(const Args& a, const JobShape& t, const Plan& p, core::Scra
   // In place at the root, the input's slice i is acc's source, read before the sub-call runs.
   sub.count = mine.size();
   sub.root = rootHost;
-  int32_t done = buildOnTeam(algorithm(p.inner), sub, pl.team, pl.h, p, scratch, b, reduced);
+  int32_t done = buildOnTeam(algorithm(p.inner), sub, pl.team, static_cast<size_t>(pl.H), pl.h, p, scratch, b, reduced);
   if (pl.h != rootHost) return;
   if (t.rank != a.root) {
     if (mine.size()) b.send(a.root, sub.recvbuf, mine.size() * E, Deps{done});
@@ -323,13 +333,13 @@ void byPieces(const Args& a, const JobShape& t, const Plan& p, core::Scratch& s,
 void hierAllGather(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
   const size_t E = dataTypeSize(a.dtype), N = a.count, block = N * E;
   if (N == 0) return;
-  const Place pl(*t.layout, t.rank);
+  const Place pl(*t.layout, t.rank, scratch);
   const size_t H = static_cast<size_t>(pl.H);
   // Between hosts: team i gathers its ranks' inputs, by host.
   uint8_t* gathered = static_cast<uint8_t*>(scratch.get(H * block));
   Args sub = a;
   sub.recvbuf = gathered;
-  int32_t done = buildOnTeam(algorithm(p.inner), sub, pl.team, pl.h, p, scratch, b, -1);
+  int32_t done = buildOnTeam(algorithm(p.inner), sub, pl.team, static_cast<size_t>(pl.H), pl.h, p, scratch, b, -1);
   const Reducer copy{a, 1};
   auto place = [&](const uint8_t* from, int j, int32_t after) {
     for (size_t g = 0; g < H; ++g) {
@@ -352,19 +362,20 @@ void hierAllGather(const Args& a, const JobShape& t, const Plan& p, core::Scratc
 void hierReduceScatter(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
   const size_t E = dataTypeSize(a.dtype), N = a.count, block = N * E;
   if (N == 0) return;
-  const Place pl(*t.layout, t.rank);
+  const Place pl(*t.layout, t.rank, scratch);
   const Reducer red{a, t.nranks};
   const size_t H = static_cast<size_t>(pl.H);
   // Within the host: the blocks of team j's ranks, packed by host (and scaled), to local rank j.
-  std::vector<const void*> srcs(static_cast<size_t>(pl.L));
-  std::vector<int32_t> deps;
+  const void** srcs = scratch.array<const void*>(static_cast<size_t>(pl.L), nullptr);
+  int32_t* deps = scratch.array<int32_t>(static_cast<size_t>(pl.L) * (H + 1), -1);
+  size_t ndeps = 0;
   for (int j = 0; j < pl.L; ++j) {
     uint8_t* pack = static_cast<uint8_t*>(scratch.get(H * block));
     const auto first = static_cast<int32_t>(b.size());
     for (size_t g = 0; g < H; ++g) {
       const int owner = pl.l.hosts[g][static_cast<size_t>(j)];
-      deps.push_back(b.local(reduceAction(pack + g * block, at(a.sendbuf, static_cast<size_t>(owner) * N, E), nullptr,
-                                          N, red.spec(true, false))));
+      deps[ndeps++] = b.local(reduceAction(pack + g * block, at(a.sendbuf, static_cast<size_t>(owner) * N, E), nullptr,
+                                           N, red.spec(true, false)));
     }
     const int32_t packed = b.join(first, static_cast<int32_t>(b.size()));
     if (j == pl.i) {
@@ -375,16 +386,17 @@ void hierReduceScatter(const Args& a, const JobShape& t, const Plan& p, core::Sc
     b.send(peer, pack, H * block, Deps{packed});
     uint8_t* got = static_cast<uint8_t*>(scratch.get(H * block));
     srcs[static_cast<size_t>(j)] = got;
-    deps.push_back(b.recv(peer, got, H * block));
+    deps[ndeps++] = b.recv(peer, got, H * block);
   }
   uint8_t* acc = static_cast<uint8_t*>(scratch.get(H * block));
   Args sum = a;
   if (a.op == RedOp::PreMulSum) sum.op = RedOp::Sum;
   // Every pack is in the dependencies: in place, the result overwrites this rank's input block.
-  int32_t reduced = b.localAll(reduceAction(acc, nullptr, nullptr, H * N, Reducer{sum, pl.L}.spec(false, false)), deps, srcs);
+  int32_t reduced = b.localAll(reduceAction(acc, nullptr, nullptr, H * N, Reducer{sum, pl.L}.spec(false, false)), deps, ndeps,
+                                srcs, static_cast<size_t>(pl.L));
   Args sub = innerArgs(a, t.nranks);
   sub.sendbuf = acc;
-  buildOnTeam(algorithm(p.inner), sub, pl.team, pl.h, p, scratch, b, reduced);
+  buildOnTeam(algorithm(p.inner), sub, pl.team, static_cast<size_t>(pl.H), pl.h, p, scratch, b, reduced);
 }
 
 // What the phase between hosts is: its call, and the topology it runs on (one rank of each
@@ -472,8 +484,8 @@ class Hier final : public Algorithm {
     switch (a.kind) {
       case Kind::AllReduce:
         if (t.hostStage) {
-          const Place pl(*t.layout, t.rank);
-          stageHierAllReduce(a, t, p, algorithm(p.inner), pl.team, pl.h, s, b);
+          const Place pl(*t.layout, t.rank, s);
+          stageHierAllReduce(a, t, p, algorithm(p.inner), pl.team, static_cast<size_t>(pl.H), pl.h, s, b);
         } else {
           byPieces(a, t, p, s, b, hierAllReducePiece);
         }

@@ -34,8 +34,8 @@ void rabenseifnerAllReduce(const Args& a, const JobShape& t, const Plan&, core::
   int32_t have = -1;
   if (!foldIn(a, t, p, scratch, b, &cur, &have)) return;
   // Recursive halving. keep[i], give[i]: the ranges of step i; gave[i]: the send of give[i].
-  std::vector<Range> keep, give;
-  std::vector<int32_t> gave;
+  InlineVec<Range, 32> keep, give;
+  InlineVec<int32_t, 32> gave;
   Range range{0, N};
   for (int d = p / 2; d >= 1; d /= 2) {
     const int partner = r ^ d;

@@ -48,9 +48,14 @@ void ringAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratc
   size_t maxChunks = 0;
   for (int s = 0; s < n; ++s) maxChunks = std::max(maxChunks, chunksIn(segment(N, n, s).size(), C));
 
-  // rsRecv[s][c], rsSend[s][c], agRecv[t][c]: op ids, for dependencies.
-  auto grid = [&] { return std::vector<std::vector<int32_t>>(n - 1, std::vector<int32_t>(maxChunks, -1)); };
-  auto rsRecv = grid(), rsSend = grid(), agRecv = grid();
+  // rsRecv[s][c], rsSend[s][c], agRecv[t][c]: op ids, for dependencies (in scratch).
+  struct Grid {
+    int32_t* ids;
+    size_t width;
+    int32_t* operator[](int s) const { return ids + static_cast<size_t>(s) * width; }
+  };
+  auto grid = [&] { return Grid{scratch.array<int32_t>(static_cast<size_t>(n - 1) * maxChunks, -1), maxChunks}; };
+  const Grid rsRecv = grid(), rsSend = grid(), agRecv = grid();
   SlotPool slots(scratch, inPlace ? p.slots : 1, inPlace ? C * E : 64);  // in place only
 
   // PreMulSum sends its own segment scaled: scale it into the result buffer first.
@@ -99,7 +104,7 @@ void ringAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratc
   }
 }
 
-void ringAllGather(const Args& a, const JobShape& t, const Plan& p, core::Scratch&, ProgramBuilder& b) {
+void ringAllGather(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   if (N == 0) return;
@@ -109,7 +114,8 @@ void ringAllGather(const Args& a, const JobShape& t, const Plan& p, core::Scratc
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
   const size_t C = chunkElems(a, p), chunks = chunksIn(N, C);
   const Range all{0, N};
-  std::vector<int32_t> prevRecv(chunks, -1), thisRecv(chunks, -1);
+  int32_t* prevRecv = scratch.array<int32_t>(chunks, -1);
+  int32_t* thisRecv = scratch.array<int32_t>(chunks, -1);
   for (int s = 0; s < n - 1; ++s) {
     const size_t sblk = static_cast<size_t>(mod(r - s, n)), rblk = static_cast<size_t>(mod(r - s - 1, n));
     for (size_t c = 0; c < chunks; ++c) {
@@ -140,9 +146,10 @@ void ringReduceScatter(const Args& a, const JobShape& t, const Plan& p, core::Sc
   // points to an earlier step, and the ring cannot deadlock. Windows bound the staging memory
   // to 2W chunks.
   const size_t W = std::min(chunks, std::max<size_t>(static_cast<size_t>(p.slots), 16));
-  std::vector<uint8_t*> buf(2 * W);
-  for (auto& m : buf) m = static_cast<uint8_t*>(scratch.get(C * E));
-  std::vector<int32_t> lastUse(2 * W, -1), holder(W, -1);  // lastUse: must finish before a rewrite
+  uint8_t** buf = scratch.array<uint8_t*>(2 * W, nullptr);
+  for (size_t i = 0; i < 2 * W; ++i) buf[i] = static_cast<uint8_t*>(scratch.get(C * E));
+  int32_t* lastUse = scratch.array<int32_t>(2 * W, -1);  // must finish before a rewrite
+  int32_t* holder = scratch.array<int32_t>(W, -1);
 
   for (size_t w0 = 0; w0 < chunks; w0 += W) {
     const size_t w1 = std::min(chunks, w0 + W);

@@ -250,7 +250,8 @@ void stageBroadcast(const Args& a, const JobShape& t, const Plan& p, core::Scrat
 // out-slots into the result. Chunks pipeline as in stageAllReduce: while one chunk's slice
 // crosses the network, the next is reduced.
 void stageHierAllReduce(const Args& a, const JobShape& t, const Plan& p, const Algorithm& inner,
-                        const std::vector<int>& team, int teamIndex, core::Scratch& scratch, core::ProgramBuilder& b) {
+                        const int* team, size_t teamSize, int teamIndex, core::Scratch& scratch,
+                        core::ProgramBuilder& b) {
   const transport::SharedStage& st = *t.hostStage;
   const int L = st.size(), i = st.index();
   const size_t E = dataTypeSize(a.dtype), N = a.count;
@@ -262,8 +263,7 @@ void stageHierAllReduce(const Args& a, const JobShape& t, const Plan& p, const A
   if (a.op == RedOp::PreMulSum) sum.op = RedOp::Sum;
   Args between = sum;
   if (a.op == RedOp::Avg) between.divideBy = a.divideBy ? a.divideBy : t.nranks;
-  std::vector<const void*> srcs(static_cast<size_t>(L));
-  std::vector<int32_t> copies;
+  const void** srcs = scratch.array<const void*>(static_cast<size_t>(L), nullptr);
   for (size_t k = 0; k * C < N; ++k) {
     const Range chunk{k * C, std::min(N, (k + 1) * C)};
     const uint64_t s = ++*t.hostStageSeq;
@@ -275,26 +275,29 @@ void stageHierAllReduce(const Args& a, const JobShape& t, const Plan& p, const A
     uint8_t* slice = slots.out(i, s) + mine.begin * E;
     for (int j = 0; j < L; ++j) srcs[static_cast<size_t>(j)] = slots.in(j, s) + mine.begin * E;
     int32_t freeOut = waitFor(b, kOutFree, s);
+    const int32_t before[2] = {all, freeOut};
     int32_t reduced = mine.size() ? b.localAll(core::reduceAction(slice, nullptr, nullptr, mine.size(),
                                                                   Reducer{sum, L}.spec(false, false)),
-                                               {all, freeOut}, srcs)
+                                               before, 2, srcs,
+                                               static_cast<size_t>(L))
                                   : b.local(core::Action{}, core::Deps{all, freeOut});
     b.signal(kInFree, s, core::Deps{reduced});
     Args sub = between;
     sub.sendbuf = sub.recvbuf = slice;
     sub.count = mine.size();
-    int32_t done = buildOnTeam(inner, sub, team, teamIndex, p, scratch, b, reduced);
+    int32_t done = buildOnTeam(inner, sub, team, teamSize, teamIndex, p, scratch, b, reduced);
     int32_t gathered = b.wait(kOutReady, s, core::Deps{b.signal(kOutReady, s, core::Deps{done})});
-    copies.clear();
+    int32_t firstCopy = -1, lastCopy = -1;  // the copies out are consecutive ops
     for (int j = 0; j < L; ++j) {
       const Range theirs = segment(chunk.size(), L, j);
-      if (theirs.size())
-        copies.push_back(b.local(core::reduceAction(at(a.recvbuf, chunk.begin + theirs.begin, E),
-                                                    slots.out(j, s) + theirs.begin * E, nullptr, theirs.size(),
-                                                    Reducer{sum, 1}.spec(false, false)),
-                                 core::Deps{gathered}));
+      if (!theirs.size()) continue;
+      lastCopy = b.local(core::reduceAction(at(a.recvbuf, chunk.begin + theirs.begin, E),
+                                            slots.out(j, s) + theirs.begin * E, nullptr, theirs.size(),
+                                            Reducer{sum, 1}.spec(false, false)),
+                         core::Deps{gathered});
+      if (firstCopy < 0) firstCopy = lastCopy;
     }
-    b.signal(kOutFree, s, core::Deps{copies.empty() ? gathered : b.join(copies.front(), copies.back() + 1)});
+    b.signal(kOutFree, s, core::Deps{firstCopy < 0 ? gathered : b.join(firstCopy, lastCopy + 1)});
   }
 }
 

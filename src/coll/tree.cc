@@ -84,10 +84,15 @@ class TreePipe {
   TreePipe(const Args& a, const Reducer& red, const TreeLinks& l, Range range, size_t C, int slots, core::Scratch& s,
            ProgramBuilder& b)
       : a_(a), red_(red), l_(l), range_(range), C_(C), E_(dataTypeSize(a.dtype)), b_(b),
-        own_(s, l.up >= 0 ? slots : 1, l.up >= 0 ? C * E_ : 64), inputRead_(chunksIn(range.size(), C), -1) {
+        own_(s, l.up >= 0 ? slots : 1, l.up >= 0 ? C * E_ : 64), chunks_(chunksIn(range.size(), C)) {
     for (size_t i = 0; i < l.down.size(); ++i) fromChild_.emplace_back(s, slots, C * E_);
+    if (chunks_ > kInlineChunks) many_.assign(chunks_, -1);
+    else for (size_t c = 0; c < chunks_; ++c) few_[c] = -1;
+    inputRead_ = chunks_ > kInlineChunks ? many_.data() : few_;
   }
-  size_t chunks() const { return inputRead_.size(); }
+  TreePipe(const TreePipe&) = delete;
+  TreePipe& operator=(const TreePipe&) = delete;
+  size_t chunks() const { return chunks_; }
 
   // Chunk c toward the root: the root's result lands in the result buffer.
   void up(size_t c) {
@@ -106,9 +111,9 @@ class TreePipe {
       own_.release(sl, b_.send(l_.up, sl.ptr, bytes, Deps{inputRead_[c]}));
       return;
     }
-    std::vector<int32_t> deps;
-    std::vector<const void*> srcs{in};
-    std::vector<SlotPool::Slot> taken;
+    InlineVec<int32_t, TreeLinks::kMostChildren + 1> deps;
+    InlineVec<const void*, TreeLinks::kMostChildren + 1> srcs{in};
+    InlineVec<SlotPool::Slot, TreeLinks::kMostChildren> taken;
     for (size_t i = 0; i < l_.down.size(); ++i) {
       SlotPool::Slot sl = fromChild_[i].take();
       deps.push_back(b_.recv(l_.down[i], sl.ptr, bytes, Deps{sl.freeAfter}));
@@ -122,7 +127,8 @@ class TreePipe {
       deps.push_back(mine.freeAfter);
       dst = mine.ptr;
     }
-    const int32_t sum = b_.localAll(reduceAction(dst, nullptr, nullptr, k.size(), red_.spec(true, root)), deps, srcs);
+    const int32_t sum = b_.localAll(reduceAction(dst, nullptr, nullptr, k.size(), red_.spec(true, root)), deps.data(),
+                                    deps.size(), srcs.data(), srcs.size());
     for (size_t i = 0; i < taken.size(); ++i) fromChild_[i].release(taken[i], sum);
     inputRead_[c] = sum;
     if (!root) own_.release(mine, b_.send(l_.up, dst, bytes, Deps{sum}));
@@ -149,9 +155,14 @@ class TreePipe {
   Range range_;
   size_t C_, E_;
   ProgramBuilder& b_;
-  SlotPool own_;                     // partial results sent up (not at the root)
-  std::vector<SlotPool> fromChild_;  // partial results of each child
-  std::vector<int32_t> inputRead_;   // per chunk: the op of up() that last read the input
+  SlotPool own_;                                          // partial results sent up (not at the root)
+  InlineVec<SlotPool, TreeLinks::kMostChildren> fromChild_;  // partial results of each child
+  // Per chunk: the op of up() that last read the input; in place for the chunks of a small call.
+  static constexpr size_t kInlineChunks = 16;
+  size_t chunks_;
+  int32_t few_[kInlineChunks];
+  std::vector<int32_t> many_;
+  int32_t* inputRead_;
 };
 
 }  // namespace

@@ -26,19 +26,19 @@ int32_t ProgramBuilder::add(Op op) {
   return static_cast<int32_t>(p_.ops.size() - 1);
 }
 
-int32_t ProgramBuilder::localAll(Action a, const std::vector<int32_t>& deps, const std::vector<const void*>& srcs) {
+int32_t ProgramBuilder::localAll(Action a, const int32_t* deps, size_t ndeps, const void* const* srcs, size_t nsrcs) {
   a.srcList = static_cast<uint32_t>(p_.srcLists.size());
-  a.nsrcList = static_cast<uint32_t>(srcs.size());
-  p_.srcLists.insert(p_.srcLists.end(), srcs.begin(), srcs.end());
+  a.nsrcList = static_cast<uint32_t>(nsrcs);
+  p_.srcLists.insert(p_.srcLists.end(), srcs, srcs + nsrcs);
   Op op{OpKind::Local};
   op.depList = static_cast<uint32_t>(p_.depLists.size());
-  op.ndepList = static_cast<uint32_t>(deps.size());
+  op.ndepList = static_cast<uint32_t>(ndeps);
   op.action = a;
-  p_.depLists.insert(p_.depLists.end(), deps.begin(), deps.end());
+  p_.depLists.insert(p_.depLists.end(), deps, deps + ndeps);
   return add(op);
 }
 
-int32_t ProgramBuilder::splice(const Program& sub, const std::vector<int>& team, int32_t gate) {
+int32_t ProgramBuilder::splice(const Program& sub, const int* team, int32_t gate) {
   const auto first = static_cast<int32_t>(p_.ops.size());
   p_.exposes |= sub.exposes;
   const auto depBase = static_cast<uint32_t>(p_.depLists.size()), srcBase = static_cast<uint32_t>(p_.srcLists.size());
@@ -57,10 +57,16 @@ int32_t ProgramBuilder::splice(const Program& sub, const std::vector<int>& team,
 }
 
 int32_t ProgramBuilder::join(int32_t first, int32_t last) {
-  std::vector<int32_t> deps;
-  for (int32_t i = first; i < last; ++i) deps.push_back(i);
-  if (deps.size() <= 2) return local(Action{}, Deps{deps.empty() ? -1 : deps[0], deps.size() < 2 ? -1 : deps[1]});
-  return localAll(Action{}, deps, {});
+  const int32_t n = last > first ? last - first : 0;
+  if (n <= 2) return local(Action{}, Deps{n > 0 ? first : -1, n > 1 ? first + 1 : -1});
+  Action a;
+  a.srcList = static_cast<uint32_t>(p_.srcLists.size());
+  Op op{OpKind::Local};
+  op.depList = static_cast<uint32_t>(p_.depLists.size());
+  op.ndepList = static_cast<uint32_t>(n);
+  op.action = a;
+  for (int32_t i = first; i < last; ++i) p_.depLists.push_back(i);
+  return add(op);
 }
 
 namespace {
@@ -131,9 +137,12 @@ int32_t ProgramBuilder::local(const Action& a, Deps d) {
   return add(op);
 }
 
-SlotPool::SlotPool(Scratch& scratch, int nslots, size_t slotBytes)
-    : mem_(static_cast<size_t>(nslots)), lastUse_(static_cast<size_t>(nslots), -1) {
-  for (auto& m : mem_) m = static_cast<uint8_t*>(scratch.get(slotBytes));
+SlotPool::SlotPool(Scratch& scratch, int nslots, size_t slotBytes) {
+  if (nslots < 1 || nslots > kMaxSlots) fail(Errc::Internal, "a plan of %d staging slots (1 to %d)", nslots, kMaxSlots);
+  for (int i = 0; i < nslots; ++i) {
+    mem_.push_back(static_cast<uint8_t*>(scratch.get(slotBytes)));
+    lastUse_.push_back(-1);
+  }
 }
 
 SlotPool::Slot SlotPool::take() {

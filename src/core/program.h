@@ -30,6 +30,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/inline_vec.h"
 #include "kernels/cpu/reduce.h"
 
 namespace hora::core {
@@ -101,6 +102,14 @@ class Scratch {
  public:
   void* get(size_t bytes);
   void reset();  // every pointer handed out becomes free again
+  // n elements of a trivial T, each init: a build's working lists (op ids by step and chunk),
+  // from memory kept between calls rather than allocated by each.
+  template <class T>
+  T* array(size_t n, const T& init) {
+    T* p = static_cast<T*>(get(n * sizeof(T)));
+    for (size_t i = 0; i < n; ++i) p[i] = init;
+    return p;
+  }
 
  private:
   struct Block {
@@ -129,11 +138,15 @@ class ProgramBuilder {
   int32_t fetch(const Remote& from, void* buf, size_t bytes, Deps d = {});
   int32_t put(const Remote& to, const void* buf, size_t bytes, Deps d = {});
   // A local op that depends on every op in deps and reduces every buffer in srcs.
-  int32_t localAll(Action a, const std::vector<int32_t>& deps, const std::vector<const void*>& srcs);
+  int32_t localAll(Action a, const int32_t* deps, size_t ndeps, const void* const* srcs, size_t nsrcs);
+  int32_t localAll(Action a, const std::vector<int32_t>& deps, const std::vector<const void*>& srcs) {
+    return localAll(a, deps.data(), deps.size(), srcs.data(), srcs.size());
+  }
   // Appends `sub`, a program built for a team of ranks numbered 0..k-1 among themselves, with
   // each peer p replaced by team[p]; its ops that depend on nothing depend on `gate` instead
   // (none when gate is -1). Returns the id of its first op: its ops are [first, size()).
-  int32_t splice(const Program& sub, const std::vector<int>& team, int32_t gate);
+  int32_t splice(const Program& sub, const int* team, int32_t gate);
+  int32_t splice(const Program& sub, const std::vector<int>& team, int32_t gate) { return splice(sub, team.data(), gate); }
   // An op that completes once every op in [first, last) has (and at once when there is none).
   int32_t join(int32_t first, int32_t last);
   size_t size() const { return p_.ops.size(); }
@@ -153,13 +166,14 @@ class SlotPool {
     int32_t freeAfter;  // op to depend on before writing the slot
     int index;
   };
+  static constexpr int kMaxSlots = 16;  // a plan's slots are at most this many
   SlotPool(Scratch& scratch, int nslots, size_t slotBytes);
   Slot take();
   void release(const Slot& s, int32_t lastReader) { lastUse_[static_cast<size_t>(s.index)] = lastReader; }
 
  private:
-  std::vector<uint8_t*> mem_;
-  std::vector<int32_t> lastUse_;
+  InlineVec<uint8_t*, kMaxSlots> mem_;  // in place: a call's build allocates nothing
+  InlineVec<int32_t, kMaxSlots> lastUse_;
   size_t next_ = 0;
 };
 
