@@ -48,7 +48,7 @@ int32_t waitFor(core::ProgramBuilder& b, Counter c, uint64_t s, core::Deps d = {
 }
 }  // namespace
 
-void stageAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratch&, core::ProgramBuilder& b) {
+void stageAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scratch& scratch, core::ProgramBuilder& b) {
   const int n = t.nranks, r = t.rank;
   const size_t E = dataTypeSize(a.dtype), N = a.count;
   const Reducer red{a, n};
@@ -56,7 +56,7 @@ void stageAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scrat
   const Slots slots{*t.stage, t.stage->slotBytes()};
   const size_t C = std::max<size_t>(1, slots.C / E);  // elements per chunk
   const bool flat = p.algo == Algo::Flat;
-  std::vector<const void*> srcs(static_cast<size_t>(n));
+  const void** srcs = scratch.array<const void*>(static_cast<size_t>(n), nullptr);
   for (size_t k = 0; k * C < N; ++k) {
     const Range chunk{k * C, std::min(N, (k + 1) * C)};
     const uint64_t s = ++*t.stageSeq;
@@ -70,7 +70,7 @@ void stageAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scrat
       for (int j = 0; j < n; ++j) srcs[static_cast<size_t>(j)] = slots.in(j, s);
       int32_t done = b.localAll(core::reduceAction(at(a.recvbuf, chunk.begin, E), nullptr, nullptr, chunk.size(),
                                                    red.spec(false, true)),
-                                {all}, srcs);
+                                &all, 1, srcs, static_cast<size_t>(n));
       // Nothing to read from out-slots: keep the other counters in step for later chunks.
       for (Counter c : {kInFree, kOutReady, kOutFree}) b.signal(c, s, core::Deps{done});
       continue;
@@ -83,7 +83,9 @@ void stageAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scrat
     core::Action slice = core::reduceAction(slots.out(r, s) + mine.begin * E, nullptr, nullptr, mine.size(),
                                             red.spec(false, true));
     slice.dst2 = at(a.recvbuf, chunk.begin + mine.begin, E);
-    int32_t reduced = mine.size() ? b.localAll(slice, {all, freeOut}, srcs) : b.local(core::Action{}, core::Deps{all, freeOut});
+    const int32_t before[2] = {all, freeOut};
+    int32_t reduced = mine.size() ? b.localAll(slice, before, 2, srcs, static_cast<size_t>(n))
+                                  : b.local(core::Action{}, core::Deps{all, freeOut});
     b.signal(kInFree, s, core::Deps{reduced});
     int32_t gathered = b.wait(kOutReady, s, core::Deps{b.signal(kOutReady, s, core::Deps{reduced})});
     // Every other slice out into my result.

@@ -263,7 +263,15 @@ Executor::Queue& Executor::queueOf(transport::Connection* c, const Job& job, int
   size_t qi = 0;
   while (qi < nq && queues_[qi].conn != c) ++qi;
   if (qi < nq) return queues_[qi];
-  if (queues_.size() <= nq) queues_.emplace_back();
+  if (queues_.size() <= nq) {
+    queues_.emplace_back();
+    if (spareLists_.size() >= 2) {
+      queues_.back().sends = std::move(spareLists_.back());
+      spareLists_.pop_back();
+      queues_.back().recvs = std::move(spareLists_.back());
+      spareLists_.pop_back();
+    }
+  }
   Queue& q = queues_[nq++];
   q.conn = c;
   q.job = &job;
@@ -360,7 +368,11 @@ void Executor::run(const std::vector<Job>& jobs, milliseconds timeout, std::chro
     if (j.flushHeld) j.heldOn->releaseHeld();
     if (j.heldOn->holding() || j.heldOn->busy()) queueOf(j.heldOn, j, j.heldPeer, nq);  // (busy: released, not yet out)
   }
-  queues_.resize(nq);
+  while (queues_.size() > nq) {
+    spareLists_.push_back(std::move(queues_.back().sends));
+    spareLists_.push_back(std::move(queues_.back().recvs));
+    queues_.pop_back();
+  }
   const size_t total = refs_.size();
   done_.assign(total, 0);
   if (total == 0 && heldOut()) return;

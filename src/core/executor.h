@@ -164,6 +164,9 @@ class Executor {
   std::vector<uint8_t> done_;
   size_t ndone_ = 0;
   std::vector<Queue> queues_;
+  // The lists of the queues a call did not need, kept for the next call's (run() drops the
+  // queues past the call's last, whose storage would otherwise be freed and allocated again).
+  std::vector<std::vector<uint32_t>> spareLists_;
   std::vector<uint32_t> locals_;
   // Signal and Wait ops by stage and counter, in program order. A counter only grows, so its
   // posts happen in order even when a later chunk is ready first, and its waits are satisfied
