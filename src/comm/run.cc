@@ -107,10 +107,9 @@ const PlanCache::Entry& planned(horaComm* c, const coll::Args& a, const coll::Jo
   // the communicator's): the last plan of each is kept.
   const uint64_t bytes = a.count * dataTypeSize(a.dtype);
   const uint64_t key = (static_cast<uint64_t>(a.kind) << 57 | static_cast<uint64_t>(alone) << 56 | bytes) + 1;
-  // Every bit of the key reaches the slot's index (the top bits of a Fibonacci hash, which every
-  // bit of the key reaches): the index was its low bits, the size's alone, so that calls of the same size and different collectives
-  // (an FSDP step's AllGather and ReduceScatter, an AllReduce beside a Broadcast) took one slot
-  // and each call was planned again.
+  // The slot is the top bits of a Fibonacci hash of the key, which every bit of the key reaches.
+  // (It was the key's low bits, the size's alone: calls of one size and different collectives,
+  // an FSDP step's AllGather and ReduceScatter, took one slot, and each was planned again.)
   static_assert(std::tuple_size<decltype(c->plans.entries)>::value == 64, "the index is the hash's top 6 bits");
   PlanCache::Entry& slot = c->plans.entries[(key * 0x9E3779B97F4A7C15ull) >> 58];
   if (slot.key == key && bytes < (uint64_t(1) << 56)) return slot;
