@@ -153,8 +153,6 @@ inline int ceilLog2(int n) {
 // Builds `algo`'s program for a call `sub` on a team of ranks, as member `me` of it (the team
 // numbered 0..k-1 as if it were the communicator), and appends it to b with the team's ranks
 // as peers, after `gate`. Returns an op that completes with it (gate when it is empty).
-int32_t buildOnTeam(const Algorithm& algo, const Args& sub, const std::vector<int>& team, int me, const Plan& p,
-                    core::Scratch& scratch, core::ProgramBuilder& b, int32_t gate);
 int32_t buildOnTeam(const Algorithm& algo, const Args& sub, const int* team, size_t teamSize, int me, const Plan& p,
                     core::Scratch& scratch, core::ProgramBuilder& b, int32_t gate);
 // Across hosts whose ranks are not consecutive: builds a ring or a chain over the ranks in host

@@ -84,11 +84,6 @@ std::vector<int> HostLayout::hostOrder() const {
   return order;
 }
 
-int32_t buildOnTeam(const Algorithm& algo, const Args& sub, const std::vector<int>& team, int me, const Plan& p,
-                    core::Scratch& scratch, ProgramBuilder& b, int32_t gate) {
-  return buildOnTeam(algo, sub, team.data(), team.size(), me, p, scratch, b, gate);
-}
-
 int32_t buildOnTeam(const Algorithm& algo, const Args& sub, const int* team, size_t teamSize, int me, const Plan& p,
                     core::Scratch& scratch, ProgramBuilder& b, int32_t gate) {
   // Reused: programs are built on every call, and a team's never contains another team's.

@@ -26,16 +26,21 @@ int32_t ProgramBuilder::add(Op op) {
   return static_cast<int32_t>(p_.ops.size() - 1);
 }
 
-int32_t ProgramBuilder::localAll(Action a, const int32_t* deps, size_t ndeps, const void* const* srcs, size_t nsrcs) {
+int32_t ProgramBuilder::addLocal(Action a, uint32_t depList, size_t ndeps, const void* const* srcs, size_t nsrcs) {
   a.srcList = static_cast<uint32_t>(p_.srcLists.size());
   a.nsrcList = static_cast<uint32_t>(nsrcs);
   p_.srcLists.insert(p_.srcLists.end(), srcs, srcs + nsrcs);
   Op op{OpKind::Local};
-  op.depList = static_cast<uint32_t>(p_.depLists.size());
+  op.depList = depList;
   op.ndepList = static_cast<uint32_t>(ndeps);
   op.action = a;
-  p_.depLists.insert(p_.depLists.end(), deps, deps + ndeps);
   return add(op);
+}
+
+int32_t ProgramBuilder::localAll(Action a, const int32_t* deps, size_t ndeps, const void* const* srcs, size_t nsrcs) {
+  const auto depList = static_cast<uint32_t>(p_.depLists.size());
+  p_.depLists.insert(p_.depLists.end(), deps, deps + ndeps);
+  return addLocal(a, depList, ndeps, srcs, nsrcs);
 }
 
 int32_t ProgramBuilder::splice(const Program& sub, const int* team, int32_t gate) {
@@ -59,14 +64,9 @@ int32_t ProgramBuilder::splice(const Program& sub, const int* team, int32_t gate
 int32_t ProgramBuilder::join(int32_t first, int32_t last) {
   const int32_t n = last > first ? last - first : 0;
   if (n <= 2) return local(Action{}, Deps{n > 0 ? first : -1, n > 1 ? first + 1 : -1});
-  Action a;
-  a.srcList = static_cast<uint32_t>(p_.srcLists.size());
-  Op op{OpKind::Local};
-  op.depList = static_cast<uint32_t>(p_.depLists.size());
-  op.ndepList = static_cast<uint32_t>(n);
-  op.action = a;
+  const auto depList = static_cast<uint32_t>(p_.depLists.size());
   for (int32_t i = first; i < last; ++i) p_.depLists.push_back(i);
-  return add(op);
+  return addLocal(Action{}, depList, static_cast<size_t>(n), nullptr, 0);
 }
 
 namespace {

@@ -146,7 +146,6 @@ class ProgramBuilder {
   // each peer p replaced by team[p]; its ops that depend on nothing depend on `gate` instead
   // (none when gate is -1). Returns the id of its first op: its ops are [first, size()).
   int32_t splice(const Program& sub, const int* team, int32_t gate);
-  int32_t splice(const Program& sub, const std::vector<int>& team, int32_t gate) { return splice(sub, team.data(), gate); }
   // An op that completes once every op in [first, last) has (and at once when there is none).
   int32_t join(int32_t first, int32_t last);
   size_t size() const { return p_.ops.size(); }
@@ -154,6 +153,8 @@ class ProgramBuilder {
 
  private:
   int32_t add(Op op);
+  // A local op over the ndeps dependencies already at depList in the program's lists, reducing srcs.
+  int32_t addLocal(Action a, uint32_t depList, size_t ndeps, const void* const* srcs, size_t nsrcs);
   Program& p_;
 };
 
