@@ -4,7 +4,9 @@
 // progress() without touching receive buffers beyond what was legitimately received. The
 // frame header itself is tested in test_frame.cc.
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -526,6 +528,62 @@ TEST_CASE("tcp connection: small frames read ahead for the receives posted behin
   REQUIRE(caught.peerFailure);
   CHECK(caught.code == Errc::InvalidUsage);
   CHECK(caught.what == why);
+}
+
+// A Reduce's leaf runs calls ahead of its parent: the parent's receive of a small frame takes
+// whatever has come behind it in the same recv(), and the frames there wait for their
+// receives, for the call check's look at waiting frames, and for the search for an abort.
+TEST_CASE("tcp connection: what came behind a small frame is read with it and waits for its receive", "[tcp]") {
+  auto ends = unit::socketPair();
+  Fd peer = std::move(ends.second);
+  const int mine = ::dup(ends.first.get());  // to ask the kernel what is still unread
+  REQUIRE(mine >= 0);
+  Fd mineKept(mine);
+  std::vector<Fd> socks;
+  socks.push_back(std::move(ends.first));
+  tcp::Connection conn(std::move(socks), "rank 7 (raw peer)");
+  const std::vector<uint8_t> p0 = unit::pattern(4, 1), p1 = unit::pattern(8, 2), p2 = unit::pattern(16, 3);
+  const std::string why = "rank 7 (far, pid 9) exited or crashed";
+  std::vector<uint8_t> wire;
+  auto add = [&](FrameType type, uint64_t seq, const void* payload, size_t bytes, uint64_t tag) {
+    Encoded e = encode(type, seq, bytes, tag);
+    wire.insert(wire.end(), e.b, e.b + sizeof e.b);
+    wire.insert(wire.end(), static_cast<const uint8_t*>(payload), static_cast<const uint8_t*>(payload) + bytes);
+  };
+  add(FrameType::Data, 0, p0.data(), p0.size(), 5);
+  add(FrameType::Data, 1, p1.data(), p1.size(), 6);
+  add(FrameType::Data, 2, p2.data(), p2.size(), 7);
+  add(FrameType::Abort, 0, why.data(), why.size(), static_cast<uint64_t>(Errc::Remote));
+  unit::rawWrite(peer.get(), wire.data(), wire.size());
+  peer.reset();  // the peer is gone: nothing more comes
+
+  std::vector<uint8_t> a(8, kCanary), b(16, kCanary);
+  conn.postRecv(a.data(), p0.size(), 5, 1);
+  Pump pump({&conn});
+  pump.until([&] { return pump.has(&conn, 1); });
+  CHECK(std::equal(p0.begin(), p0.end(), a.begin()));
+  CHECK(allCanary(a, p0.size()));
+  int unread = -1;
+  REQUIRE(::ioctl(mineKept.get(), FIONREAD, &unread) == 0);
+  CHECK(unread == 0);  // all of it read with the first frame
+
+  // The next frame is seen where it waits, and taken by its receive from there.
+  uint16_t call = 0;
+  uint64_t tag = 0;
+  REQUIRE(conn.pendingFrame(&call, &tag));
+  CHECK(tag == 6);
+  conn.postRecv(b.data(), p1.size(), 6, 2);
+  pump.until([&] { return pump.has(&conn, 2); });
+  CHECK(std::equal(p1.begin(), p1.end(), b.begin()));
+  CHECK(allCanary(b, p1.size()));
+
+  // A send to the gone peer fails with its own account, found behind the frame nobody took.
+  const uint8_t byte = 1;
+  conn.postSend(&byte, 1, 9, 3);
+  Caught c = capture([&] { pump.until([] { return false; }); });
+  REQUIRE(c.peerFailure);
+  CHECK(c.code == Errc::Remote);
+  CHECK(c.what == why);
 }
 
 TEST_CASE("tcp connection: held sends wait for a later send, a batch or a release, in their place", "[tcp]") {

@@ -111,6 +111,28 @@ void Connection::failWire(const std::string& why) {
   fail(Errc::Remote, "%s: %s", peer_.c_str(), why.c_str());
 }
 
+ssize_t Connection::peekStream(Socket& s, uint8_t* out, size_t n) {
+  const size_t k = std::min(n, s.headerGot);
+  memcpy(out, s.header, k);
+  if (k == n) return static_cast<ssize_t>(k);
+  const ssize_t got = ::recv(s.fd.get(), out + k, n - k, MSG_PEEK | MSG_DONTWAIT);
+  if (got > 0) return static_cast<ssize_t>(k) + got;
+  return k ? static_cast<ssize_t>(k) : got;
+}
+
+size_t Connection::takeBuffered(Socket& s, void* out, size_t n) {
+  const size_t k = std::min(n, s.headerGot);
+  memcpy(out, s.header, k);
+  s.headerGot -= k;
+  if (s.headerGot) memmove(s.header, s.header + k, s.headerGot);
+  return k;
+}
+
+bool Connection::consumeStream(Socket& s, uint8_t* out, size_t n) {
+  const size_t k = takeBuffered(s, out, n);
+  return k == n || ::recv(s.fd.get(), out + k, n - k, MSG_DONTWAIT) == static_cast<ssize_t>(n - k);
+}
+
 bool Connection::progressSends(Socket& s, std::vector<transport::Cookie>& completed) {
   bool moved = false;
   while (sendable(s)) {
@@ -183,7 +205,9 @@ bool Connection::progressSends(Socket& s, std::vector<transport::Cookie>& comple
 bool Connection::readAbort(Socket& s) {
   char buf[kMaxAbortText];
   size_t want = s.abortWant - s.abortText.size();
-  size_t n = want ? readSome(s.fd.get(), buf, want, peer_.c_str()) : 0;
+  size_t n = 0;
+  if (want && s.headerGot) n = takeBuffered(s, buf, want);  // what came in with the frame's header
+  else if (want) n = readSome(s.fd.get(), buf, want, peer_.c_str());
   s.abortText += peerText(buf, n);
   if (s.abortText.size() < s.abortWant) return n > 0;
   throw PeerFailure(s.abortText, peerCode(s.abortCode));
@@ -195,7 +219,7 @@ void Connection::checkForAbort(Socket& s) {
     return;
   }
   uint8_t h[kFrameHeaderBytes];
-  const ssize_t n = ::recv(s.fd.get(), h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
+  const ssize_t n = peekStream(s, h, sizeof h);
   if (n == 0)
     fail(Errc::Remote, "connection closed by %s (it exited, crashed or closed its communicator) while this rank "
          "was sending to it", peer_.c_str());
@@ -208,12 +232,12 @@ void Connection::checkForAbort(Socket& s) {
     int avail = 0;
     const FrameHeader fh = peekFrameHeader(h);
     const size_t behind = kFrameHeaderBytes + static_cast<size_t>(std::min<uint64_t>(fh.length, kMaxPeekBehind));
-    if (fh.length > kMaxPeekBehind || ::ioctl(s.fd.get(), FIONREAD, &avail) != 0 ||
-        static_cast<size_t>(avail) < behind + kFrameHeaderBytes || static_cast<size_t>(avail) == s.peekedAvail)
-      return;
-    s.peekedAvail = static_cast<size_t>(avail);
-    std::vector<uint8_t> buf(std::min(static_cast<size_t>(avail), behind + kFrameHeaderBytes + kMaxAbortText));
-    const ssize_t got = ::recv(s.fd.get(), buf.data(), buf.size(), MSG_PEEK | MSG_DONTWAIT);
+    if (fh.length > kMaxPeekBehind || ::ioctl(s.fd.get(), FIONREAD, &avail) != 0) return;
+    const size_t waiting = static_cast<size_t>(avail) + s.headerGot;
+    if (waiting < behind + kFrameHeaderBytes || waiting == s.peekedAvail) return;
+    s.peekedAvail = waiting;
+    std::vector<uint8_t> buf(std::min(waiting, behind + kFrameHeaderBytes + kMaxAbortText));
+    const ssize_t got = peekStream(s, buf.data(), buf.size());
     if (got < static_cast<ssize_t>(behind + kFrameHeaderBytes)) return;
     const uint8_t* next = buf.data() + behind;
     if (peekFrameHeader(next).type != FrameType::Abort) return;
@@ -226,7 +250,7 @@ void Connection::checkForAbort(Socket& s) {
   FrameHeader fh;
   std::string why;
   if (decodeFrameHeader(h, Expectation{0, 0, 0}, &fh, &why) != FrameCheck::Abort) failWire(why);
-  if (::recv(s.fd.get(), h, sizeof h, MSG_DONTWAIT) != static_cast<ssize_t>(kFrameHeaderBytes)) return;
+  if (!consumeStream(s, h, sizeof h)) return;
   s.readingAbort = true;
   s.abortWant = fh.length;
   s.abortCode = fh.tag;
@@ -237,13 +261,13 @@ void Connection::checkForAbort(Socket& s) {
 bool Connection::pendingFrame(uint16_t* call, uint64_t* tag) {
   if (closed_) return false;
   Socket& s = socks_[recvSeq_ % socks_.size()];  // the next frame comes on this socket
-  if (!s.recvs.empty() || s.headerGot || s.headerOk) return false;
+  if (!s.recvs.empty() || s.headerOk) return false;
   if (s.readingAbort) {
     readAbort(s);
     return false;
   }
   uint8_t h[kFrameHeaderBytes];
-  const ssize_t n = ::recv(s.fd.get(), h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
+  const ssize_t n = peekStream(s, h, sizeof h);
   if (n < static_cast<ssize_t>(kFrameHeaderBytes)) return false;  // nothing whole yet; a close shows elsewhere
   if (peekFrameHeader(h).type == FrameType::Abort) {
     checkForAbort(s);
@@ -258,7 +282,7 @@ bool Connection::pendingFrame(uint16_t* call, uint64_t* tag) {
 size_t Connection::takePendingFrames(size_t most, AcceptFrame accept, void* ctx) {
   if (closed_ || most == 0 || socks_.size() > kMaxSockets) return 0;
   for (const Socket& s : socks_)
-    if (!s.recvs.empty() || s.headerGot || s.headerOk || s.readingAbort) return 0;
+    if (!s.recvs.empty() || s.headerOk || s.readingAbort) return 0;
   // Frame k of the peer's sequence comes on socket k % nsocks: each socket's waiting bytes are
   // peeked at once (when its first frame is wanted), the frames walked in sequence order, and
   // those taken read in one recv() a socket.
@@ -274,7 +298,7 @@ size_t Connection::takePendingFrames(size_t most, AcceptFrame accept, void* ctx)
     uint8_t* buf = peek_.data() + k * kPeekBytes;
     if (!peeked[k]) {
       peeked[k] = true;
-      const ssize_t got = ::recv(socks_[k].fd.get(), buf, peekBytes, MSG_PEEK | MSG_DONTWAIT);
+      const ssize_t got = peekStream(socks_[k], buf, peekBytes);
       have[k] = got > 0 ? static_cast<size_t>(got) : 0;
     }
     if (have[k] - used[k] < kFrameHeaderBytes) break;
@@ -294,8 +318,7 @@ size_t Connection::takePendingFrames(size_t most, AcceptFrame accept, void* ctx)
   for (size_t k = 0; k < n; ++k) {
     if (!used[k]) continue;
     Socket& s = socks_[k];
-    if (::recv(s.fd.get(), peek_.data() + k * kPeekBytes, used[k], MSG_DONTWAIT) != static_cast<ssize_t>(used[k]))
-      failWire("frames shrank while read");
+    if (!consumeStream(s, peek_.data() + k * kPeekBytes, used[k])) failWire("frames shrank while read");
     s.dataWaiting = false;  // the frame checkForAbort found waiting is gone: the socket is read again
     s.peekedAvail = 0;
   }
@@ -305,14 +328,14 @@ size_t Connection::takePendingFrames(size_t most, AcceptFrame accept, void* ctx)
 
 void Connection::salvageAbort(Socket& s) {
   try {
-    if (s.headerOk || s.headerGot) {
+    if (s.headerOk || !s.recvs.empty()) {
       // A receive is inside a frame, or frames were read ahead: the abort frame, if the peer
       // sent one, is behind them (a failing peer finishes the frame it had begun first). What
       // has come goes to the receives as it would have (their call fails now anyway).
       std::vector<transport::Cookie> unused;
       while (progressRecvs(s, unused)) {
       }
-      if (!s.readingAbort && (s.headerOk || s.headerGot)) return;  // the rest has not come: no boundary
+      if (!s.readingAbort && s.headerOk) return;  // the rest has not come: no boundary
     }
     for (int frames = 0; frames < 64; ++frames) {
       if (s.readingAbort) {
@@ -320,7 +343,7 @@ void Connection::salvageAbort(Socket& s) {
         return;
       }
       uint8_t h[kFrameHeaderBytes];
-      if (::recv(s.fd.get(), h, sizeof h, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(kFrameHeaderBytes)) return;
+      if (peekStream(s, h, sizeof h) != static_cast<ssize_t>(kFrameHeaderBytes)) return;
       if (peekFrameHeader(h).type == FrameType::Abort) {
         checkForAbort(s);
         return;
@@ -331,7 +354,8 @@ void Connection::salvageAbort(Socket& s) {
       size_t skip = kFrameHeaderBytes + static_cast<size_t>(fh.length);
       uint8_t sink[65536];
       while (skip > 0) {
-        const ssize_t got = ::recv(s.fd.get(), sink, std::min(skip, sizeof sink), MSG_DONTWAIT);
+        const ssize_t got = s.headerGot ? static_cast<ssize_t>(takeBuffered(s, sink, std::min(skip, sizeof sink)))
+                                        : ::recv(s.fd.get(), sink, std::min(skip, sizeof sink), MSG_DONTWAIT);
         if (got <= 0) return;
         skip -= static_cast<size_t>(got);
       }
@@ -349,22 +373,17 @@ bool Connection::progressRecvs(Socket& s, std::vector<transport::Cookie>& comple
     RecvOp& r = s.recvs.front();
     if (s.readingAbort) return readAbort(s) || moved;
     if (!s.headerOk) {
-      // A small frame comes in with its header in one recv(), and so do the small frames of
-      // the receives posted behind it, as far as the buffer holds them (a batch of call checks,
-      // comm/call_check.h): never more than the frames the posted receives expect, so nothing
-      // that no receive wants is read ahead.
+      // A small frame comes in with its header in one recv(), and so does whatever has come
+      // behind it, as far as the buffer holds it: the frames of the next receives (a batch of
+      // call checks, comm/call_check.h; the next calls of a Reduce's leaf that runs ahead of
+      // its parent) wait there for them, and a frame partly there is completed from the socket.
       const bool small = r.bytes <= kSmallPayload;
       const size_t need = kFrameHeaderBytes + (small ? r.bytes : 0);
       // An abort frame read ahead is the peer's last: nothing more comes (its text may be short).
       const bool abortHere =
           s.headerGot >= kFrameHeaderBytes && peekFrameHeader(s.header).type == FrameType::Abort;
       if (s.headerGot < need && !abortHere) {
-        size_t want = need;
-        for (size_t i = 1; small && i < s.recvs.size(); ++i) {
-          const size_t next = kFrameHeaderBytes + s.recvs.at(i).bytes;
-          if (s.recvs.at(i).bytes > kSmallPayload || want + next > sizeof s.header) break;
-          want += next;
-        }
+        size_t want = small ? sizeof s.header : need;
         size_t n = readSome(s.fd.get(), s.header + s.headerGot, want - s.headerGot, peer_.c_str());
         if (n == 0) return moved;
         moved = true;

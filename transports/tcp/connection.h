@@ -94,7 +94,10 @@ class Connection final : public transport::Connection {
     Fd fd;
     RingQueue<SendOp> sends{64};
     RingQueue<RecvOp> recvs{64};
-    uint8_t header[kFrameHeaderBytes + kSmallPayload];  // a header, or a whole small frame
+    // A header, or a whole small frame; where no receive is inside a frame (!headerOk), the
+    // first headerGot bytes of what the peer sent and no receive has taken: read ahead, at a
+    // frame's start, the socket's data following them.
+    uint8_t header[kFrameHeaderBytes + kSmallPayload];
     size_t headerGot = 0;
     bool headerOk = false;  // the head receive's header has been checked
     std::string abortText;  // an abort frame being read
@@ -122,6 +125,14 @@ class Connection final : public transport::Connection {
   // in the socket behind data frames that no receive wants any more; throws it if found.
   void salvageAbort(Socket& s);
   [[noreturn]] void failWire(const std::string& why);
+  // What the peer sent on s and no receive has taken (no receive inside a frame there): the
+  // bytes read ahead into s.header, then the socket's. peekStream: copies up to n of them,
+  // consuming nothing (what it copied, or recv()'s result where it copied nothing);
+  // takeBuffered: takes up to n of those read ahead; consumeStream: takes n, which a peek has
+  // seen (false if fewer came).
+  ssize_t peekStream(Socket& s, uint8_t* out, size_t n);
+  size_t takeBuffered(Socket& s, void* out, size_t n);
+  bool consumeStream(Socket& s, uint8_t* out, size_t n);
 
   std::vector<Socket> socks_;
   std::string peer_;
