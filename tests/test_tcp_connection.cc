@@ -586,6 +586,74 @@ TEST_CASE("tcp connection: what came behind a small frame is read with it and wa
   CHECK(c.what == why);
 }
 
+// Frames read ahead are taken from where they lie in the read buffer, and a frame cut at the
+// buffer's end is completed from the socket: every payload arrives whole and in order, whether a
+// receive, a group of receives, the check's look and take, or a large frame's receive (straight
+// into the caller's buffer) comes next.
+TEST_CASE("tcp connection: many frames read ahead are taken in turn, across the buffer's end", "[tcp]") {
+  auto ends = unit::socketPair();
+  Fd peer = std::move(ends.second);
+  std::vector<Fd> socks;
+  socks.push_back(std::move(ends.first));
+  tcp::Connection conn(std::move(socks), "rank 3 (raw peer)");
+  constexpr size_t kFrames = 150;
+  std::vector<size_t> sizes(kFrames);
+  std::vector<std::vector<uint8_t>> payloads(kFrames);
+  std::vector<uint8_t> wire;
+  for (size_t i = 0; i < kFrames; ++i) {
+    // 1 to 211 bytes, a check's byte every 5th, a frame larger than the read buffer every 31st
+    sizes[i] = i % 5 == 0 ? 1 : i % 31 == 17 ? tcp::Connection::kSmallPayload + 904 : 1 + (i * 37) % 211;
+    payloads[i] = unit::pattern(sizes[i], static_cast<uint8_t>(i));
+    Encoded e = encode(FrameType::Data, i, sizes[i], 1000 + i);
+    wire.insert(wire.end(), e.b, e.b + sizeof e.b);
+    wire.insert(wire.end(), payloads[i].begin(), payloads[i].end());
+  }
+  REQUIRE(wire.size() > 4 * (kFrameHeaderBytes + tcp::Connection::kSmallPayload));  // several buffers' worth
+  unit::rawWrite(peer.get(), wire.data(), wire.size());
+
+  Pump pump({&conn});
+  Cookie next = 1;
+  size_t taken = 0, received = 0;
+  auto accept = [](void* ctx, size_t, uint16_t, uint64_t tag) { return tag == *static_cast<uint64_t*>(ctx); };
+  for (size_t i = 0; i < kFrames;) {
+    if (i % 5 == 0 && i % 10 == 0) {  // a check's byte: seen where it waits, and taken there
+      uint16_t call = 1;
+      uint64_t tag = 0;
+      pump.until([&] { return conn.pendingFrame(&call, &tag); });
+      CHECK(tag == 1000 + i);
+      CHECK(call == 0);
+      uint64_t want = 1000 + i;
+      REQUIRE(conn.takePendingFrames(1, accept, &want) == 1);
+      ++taken;
+      ++i;
+      continue;
+    }
+    // Up to three receives at once, each with room for more than its frame.
+    const size_t group = std::min<size_t>(1 + i % 3, kFrames - i);
+    std::vector<std::vector<uint8_t>> bufs;
+    std::vector<Cookie> cookies;
+    size_t k = 0;
+    for (; k < group && !(k > 0 && (i + k) % 10 == 0); ++k) {
+      bufs.emplace_back(sizes[i + k] + 8, kCanary);
+      cookies.push_back(next);
+      conn.postRecv(bufs.back().data(), sizes[i + k], 1000 + i + k, next++);
+    }
+    pump.until([&] { return pump.has(&conn, cookies.back()); });
+    for (size_t j = 0; j < k; ++j) {
+      CHECK(pump.has(&conn, cookies[j]));
+      CHECK(std::equal(payloads[i + j].begin(), payloads[i + j].end(), bufs[j].begin()));
+      CHECK(allCanary(bufs[j], sizes[i + j]));
+      ++received;
+    }
+    i += k;
+  }
+  CHECK(taken + received == kFrames);
+  CHECK(taken == kFrames / 10);
+  uint16_t call = 0;
+  uint64_t tag = 0;
+  CHECK_FALSE(conn.pendingFrame(&call, &tag));  // nothing left behind
+}
+
 TEST_CASE("tcp connection: held sends wait for a later send, a batch or a release, in their place", "[tcp]") {
   ConnPair cp = makePair(2);  // consecutive messages go on different sockets: their order must hold across them
   Pump pump({cp.a.get(), cp.b.get()});

@@ -113,7 +113,7 @@ void Connection::failWire(const std::string& why) {
 
 ssize_t Connection::peekStream(Socket& s, uint8_t* out, size_t n) {
   const size_t k = std::min(n, s.headerGot);
-  memcpy(out, s.header, k);
+  memcpy(out, s.buffered(), k);
   if (k == n) return static_cast<ssize_t>(k);
   const ssize_t got = ::recv(s.fd.get(), out + k, n - k, MSG_PEEK | MSG_DONTWAIT);
   if (got > 0) return static_cast<ssize_t>(k) + got;
@@ -122,9 +122,9 @@ ssize_t Connection::peekStream(Socket& s, uint8_t* out, size_t n) {
 
 size_t Connection::takeBuffered(Socket& s, void* out, size_t n) {
   const size_t k = std::min(n, s.headerGot);
-  memcpy(out, s.header, k);
+  memcpy(out, s.buffered(), k);
   s.headerGot -= k;
-  if (s.headerGot) memmove(s.header, s.header + k, s.headerGot);
+  s.headerAt = s.headerGot ? s.headerAt + k : 0;
   return k;
 }
 
@@ -381,8 +381,15 @@ bool Connection::progressRecvs(Socket& s, std::vector<transport::Cookie>& comple
       const size_t need = kFrameHeaderBytes + (small ? r.bytes : 0);
       // An abort frame read ahead is the peer's last: nothing more comes (its text may be short).
       const bool abortHere =
-          s.headerGot >= kFrameHeaderBytes && peekFrameHeader(s.header).type == FrameType::Abort;
+          s.headerGot >= kFrameHeaderBytes && peekFrameHeader(s.buffered()).type == FrameType::Abort;
       if (s.headerGot < need && !abortHere) {
+        // The part of a frame left behind the frames taken moves to the start: the read then
+        // has the whole buffer (a frame and its header fit it), and the move, less than a
+        // frame, is paid once a read.
+        if (s.headerAt) {
+          if (s.headerGot) memmove(s.header, s.buffered(), s.headerGot);
+          s.headerAt = 0;
+        }
         size_t want = small ? sizeof s.header : need;
         size_t n = readSome(s.fd.get(), s.header + s.headerGot, want - s.headerGot, peer_.c_str());
         if (n == 0) return moved;
@@ -392,7 +399,7 @@ bool Connection::progressRecvs(Socket& s, std::vector<transport::Cookie>& comple
       if (s.headerGot < kFrameHeaderBytes) return moved;
       FrameHeader h;
       std::string why;
-      switch (decodeFrameHeader(s.header, Expectation{r.seq, r.bytes, r.tag, r.call}, &h, &why)) {
+      switch (decodeFrameHeader(s.buffered(), Expectation{r.seq, r.bytes, r.tag, r.call}, &h, &why)) {
         case FrameCheck::Bad: failWire(why);
         case FrameCheck::Mismatch: fail(Errc::InvalidUsage, "%s: %s", peer_.c_str(), why.c_str());
         case FrameCheck::Abort: {
@@ -401,20 +408,21 @@ bool Connection::progressRecvs(Socket& s, std::vector<transport::Cookie>& comple
           s.readingAbort = true;
           s.abortWant = h.length;
           s.abortCode = h.tag;
-          s.abortText = peerText(reinterpret_cast<const char*>(s.header) + kFrameHeaderBytes,
+          s.abortText = peerText(reinterpret_cast<const char*>(s.buffered()) + kFrameHeaderBytes,
                                   std::min<size_t>(extra, h.length));
           s.headerGot = 0;
+          s.headerAt = 0;
           return readAbort(s) || moved;
         }
         case FrameCheck::Ok: s.headerOk = true; break;
       }
       // Payload bytes that came with the header; the rest goes straight to the caller's buffer.
-      // What came after this frame (the next receives' frames) moves to the buffer's start.
+      // What came after this frame (the next receives' frames) stays where it is, next.
       const size_t early = std::min(s.headerGot - kFrameHeaderBytes, r.bytes);
-      if (early) memcpy(r.data, s.header + kFrameHeaderBytes, early);
+      if (early) memcpy(r.data, s.buffered() + kFrameHeaderBytes, early);
       r.got = early;
       const size_t rest = s.headerGot - kFrameHeaderBytes - early;
-      if (rest) memmove(s.header, s.header + kFrameHeaderBytes + early, rest);
+      s.headerAt = rest ? s.headerAt + kFrameHeaderBytes + early : 0;
       s.headerGot = rest;
     }
     if (r.got < r.bytes) {

@@ -95,10 +95,15 @@ class Connection final : public transport::Connection {
     RingQueue<SendOp> sends{64};
     RingQueue<RecvOp> recvs{64};
     // A header, or a whole small frame; where no receive is inside a frame (!headerOk), the
-    // first headerGot bytes of what the peer sent and no receive has taken: read ahead, at a
-    // frame's start, the socket's data following them.
+    // headerGot bytes from header + headerAt are the first of what the peer sent and no receive
+    // has taken: read ahead, at a frame's start, the socket's data following them. A receive
+    // that takes a frame from there moves headerAt past it (moving what is left to the start
+    // after each frame cost a read of k frames k times their bytes); what is left moves to the
+    // start only before the next read from the socket, once a read.
     uint8_t header[kFrameHeaderBytes + kSmallPayload];
     size_t headerGot = 0;
+    size_t headerAt = 0;
+    const uint8_t* buffered() const { return header + headerAt; }
     bool headerOk = false;  // the head receive's header has been checked
     std::string abortText;  // an abort frame being read
     size_t abortWant = 0;
