@@ -54,8 +54,17 @@ namespace hora {
 // root that waits for its readers sooner meets them more often).
 inline constexpr uint64_t kUncheckedMost = 48;
 // On the stage, a rank that only gives compares its calls in batches of this many (each a read
-// of the predecessor's announcements).
+// of the predecessor's announcements, the first of them a line the predecessor writes at every
+// call). Where every rank of the host has a core (horaComm::spinFor), its predecessor keeps up
+// and kCompareBatchAlone calls go in a batch; where ranks share cores, a predecessor off its core
+// has often not reached a batch when it is looked at, the next look is a batch later, and with
+// larger batches that is more often the kUncheckedMost wall, a wait. Measured with
+// perf/compare's broadcast and reduce to 512 bytes on 2 cores (docs/performance.md, "A batch of
+// 32 where every rank has a core"): 32 against 8 took 0.80-0.91 the time at 2 ranks, 0.73-1.42 at
+// 4 and 0.94-1.18 at 8.
 inline constexpr uint64_t kCompareBatch = 8;
+inline constexpr uint64_t kCompareBatchAlone = 32;
+static_assert(kCompareBatchAlone < kUncheckedMost, "a batch is compared before the wall");
 
 // How many checks the successor takes at once, when the oldest is a window of calls old: the
 // window's last kCheckBatch calls (the TCP transport reads a batch in one recv()).

@@ -164,10 +164,11 @@ bool runAtOnce(horaComm* c, const coll::Args& a, const coll::JobShape& topo, con
     // ahead of its root) is not looked at again for another batch of calls: looking at every
     // call read the predecessor's announcement line while it wrote it, a cache line crossing
     // cores twice per call.
+    const uint64_t batch = c->spinFor.count() > 0 ? kCompareBatchAlone : kCompareBatch;
     if (c->seq.uncheckedFrom &&
-        (!later || (c->seq.uncheckedTo - c->seq.uncheckedFrom >= kCompareBatch && c->seq.uncheckedTo >= c->seq.compareAgainAt)) &&
+        (!later || (c->seq.uncheckedTo - c->seq.uncheckedFrom >= batch && c->seq.uncheckedTo >= c->seq.compareAgainAt)) &&
         !compareEarlierCalls(c))
-      c->seq.compareAgainAt = c->seq.uncheckedTo + kCompareBatch;
+      c->seq.compareAgainAt = c->seq.uncheckedTo + batch;
     auto await = [&](int counter, uint64_t value, int only, bool check) {
       executor.awaitCounter(j, counter, value, only, check, c->opts.timeout, c->spinFor);
     };
