@@ -3,6 +3,7 @@
 #pragma once
 #include <hora.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -52,6 +53,9 @@ std::vector<ProcessResult> runRawProcessesWithId(const horaUniqueId& id, int n, 
 std::string describe(const std::vector<ProcessResult>& r);
 // runThreads' failures, one per line.
 std::string joinAll(const std::vector<std::string>& failures);
+// Makes system call `nr` fail with EPERM in this process from now on (a seccomp filter, as a
+// container's profile can set); false where the filter could not be installed.
+bool forbidSyscall(uint32_t nr);
 
 // ---- typed data -----------------------------------------------------------------------------
 

@@ -559,6 +559,20 @@ TEST_CASE("executor: a Fetch reads what the member published, and refuses a word
     CHECK(std::all_of(theirs.begin() + 700, theirs.end(), [](uint8_t v) { return v == 0xAB; }));
     CHECK(theirs[699] == static_cast<uint8_t>(699 * 7 + 1));
   }
+  SECTION("a Put writes at the member's result where it published one apart from its input") {
+    std::vector<uint8_t> result(1000, 0), part(400, 0xCD);
+    const uint64_t to = reinterpret_cast<uintptr_t>(result.data());
+    CHECK(fetchOnce(st, {7, at, 1000, 0, to}, part.data(), 1000, 600, true) == "");
+    CHECK(st.writesDone == 1);
+    CHECK(std::all_of(result.begin(), result.begin() + 600, [](uint8_t v) { return v == 0; }));
+    CHECK(std::all_of(result.begin() + 600, result.end(), [](uint8_t v) { return v == 0xCD; }));
+    bool untouched = true;  // the input
+    for (size_t i = 0; i < theirs.size(); ++i) untouched = untouched && theirs[i] == static_cast<uint8_t>(i * 7 + 1);
+    CHECK(untouched);
+    // and a Fetch still reads the input
+    CHECK(fetchOnce(st, {7, at, 1000, 0, to}, mine.data(), 1000) == "");
+    CHECK(mine == theirs);
+  }
   SECTION("another length: rejected, nothing read") {
     const std::string e = fetchOnce(st, {7, at, 4000, 0}, mine.data(), 1000);
     CHECK(e.rfind("remote: ", 0) == 0);

@@ -72,6 +72,8 @@ TEST_CASE("planner: the registry's names are one table", "[planner]") {
   CHECK(algorithmNames(&bc) == "flat, chain, tree, binomial, hier, single");
   const Kind ag = Kind::AllGather;
   CHECK(algorithmNames(&ag) == "flat, rd, ring, bruck, hier, single");
+  const Kind rd = Kind::Reduce;
+  CHECK(algorithmNames(&rd) == "flat, chain, tree, binomial, hier, single");
   // HORA_ALGO takes the new names, alone and per collective.
   const auto f = parseForced("allreduce:tree,broadcast:binomial,reduce:tree,allgather:bruck");
   CHECK(f[static_cast<size_t>(Kind::AllReduce)] == static_cast<int>(Algo::Tree));
@@ -295,6 +297,45 @@ TEST_CASE("planner: the single copy of an AllGather for threads and processes ab
     CHECK(chosen(allGatherOf(bytes), oneHost(2, s2), true) != "single");
     CHECK(std::string(algorithm(Algo::SingleCopy).unfit(allGatherOf(bytes), oneHost(2, s2), true)).find("16 KiB") !=
           std::string::npos);
+  }
+}
+
+// The single copy of a Reduce: at 2 processes each reads the other's input where it lies and
+// both reduce, the root its share, the sender the rest into the root's result. The planner takes
+// it from 128 KiB, where it beat the chain (2 processes, in place: 1 MiB in 158-184 us against
+// 342, 4 MiB in 922-1067 against 1738); up to 64 KiB the chain is as fast, and a system call
+// per chunk makes the single copy slower below. Not between threads, not beyond 2 ranks, not for
+// PreMulSum (each rank scales its own input).
+TEST_CASE("planner: the single copy of a Reduce at 2 processes from 128 KiB", "[planner]") {
+  using Access = transport::SharedStage::Access;
+  auto reduceOf = [](size_t bytes, bool inPlace) {
+    Args a = broadcastOf(bytes, inPlace);
+    a.kind = Kind::Reduce;
+    a.dtype = DataType::Float32;
+    a.count = bytes / 4;
+    return a;
+  };
+  ShapeOnlyStage s2(2), s4(4), t2(2), none(2);
+  s2.access = s4.access = Access::Kernel;
+  t2.access = Access::Direct;
+  const Algorithm& single = algorithm(Algo::SingleCopy);
+  for (size_t bytes : {size_t(128) << 10, size_t(1) << 20, size_t(16) << 20, size_t(256) << 20})
+    for (bool inPlace : {true, false}) {
+      INFO(bytes << " bytes, " << (inPlace ? "in place" : "out of place"));
+      CHECK(chosen(reduceOf(bytes, inPlace), oneHost(2, s2), true) == "single");
+      CHECK(chosen(reduceOf(bytes, inPlace), oneHost(4, s4), true) != "single");
+      CHECK(std::string(single.unfit(reduceOf(bytes, inPlace), oneHost(4, s4), true)).find("2 ranks only") != std::string::npos);
+      CHECK(std::string(single.unfit(reduceOf(bytes, inPlace), oneHost(2, t2), true)).find("threads") != std::string::npos);
+      CHECK(std::string(single.unfit(reduceOf(bytes, inPlace), oneHost(2, none), true)).find("may not read") != std::string::npos);
+      Args scaled = reduceOf(bytes, inPlace);
+      scaled.op = RedOp::PreMulSum;
+      CHECK(std::string(single.unfit(scaled, oneHost(2, s2), true)).find("PreMulSum") != std::string::npos);
+      CHECK(chosen(scaled, oneHost(2, s2), true) == "chain");
+    }
+  for (size_t bytes : {size_t(8) << 10, size_t(32) << 10, size_t(64) << 10}) {
+    INFO(bytes << " bytes");
+    CHECK(chosen(reduceOf(bytes, true), oneHost(2, s2), true) != "single");
+    CHECK(single.unfit(reduceOf(bytes, true), oneHost(2, s2), true) == nullptr);  // runs where forced
   }
 }
 

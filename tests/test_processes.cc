@@ -1,12 +1,9 @@
 // The collective sweep with ranks as separate processes (fork), each with its own
 // communicator made from one unique id, as an application written against hora.h would.
 #include <catch2/catch.hpp>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,9 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstddef>
 #include <cstring>
-#include <thread>
 
 #include "collective_check.h"
 #include "comm/comm.h"
@@ -298,172 +293,6 @@ TEST_CASE("call checks keep their place among the calls' messages", "[processes]
   }
 }
 
-// ---- The single copy of a large Broadcast (src/coll/stage.cc) ----------------------------------
-
-namespace {
-using Access = hora::transport::SharedStage::Access;
-
-// Broadcasts of `count` bytes from every root, in place and out of place, each result checked;
-// `chunks`, where not 0, is how many chunks of the stage's sequence each call must take (1: the
-// single copy, which reads the root's buffer where it lies, whatever its size; more: the root's
-// slots, a chunk per slot of 512 KiB).
-std::string broadcastsTake(horaComm_t comm, int rank, int nranks, size_t count, uint64_t chunks) {
-  std::vector<uint8_t> send(count), recv(count);
-  for (int root = 0; root < nranks; ++root)
-    for (bool inPlace : {true, false}) {
-      auto value = [&](size_t i) { return static_cast<uint8_t>((i * 13 + static_cast<size_t>(root) * 5 + count) % 251); };
-      for (size_t i = 0; i < count; ++i) send[i] = rank == root ? value(i) : 0xEE;
-      std::fill(recv.begin(), recv.end(), 0xDD);
-      uint8_t* buf = inPlace ? send.data() : recv.data();
-      const uint64_t before = comm->seq.stageSeq;
-      if (horaBroadcast(send.data(), buf, count, horaUint8, root, comm, nullptr) != horaSuccess)
-        return std::string("Broadcast failed: ") + horaGetLastError(comm);
-      const std::string where = " (" + std::to_string(count) + " bytes, root " + std::to_string(root) +
-                                (inPlace ? ", in place)" : ", out of place)");
-      if (chunks && comm->seq.stageSeq - before != chunks)
-        return "took " + std::to_string(comm->seq.stageSeq - before) + " chunks of the stage, not " + std::to_string(chunks) + where;
-      for (size_t i = 0; i < count; ++i)
-        if (buf[i] != value(i)) return "wrong byte " + std::to_string(i) + where;
-      if (rank == root && !inPlace)
-        for (size_t i = 0; i < count; ++i)
-          if (send[i] != value(i)) return "the root's input changed" + where;
-    }
-  return "";
-}
-
-// A process that may not make system call `nr` (it fails with EPERM), as a container's seccomp
-// profile can make it.
-bool forbidSyscall(uint32_t nr) {
-  sock_filter code[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, nr, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  sock_fprog prog{static_cast<unsigned short>(sizeof code / sizeof code[0]), code};
-  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
-}
-
-// A process that may not read another's memory: process_vm_readv fails with EPERM.
-bool forbidCrossMemoryReads() { return forbidSyscall(SYS_process_vm_readv); }
-}  // namespace
-
-// Two processes: a Broadcast through the single copy reads the root's buffer where it lies (one
-// chunk of the stage's sequence, whatever its size: 9 MiB would take 18 slots), every result
-// right, by the planner's choice at 1 MiB (tests/test_planner.cc) and forced at other sizes; 1000
-// bytes go through the cells. At 4 ranks, processes go through the root's slots (2 chunks of
-// 512 KiB for 1 MiB); threads of one process read the root's buffer from 64 KiB, by the
-// planner's own choice.
-TEST_CASE("a large Broadcast reads the root's buffer where it lies, every result right", "[processes][singlecopy]") {
-  auto results = runProcesses(2, [](horaComm_t comm, int rank, int nranks) -> std::string {
-    if (comm->stage->memberAccess() != Access::Kernel) return "the ranks may not read each other's memory";
-    std::string e = broadcastsTake(comm, rank, nranks, size_t(1) << 20, 1);  // the planner's choice
-    const auto chosen = comm->planner.forced;
-    comm->planner.forced = hora::coll::parseForced("broadcast:single");
-    for (size_t count : {(size_t(64) << 10) + 1, (size_t(1) << 20) + 3, size_t(9) << 20})
-      if (e.empty()) e = broadcastsTake(comm, rank, nranks, count, 1);
-    comm->planner.forced = chosen;
-    return e.empty() ? broadcastsTake(comm, rank, nranks, 1000, 0) : e;  // the cells
-  });
-  INFO(describe(results));
-  for (const auto& r : results) CHECK(r.ok());
-
-  results = runProcesses(4, [](horaComm_t comm, int rank, int nranks) -> std::string {
-    if (comm->stage->memberAccess() != Access::Kernel) return "the ranks may not read each other's memory";
-    return broadcastsTake(comm, rank, nranks, size_t(1) << 20, 2);
-  });
-  INFO(describe(results));
-  for (const auto& r : results) CHECK(r.ok());
-
-  auto failures = hora::test::runThreads(4, [](horaComm_t comm, int rank, int nranks) -> std::string {
-    if (comm->stage->memberAccess() != Access::Direct) return "threads do not read each other's memory directly";
-    std::string e = broadcastsTake(comm, rank, nranks, (size_t(1) << 20) + 5, 1);
-    return e.empty() ? broadcastsTake(comm, rank, nranks, size_t(32) << 10, 0) : e;
-  });
-  CHECK(joinAll(failures) == "");
-}
-
-namespace {
-// AllGathers of `count` bytes a rank, in place and out of place, each result checked; `chunks`
-// as broadcastsTake's (1: the single copy, whatever the size).
-std::string allGathersTake(horaComm_t comm, int rank, int nranks, size_t count, uint64_t chunks) {
-  std::vector<uint8_t> send(count), recv(count * static_cast<size_t>(nranks));
-  auto value = [&](int r, size_t i) { return static_cast<uint8_t>((i * 7 + static_cast<size_t>(r) * 31 + count) % 253); };
-  for (bool inPlace : {true, false}) {
-    std::fill(recv.begin(), recv.end(), 0xDD);
-    uint8_t* mine = inPlace ? recv.data() + static_cast<size_t>(rank) * count : send.data();
-    for (size_t i = 0; i < count; ++i) mine[i] = value(rank, i);
-    const uint64_t before = comm->seq.stageSeq;
-    if (horaAllGather(mine, recv.data(), count, horaUint8, comm, nullptr) != horaSuccess)
-      return std::string("AllGather failed: ") + horaGetLastError(comm);
-    const std::string where = " (" + std::to_string(count) + " bytes a rank" + (inPlace ? ", in place)" : ", out of place)");
-    if (chunks && comm->seq.stageSeq - before != chunks)
-      return "took " + std::to_string(comm->seq.stageSeq - before) + " chunks of the stage, not " + std::to_string(chunks) + where;
-    for (int r = 0; r < nranks; ++r)
-      for (size_t i = 0; i < count; ++i)
-        if (recv[static_cast<size_t>(r) * count + i] != value(r, i))
-          return "wrong byte " + std::to_string(i) + " of rank " + std::to_string(r) + "'s block" + where;
-    if (!inPlace)
-      for (size_t i = 0; i < count; ++i)
-        if (send[i] != value(rank, i)) return "the input changed" + where;
-  }
-  return "";
-}
-}  // namespace
-
-// An AllGather through the single copy reads every other rank's block where it lies (one chunk
-// of the stage's sequence, whatever its size), every result right: 2 processes by the
-// planner's choice from 16 KiB a rank (tests/test_planner.cc) and forced at odd sizes; 4
-// processes and 4 threads by the planner's choice. 16 KiB a rank and less between processes:
-// not the single copy.
-TEST_CASE("a large AllGather reads each rank's block where it lies, every result right", "[processes][singlecopy]") {
-  auto results = runProcesses(2, [](horaComm_t comm, int rank, int nranks) -> std::string {
-    if (comm->stage->memberAccess() != Access::Kernel) return "the ranks may not read each other's memory";
-    std::string e = allGathersTake(comm, rank, nranks, size_t(1) << 20, 1);  // the planner's choice
-    if (e.empty()) e = allGathersTake(comm, rank, nranks, (size_t(16) << 10) + 1, 1);
-    const auto chosen = comm->planner.forced;
-    comm->planner.forced = hora::coll::parseForced("allgather:single");
-    for (size_t count : {(size_t(64) << 10) + 3, size_t(9) << 20})
-      if (e.empty()) e = allGathersTake(comm, rank, nranks, count, 1);
-    comm->planner.forced = chosen;
-    if (e.empty() && allGathersTake(comm, rank, nranks, size_t(16) << 10, 1).empty())
-      return "16 KiB a rank took the single copy";
-    return e.empty() ? allGathersTake(comm, rank, nranks, 1000, 0) : e;
-  });
-  INFO(describe(results));
-  for (const auto& r : results) CHECK(r.ok());
-
-  results = runProcesses(4, [](horaComm_t comm, int rank, int nranks) -> std::string {
-    if (comm->stage->memberAccess() != Access::Kernel) return "the ranks may not read each other's memory";
-    return allGathersTake(comm, rank, nranks, (size_t(256) << 10) + 1, 1);
-  });
-  INFO(describe(results));
-  for (const auto& r : results) CHECK(r.ok());
-
-  auto failures = hora::test::runThreads(4, [](horaComm_t comm, int rank, int nranks) -> std::string {
-    if (comm->stage->memberAccess() != Access::Direct) return "threads do not read each other's memory directly";
-    return allGathersTake(comm, rank, nranks, (size_t(256) << 10) + 5, 1);
-  });
-  CHECK(joinAll(failures) == "");
-}
-
-// A rank that may not read the others' memory says so at init, and every rank goes without the
-// single copy: the same protocol everywhere, so every result is right.
-TEST_CASE("a rank that may not read the others' memory turns the single copy off on every rank",
-          "[processes][singlecopy]") {
-  auto results = runRawProcesses(3, [](const horaUniqueId& id, int rank, int nranks) -> std::string {
-    if (rank == 1 && !forbidCrossMemoryReads()) return std::string("seccomp: ") + strerror(errno);
-    horaComm_t comm = nullptr;
-    if (horaCommInitRank(&comm, nranks, id, rank) != horaSuccess) return "init failed";
-    std::string e = comm->stage->memberAccess() == Access::None ? "" : "the single copy is on";
-    if (e.empty()) e = broadcastsTake(comm, rank, nranks, size_t(1) << 20, 2);
-    horaCommDestroy(comm);
-    return e;
-  });
-  INFO(describe(results));
-  for (const auto& r : results) CHECK(r.ok());
-}
-
 // ---- Doorbells: fence-free posts where every rank could register for membarrier ---------------
 
 namespace {
@@ -575,38 +404,6 @@ TEST_CASE("a sleeping rank's doorbell rings once for many posts", "[processes][d
   munmap(step, sizeof(std::atomic<int>));
   INFO(describe(results));
   for (const auto& r : results) CHECK(r.ok());
-}
-
-// The root of single-copy Broadcasts killed inside a call: the reader, in its read of the root's
-// memory or waiting for the root, fails with the root's death, named.
-TEST_CASE("the root killed during single-copy Broadcasts: the reader fails naming it", "[processes][singlecopy][faults]") {
-  ProcessOptions opts;
-  opts.timeoutMs = 600000;  // only the dead process can end this quickly
-  auto results = runProcesses(2, [](horaComm_t comm, int rank, int) -> std::string {
-    comm->planner.forced = hora::coll::parseForced("broadcast:single");  // (the planner takes the slots)
-    std::vector<uint8_t> buf(size_t(32) << 20, static_cast<uint8_t>(rank));
-    if (rank == 0)
-      std::thread([comm] {
-        while (comm->seq.calls < 6 || !comm->busy.load()) usleep(20);
-        kill(getpid(), SIGKILL);
-      }).detach();
-    for (int i = 0; i < 100000; ++i) {
-      if (horaBroadcast(buf.data(), buf.data(), buf.size(), horaUint8, 0, comm, nullptr) == horaSuccess) continue;
-      const std::string text = horaGetLastError(comm);
-      horaResult_t async = horaSuccess;
-      horaCommGetAsyncError(comm, &async);
-      if (async != horaRemoteError) return "not a remote error: " + text;
-      if (text.find("rank 0 (") == std::string::npos || text.find("pid") == std::string::npos)
-        return "the text does not name rank 0 and its pid: " + text;
-      return "";
-    }
-    return "no call failed";
-  }, opts);
-  INFO(describe(results));
-  for (const auto& r : results) {
-    if (r.rank == 0) CHECK((WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL));
-    else CHECK(r.ok());
-  }
 }
 
 // ---- Shared-memory rings: mapped whole by their first message of a page or more --------------

@@ -191,9 +191,11 @@ class SharedStage {
   }
   // What a member publishes in its region for the others to read or write: `bytes` at
   // `address` in its process, for chunk `chunk` of the stage's sequence; of which it writes the
-  // last `put` bytes into the reader's buffer itself (a reader reads the rest).
+  // last `put` bytes into the reader's buffer itself (a reader reads the rest). A writer writes
+  // at `result` where it is not 0 (a Reduce's root reads from its input and is written its
+  // result), at `address` otherwise.
   struct Published {
-    uint64_t chunk, address, bytes, put;
+    uint64_t chunk, address, bytes, put, result = 0;
   };
 
  protected:

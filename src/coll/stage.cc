@@ -122,8 +122,8 @@ void stageAllReduce(const Args& a, const JobShape& t, const Plan& p, core::Scrat
 // kernelCopy).
 namespace {
 // One call of the single copy: a chunk number of its own, and this rank's word in its in-slot of
-// that chunk (publish: where buf lies, `bytes` long, and what it puts itself), written once the
-// slot is free.
+// that chunk (publish: where buf lies, `bytes` long, what it puts itself, and where a writer
+// writes if not there), written once the slot is free.
 struct SingleCopyCall {
   const Slots slots;
   const int r;
@@ -137,10 +137,10 @@ struct SingleCopyCall {
     raw.dtype = DataType::Uint8;
     b.exposeBuffers();
   }
-  int32_t publish(const void* buf, uint64_t put) {
+  int32_t publish(const void* buf, uint64_t put, const void* result = nullptr) {
     using Published = transport::SharedStage::Published;
     auto* mine = static_cast<Published*>(scratch.get(sizeof(Published)));
-    *mine = Published{s, reinterpret_cast<uintptr_t>(buf), bytes, put};
+    *mine = Published{s, reinterpret_cast<uintptr_t>(buf), bytes, put, reinterpret_cast<uintptr_t>(result)};
     return b.local(core::reduceAction(slots.in(r, s), mine, nullptr, sizeof(Published), raw),
                    core::Deps{waitFor(b, kInFree, s)});
   }
@@ -210,6 +210,51 @@ void singleCopyAllGather(const Args& a, const JobShape& t, core::Scratch& scratc
   }
   int32_t done = b.wait(kInFree, s, core::Deps{b.signal(kInFree, s, core::Deps{read, own})});
   // Nothing goes through the out-slots: the other counters are kept in step for later chunks.
+  b.signal(kOutReady, s, core::Deps{done});
+  b.signal(kOutFree, s, core::Deps{done});
+}
+
+// The single copy of a Reduce, at 2 ranks: each reads the other's input where it lies, a chunk
+// at a time into a buffer of its own, and reduces it there, so that both cores reduce at once
+// where the chain's root reduces every byte that the sender copied into the link. The root
+// publishes its input and its result, and makes the first part of the result, kReduceRootShare
+// of it: it reads the sender's input and reduces it with its own into its result. The sender
+// makes the rest: it reads that part of the root's input, adds its own and writes the sum into
+// the root's result, one more copy through the kernel, so its part is the smaller. Both take
+// the root's input first and the sender's second: every element has the same operands in the
+// same order whoever makes it. The call ends when both have read and written, so that neither
+// input is changed while the other reads it.
+constexpr size_t kReduceChunkBytes = size_t(256) << 10;
+constexpr double kReduceRootShare = 0.625;
+size_t reduceRootElems(size_t n) { return n - n / 8 * 3; }  // kReduceRootShare of n, rounded up
+
+void singleCopyReduce(const Args& a, const JobShape& t, core::Scratch& scratch, core::ProgramBuilder& b) {
+  if (a.count == 0) return;
+  SingleCopyCall call(a, t, scratch, b);
+  const Reducer red{a, t.nranks};
+  const int r = call.r, other = 1 - r;
+  const uint64_t s = call.s;
+  const size_t E = dataTypeSize(a.dtype), N = a.count, h = reduceRootElems(N);
+  const size_t C = std::max<size_t>(1, kReduceChunkBytes / E);
+  const bool root = r == a.root;
+  int32_t in = call.publish(a.sendbuf, 0, root ? a.recvbuf : nullptr);
+  int32_t all = b.wait(kInReady, s, core::Deps{b.signal(kInReady, s, core::Deps{in})});
+  const Range part = root ? Range{0, h} : Range{h, N};
+  uint8_t* bufs[2] = {static_cast<uint8_t*>(scratch.get(C * E)), static_cast<uint8_t*>(scratch.get(C * E))};
+  int32_t last[2] = {all, all};  // the last op on each buffer
+  const kernels::ReduceSpec spec = red.spec(true, true);
+  for (size_t k = part.begin, i = 0; k < part.end; k += C, i ^= 1) {
+    const size_t m = std::min(C, part.end - k);
+    const core::ProgramBuilder::Remote theirs{other, call.slots.in(other, s), s, k * E, call.bytes};
+    int32_t got = b.fetch(theirs, bufs[i], m * E, core::Deps{last[i]});
+    if (root) {
+      last[i] = b.local(core::reduceAction(at(a.recvbuf, k, E), at(a.sendbuf, k, E), bufs[i], m, spec), core::Deps{got});
+    } else {
+      int32_t sum = b.local(core::reduceAction(bufs[i], bufs[i], at(a.sendbuf, k, E), m, spec), core::Deps{got});
+      last[i] = b.put(theirs, bufs[i], m * E, core::Deps{sum});
+    }
+  }
+  int32_t done = b.wait(kInFree, s, core::Deps{b.signal(kInFree, s, core::Deps{last[0], last[1]})});
   b.signal(kOutReady, s, core::Deps{done});
   b.signal(kOutFree, s, core::Deps{done});
 }
@@ -414,11 +459,17 @@ constexpr size_t kAllGatherKernelMin = size_t(16) << 10;
 class SingleCopy final : public Algorithm {
  public:
   Algo id() const override { return Algo::SingleCopy; }
-  bool implements(Kind k) const override { return k == Kind::Broadcast || k == Kind::AllGather; }
+  bool implements(Kind k) const override { return k == Kind::Broadcast || k == Kind::AllGather || k == Kind::Reduce; }
   const char* unfit(const Args& a, const JobShape& t, bool) const override {
     using Access = transport::SharedStage::Access;
     if (!t.stage) return kNoStage;
     if (a.count == 0) return "there is nothing to move";
+    if (a.kind == Kind::Reduce) {
+      if (t.nranks != 2) return "a Reduce reads through it at 2 ranks only";
+      if (a.op == RedOp::PreMulSum) return "each rank scales its own input (PreMulSum)";
+      if (t.stage->memberAccess() == Access::Direct)
+        return "between threads the chain reduces out of the link at memory speed";
+    }
     switch (t.stage->memberAccess()) {
       case Access::None:
         return "the ranks may not read each other's memory (HORA_SHM_SINGLE_COPY=0, or a system call refused)";
@@ -447,6 +498,19 @@ class SingleCopy final : public Algorithm {
   }
   double predictUs(const Args& a, const JobShape& t, const Costs& c) const override {
     const double N = static_cast<double>(a.count * dataTypeSize(a.dtype));
+    if (a.kind == Kind::Reduce) {
+      // The root reads its share of the sender's input through the kernel and reduces it (three
+      // passes of memory: two inputs and the result); the sender reads the rest of the root's
+      // result, reduces it and writes it back (two copies through the kernel). Each copy of a
+      // chunk pays the kernel's latency.
+      const double rootBytes = kReduceRootShare * N, senderBytes = N - rootBytes;
+      const double chunk = static_cast<double>(kReduceChunkBytes);
+      const double rootUs = std::ceil(rootBytes / chunk) * c.kernelCopy.latencyUs + bytesUs(rootBytes, c.kernelCopy.gbps, t) +
+                            bytesUs(3 * rootBytes, c.memoryGBps, t);
+      const double senderUs = 2 * std::ceil(senderBytes / chunk) * c.kernelCopy.latencyUs +
+                              bytesUs(2 * senderBytes, c.kernelCopy.gbps, t) + bytesUs(3 * senderBytes, c.memoryGBps, t);
+      return c.base("single", a.kind) + 2 * waitUs(c.stage, t, c) + c.factor("single", a.kind) * std::max(rootUs, senderUs);
+    }
     if (a.kind == Kind::AllGather) {
       // The n-1 other blocks, one after another; a rank's copy of its own block out of place is
       // left out, so that every rank predicts alike (only it knows whether it is in place).
@@ -471,6 +535,7 @@ class SingleCopy final : public Algorithm {
   }
   void build(const Args& a, const JobShape& t, const Plan&, core::Scratch& s, core::ProgramBuilder& b) const override {
     if (a.kind == Kind::AllGather) singleCopyAllGather(a, t, s, b);
+    else if (a.kind == Kind::Reduce) singleCopyReduce(a, t, s, b);
     else singleCopyBroadcast(a, t, s, b);
   }
 };

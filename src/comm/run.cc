@@ -104,9 +104,13 @@ namespace {
 // size class (a power of two).
 const PlanCache::Entry& planned(horaComm* c, const coll::Args& a, const coll::JobShape& topo, bool alone) {
   // Every prediction depends on the collective, its bytes and whether it is alone (the rest is
-  // the communicator's): the last plan of each is kept.
+  // the communicator's), and which algorithms may run on whether each rank scales its own input
+  // (PreMulSum: a Reduce's single copy may not): the last plan of each is kept.
   const uint64_t bytes = a.count * dataTypeSize(a.dtype);
-  const uint64_t key = (static_cast<uint64_t>(a.kind) << 57 | static_cast<uint64_t>(alone) << 56 | bytes) + 1;
+  const uint64_t scales = a.op == RedOp::PreMulSum;
+  static_assert(static_cast<uint64_t>(coll::Kind::Scatter) < 32, "the collective takes the key's top 5 bits");
+  const uint64_t key =
+      (static_cast<uint64_t>(a.kind) << 59 | scales << 57 | static_cast<uint64_t>(alone) << 56 | bytes) + 1;
   // The slot is the top bits of a Fibonacci hash of the key, which every bit of the key reaches.
   // (It was the key's low bits, the size's alone: calls of one size and different collectives,
   // an FSDP step's AllGather and ReduceScatter, took one slot, and each was planned again.)

@@ -80,7 +80,7 @@ void Executor::copyRemote(uint32_t g) {
   if (end <= o.offset) return;
   try {
     if (o.kind == OpKind::Fetch) job.stage->readMember(o.peer, seen.address + o.offset, o.buf, end - o.offset);
-    else job.stage->writeMember(o.peer, seen.address + o.offset, o.buf, end - o.offset);
+    else job.stage->writeMember(o.peer, (seen.result ? seen.result : seen.address) + o.offset, o.buf, end - o.offset);
   } catch (const Error& e) {
     throwPublishedCause(&job);  // a member that failed first says why
     throw Error(e.code(), std::string(e.what()) + callOf(job));
