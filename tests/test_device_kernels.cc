@@ -167,6 +167,13 @@ TEST_CASE("send/recv as kernels: an all-to-all, self included, two messages per 
   for (const auto& r : results) CHECK(r.ok());
 }
 
+// Writes this process's pid to `file` whole (through a rename), for awaitExitOf.
+bool writePid(const std::string& file) {
+  const std::string tmp = file + ".tmp";
+  FILE* f = fopen(tmp.c_str(), "w");
+  return f && fprintf(f, "%ld\n", static_cast<long>(getpid())) > 0 && fclose(f) == 0 && rename(tmp.c_str(), file.c_str()) == 0;
+}
+
 // Until the process that wrote its pid to `file` has exited (and been reaped): "" or why not.
 std::string awaitExitOf(const std::string& file) {
   for (int i = 0; i < 60000; ++i) {
@@ -227,11 +234,7 @@ TEST_CASE("groups as one kernel: collectives and send/recv together, then lone s
     // Lone sends and receives, each a kernel of its own: rank 0 to 1, then back, once rank 2
     // has gone (each receiver's kernel waits a while for its sender: the watchdog looks).
     if (rank == 2) {
-      const std::string tmp = pidFile + ".tmp";
-      FILE* f = fopen(tmp.c_str(), "w");
-      if (!f || fprintf(f, "%ld\n", static_cast<long>(getpid())) <= 0 || fclose(f) != 0 ||
-          rename(tmp.c_str(), pidFile.c_str()) != 0)
-        return "cannot write " + pidFile;
+      if (!writePid(pidFile)) return "cannot write " + pidFile;
     } else {
       if (!(e = awaitExitOf(pidFile)).empty()) return e;
       int32_t* msg = deviceFilled(5000, [&](size_t i) { return p2pValue(rank, 1 - rank, 3, i); });
@@ -246,6 +249,65 @@ TEST_CASE("groups as one kernel: collectives and send/recv together, then lone s
       }
       if (!(e = deviceHolds(got, 5000, [&](size_t i) { return p2pValue(1 - rank, rank, 3, i); }, "the lone receive")).empty())
         return e;
+    }
+    return "";
+  });
+  unlink(pidFile.c_str());
+  rmdir(dir);
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+// A kernel's part done with a rank that then closes its communicator and exits, while its other
+// part still waits on another rank: no failure. Rank 0 sends to 1 and receives from 2 in one
+// group (one kernel that needs both); rank 1 receives and leaves; rank 2 sends only once rank
+// 1's process is gone, and a while after, so that the watchdog looks while rank 0's kernel waits.
+// (A ring among the three first: a pair's first message sets its path up, with both there.)
+TEST_CASE("send/recv as kernels: a rank that leaves once a kernel has all it needs of it is no failure",
+          "[device][kernels][p2p]") {
+  if (processesShareGpu(3)) {
+    WARN("rank processes share this GPU and take the worker's path: tested on the emulated GPU");
+    return;
+  }
+  char dir[] = "/tmp/hora-left-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string pidFile = std::string(dir) + "/pid";
+  auto results = runProcesses(3, [&pidFile](horaComm_t comm, int rank, int) -> std::string {
+    std::string e = setUpKernels(comm);
+    if (!e.empty()) return e;
+    void* stream = cu::streamCreate();
+    horaStream_t s = static_cast<horaStream_t>(stream);
+    // One chunk each way (the emulated GPU runs a kernel's blocks in turn: a send of several
+    // chunks waits behind the receive on the block before).
+    const size_t count = 1000;
+    int32_t* out = deviceFilled(count, [&](size_t i) { return p2pValue(rank, rank == 0 ? 1 : 0, 4, i); });
+    int32_t* in = deviceFilled(count, [](size_t) { return -1; });
+    // First a ring among all three, which sets up the pairs' paths (0 to 1 and 2 to 0 among them).
+    e = oneLaunch(comm, stream, [&] {
+      horaGroupStart();
+      horaSend(out, 1, horaInt32, (rank + 1) % 3, comm, s);
+      horaRecv(in, 1, horaInt32, (rank + 2) % 3, comm, s);
+      return horaGroupEnd();
+    }, "the ring");
+    if (!e.empty()) return e;
+    if (rank == 2) {
+      if (!(e = awaitExitOf(pidFile)).empty()) return e;
+      usleep(50000);
+    }
+    e = oneLaunch(comm, stream, [&] {
+      if (rank == 1) return horaRecv(in, count, horaInt32, 0, comm, s);
+      if (rank == 2) return horaSend(out, count, horaInt32, 0, comm, s);
+      horaGroupStart();
+      horaSend(out, count, horaInt32, 1, comm, s);
+      horaRecv(in, count, horaInt32, 2, comm, s);
+      return horaGroupEnd();
+    }, rank == 0 ? "the group" : "a lone send or receive");
+    if (!e.empty()) return e;
+    if (rank != 2 && !(e = deviceHolds(in, count, [&](size_t i) { return p2pValue(rank == 0 ? 2 : 0, rank, 4, i); },
+                                       "the receive")).empty())
+      return e;
+    if (rank == 1) {
+      if (!writePid(pidFile)) return "cannot write " + pidFile;
     }
     return "";
   });

@@ -144,11 +144,17 @@ void watchKernels(horaComm* c, CommState* st) {
       std::string gone;
       const uint64_t needed = neededMembers(*st);
       for (int m = 0; m < c->stage->size() && gone.empty(); ++m) {
-        if (needed != CommState::Kernels::kAllMembers && (m >= 64 || !(needed >> m & 1))) continue;
+        if (m == c->stage->index() ||
+            (needed != CommState::Kernels::kAllMembers && (m >= 64 || !(needed >> m & 1))))
+          continue;
         fds.clear();
-        gone = c->stage->arm(needed == CommState::Kernels::kAllMembers ? -1 : m, &relayed, fds);
+        gone = c->stage->arm(m, &relayed, fds);
         c->stage->disarm();
-        if (needed == CommState::Kernels::kAllMembers) break;
+        // A member that closed its communicator posted all it will first: a kernel may have
+        // had all it needs of it (a ring's send to it done, the receive from another still
+        // waiting), and one that waits for more of it says so when its wait times out, naming
+        // it. A member that failed or died without closing is the kernels' failure now.
+        if (relayed == Errc::Success && c->stage->closed(m)) gone.clear();
       }
       if (!gone.empty() && kernelsInFlight(*st)) {
         c->fail(relayed != Errc::Success ? static_cast<const Error&>(PeerFailure(gone, relayed))

@@ -132,7 +132,9 @@ struct CommState {
     // The members of the stage that the kernels in flight wait on (a bit each; kAllMembers: every
     // one), with the blocks launched up to and including each kernel: the watchdog fails the
     // communicator for a rank found gone only while a kernel that needs it runs (a rank that has
-    // closed while two others still send to each other is no failure).
+    // closed while two others still send to each other is no failure), and only for one that
+    // failed or died: one that closed its communicator posted all it will, and a kernel may
+    // have had all it needs of it (a ring's send to it done, the receive from another not yet).
     // A ring of fixed size (no allocation on a call's path): a launch with the same members as
     // the last extends it, and one past the ring's size joins the last (its members added: the
     // watchdog then looks at more ranks for a while, never fewer).
