@@ -192,6 +192,26 @@ TEST_CASE("two ranks that both give at a call hear of the mismatch within a wind
         }) == "");
 }
 
+namespace {
+// One group of 2 ranks: rank 0 makes `collective` then receives msg from rank 1; rank 1 sends
+// msg first, then makes the collective (the links' messages in different orders on the two
+// ranks). "" once the group ran and the message arrived (7.0), else what went wrong.
+std::string sendBesideCollective(horaComm_t comm, int rank, std::vector<float>& msg,
+                                 const std::function<horaResult_t()>& collective) {
+  horaGroupStart();
+  if (rank == 0) {
+    collective();
+    horaRecv(msg.data(), msg.size(), horaFloat, 1, comm, nullptr);
+  } else {
+    horaSend(msg.data(), msg.size(), horaFloat, 0, comm, nullptr);
+    collective();
+  }
+  if (horaGroupEnd() != horaSuccess) return std::string("the group failed: ") + horaGetLastError(comm);
+  if (rank == 0 && msg[0] != 7.0f) return "the message did not arrive";
+  return "";
+}
+}  // namespace
+
 // The agreement of a Broadcast or a Reduce runs after the communicator's other jobs of the
 // group, so a group that holds a send/recv before the collective on one rank and after it on
 // the other (each link's messages are matched in order) still runs, with the right data.
@@ -206,16 +226,8 @@ TEST_CASE("groups that order a send and a rooted or empty collective differently
         if (variant == 1) return horaReduce(data.data(), sum.data(), data.size(), horaFloat, horaSum, 1, comm, nullptr);
         return horaAllReduce(data.data(), sum.data(), 0, horaFloat, horaSum, comm, nullptr);  // nothing to move
       };
-      horaGroupStart();
-      if (rank == 0) {
-        collective();
-        horaRecv(msg.data(), msg.size(), horaFloat, 1, comm, nullptr);
-      } else {
-        horaSend(msg.data(), msg.size(), horaFloat, 0, comm, nullptr);
-        collective();
-      }
-      if (horaGroupEnd() != horaSuccess) return std::string("the group failed: ") + horaGetLastError(comm);
-      if (rank == 0 && msg[0] != 7.0f) return "the message did not arrive";
+      std::string e = sendBesideCollective(comm, rank, msg, collective);
+      if (!e.empty()) return e;
       if (variant == 0 && data[63] != 3.0f) return "the broadcast did not arrive";
       if (variant == 1 && rank == 1 && sum[63] != 3.0f) return "the reduction is wrong";
       return "";
@@ -238,16 +250,8 @@ TEST_CASE("groups that order a send and a collective's data messages differently
         if (variant == 2) return horaReduceScatter(data.data(), out.data(), data.size() / 2, horaFloat, horaSum, comm, nullptr);
         return horaAllToAll(data.data(), out.data(), data.size() / 2, horaFloat, comm, nullptr);
       };
-      horaGroupStart();
-      if (rank == 0) {
-        collective();
-        horaRecv(msg.data(), msg.size(), horaFloat, 1, comm, nullptr);
-      } else {
-        horaSend(msg.data(), msg.size(), horaFloat, 0, comm, nullptr);
-        collective();
-      }
-      if (horaGroupEnd() != horaSuccess) return std::string("the group failed: ") + horaGetLastError(comm);
-      if (rank == 0 && msg[0] != 7.0f) return "the message did not arrive";
+      std::string e = sendBesideCollective(comm, rank, msg, collective);
+      if (!e.empty()) return e;
       const float want = variant == 0 || variant == 2 ? 3.0f : 2.0f;  // AllGather, AllToAll: rank 1's block
       const size_t at = variant == 1 ? 8191 : variant == 3 ? 4095 : 2047;
       if (out[at] != want) return "the collective is wrong: " + std::to_string(out[at]) + " for " + std::to_string(want);
