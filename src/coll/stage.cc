@@ -501,8 +501,8 @@ class SingleCopy final : public Algorithm {
     if (a.kind == Kind::Reduce) {
       // The root reads its share of the sender's input through the kernel and reduces it (three
       // passes of memory: two inputs and the result); the sender reads the rest of the root's
-      // result, reduces it and writes it back (two copies through the kernel). Each copy of a
-      // chunk pays the kernel's latency.
+      // input, adds its own and writes the sums into the root's result (two copies through the
+      // kernel). Each copy of a chunk pays the kernel's latency.
       const double rootBytes = kReduceRootShare * N, senderBytes = N - rootBytes;
       const double chunk = static_cast<double>(kReduceChunkBytes);
       const double rootUs = std::ceil(rootBytes / chunk) * c.kernelCopy.latencyUs + bytesUs(rootBytes, c.kernelCopy.gbps, t) +
